@@ -1,0 +1,69 @@
+/* core.h: the pieces every layer uses: status codes with a message, aligned allocation,
+ * a seeded RNG that gives the same numbers on every machine, fp16/bf16 conversion,
+ * CPU feature detection and a monotonic clock. No global mutable state lives here. */
+#ifndef VQ_CORE_H
+#define VQ_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+#include "veloxquant.h"   /* vq_status */
+
+/* ---- errors: a code plus a message naming what was wrong and where ---- */
+typedef struct vq_err {
+    vq_status code;
+    char msg[512];
+} vq_err;
+
+/* Set err (if non-NULL) and return code. printf-style message. */
+vq_status vq_err_set(vq_err *err, vq_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline void vq_err_clear(vq_err *err) { if (err) { err->code = VQ_OK; err->msg[0] = 0; } }
+
+/* ---- memory ---- */
+void *vq_aligned_alloc(size_t bytes);          /* 64-byte aligned, zeroed; NULL on failure */
+void  vq_aligned_free(void *p);
+
+/* ---- RNG: xoshiro256** seeded through splitmix64; pure integer, so identical everywhere ---- */
+typedef struct vq_rng { uint64_t s[4]; } vq_rng;
+void     vq_rng_seed(vq_rng *r, uint64_t seed);
+uint64_t vq_rng_u64(vq_rng *r);
+double   vq_rng_uniform(vq_rng *r);            /* [0, 1), 53 bits */
+float    vq_rng_uniformf(vq_rng *r);           /* [0, 1), 24 bits */
+double   vq_rng_gauss(vq_rng *r);              /* N(0,1), Box-Muller, no cached state */
+int      vq_rng_sign(vq_rng *r);               /* +1 / -1 */
+
+/* ---- half precision ---- */
+typedef uint16_t vq_f16;
+typedef uint16_t vq_bf16;
+float  vq_f16_to_f32(vq_f16 h);
+vq_f16 vq_f32_to_f16(float f);                 /* round to nearest even; overflow -> inf */
+static inline float vq_bf16_to_f32(vq_bf16 h) {
+    union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
+}
+vq_bf16 vq_f32_to_bf16(float f);
+void vq_f16_to_f32_row(const vq_f16 *x, float *y, size_t n);
+void vq_f32_to_f16_row(const float *x, vq_f16 *y, size_t n);
+
+/* ---- CPU features (detected once, read-only after) ---- */
+typedef enum vq_isa { VQ_ISA_SCALAR = 0, VQ_ISA_AVX2 = 1, VQ_ISA_AVX512 = 2 } vq_isa;
+vq_isa      vq_cpu_best_isa(void);             /* what this CPU supports (AVX2 needs FMA+F16C) */
+const char *vq_isa_name(vq_isa isa);
+void        vq_cpu_describe(char *buf, size_t n); /* "model name, N cores, flags" */
+
+/* ---- time ---- */
+double vq_now_s(void);                         /* CLOCK_MONOTONIC seconds */
+
+/* ---- memory measured by the OS ---- */
+size_t vq_rss_bytes(void);                     /* current resident set (from /proc/self/statm) */
+size_t vq_peak_rss_bytes(void);                /* VmHWM from /proc/self/status */
+
+/* ---- small helpers ---- */
+#define VQ_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define VQ_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define VQ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Read a whole file into memory (NUL-terminated). Returns NULL and sets err on failure. */
+char *vq_read_file(const char *path, size_t *len, vq_err *err);
+
+#endif

@@ -1,0 +1,74 @@
+/* gguf.h: a validating, zero-copy reader for GGUF v2/v3 model files.
+ * The file is mapped read-only; strings, arrays and tensor data point into the mapping.
+ * Every offset, size, count and dimension is checked before use: a truncated, corrupt or
+ * hostile file yields VQ_ERR_FORMAT with a message naming the file and the field. */
+#ifndef VQ_GGUF_H
+#define VQ_GGUF_H
+#include "core/core.h"
+
+/* metadata value types, numbered as in the GGUF specification */
+typedef enum vq_gguf_type {
+    VQ_GGUF_UINT8 = 0, VQ_GGUF_INT8 = 1, VQ_GGUF_UINT16 = 2, VQ_GGUF_INT16 = 3,
+    VQ_GGUF_UINT32 = 4, VQ_GGUF_INT32 = 5, VQ_GGUF_FLOAT32 = 6, VQ_GGUF_BOOL = 7,
+    VQ_GGUF_STRING = 8, VQ_GGUF_ARRAY = 9, VQ_GGUF_UINT64 = 10, VQ_GGUF_INT64 = 11,
+    VQ_GGUF_FLOAT64 = 12,
+} vq_gguf_type;
+
+/* tensor element types, numbered as ggml numbers them (only those we read are listed) */
+typedef enum vq_ggml_type {
+    VQ_TYPE_F32 = 0, VQ_TYPE_F16 = 1, VQ_TYPE_Q4_0 = 2, VQ_TYPE_Q4_1 = 3,
+    VQ_TYPE_Q8_0 = 8, VQ_TYPE_BF16 = 30,
+} vq_ggml_type;
+
+typedef struct vq_str { const char *ptr; uint64_t len; } vq_str;   /* not NUL-terminated */
+
+typedef struct vq_gguf_kv {
+    vq_str key;
+    vq_gguf_type type;
+    /* scalars */
+    union { uint64_t u; int64_t i; double f; int b; } val;   /* ints widened, floats as double */
+    vq_str str;                    /* when type == STRING */
+    /* arrays: elements of arr_type, arr_len of them; numeric data at arr_data (unaligned,
+     * little-endian, packed); string arrays are read with vq_gguf_arr_str */
+    vq_gguf_type arr_type;
+    uint64_t arr_len;
+    const uint8_t *arr_data;
+} vq_gguf_kv;
+
+typedef struct vq_gguf_tensor {
+    vq_str name;
+    uint32_t n_dims;
+    uint64_t ne[4];          /* ne[0] is the contiguous (row) dimension, as in ggml; unused = 1 */
+    uint32_t type;           /* vq_ggml_type */
+    uint64_t offset;         /* relative to the data section */
+    uint64_t nbytes;
+    const void *data;        /* into the mapping, aligned to the file's alignment */
+} vq_gguf_tensor;
+
+typedef struct vq_gguf vq_gguf;
+
+vq_gguf *vq_gguf_open(const char *path, vq_err *err);                   /* mmap a file */
+vq_gguf *vq_gguf_open_mem(const void *buf, size_t len, const char *name, vq_err *err); /* borrow */
+void     vq_gguf_close(vq_gguf *g);
+
+uint32_t vq_gguf_version(const vq_gguf *g);
+uint64_t vq_gguf_n_kv(const vq_gguf *g);
+const vq_gguf_kv *vq_gguf_kv_at(const vq_gguf *g, uint64_t i);
+const vq_gguf_kv *vq_gguf_find(const vq_gguf *g, const char *key);    /* NULL when absent */
+/* i-th string of a string array (caller checked kv->arr_type == STRING and i < arr_len) */
+vq_str vq_gguf_arr_str(const vq_gguf_kv *kv, uint64_t i);
+
+/* typed getters: return 0 and fill *out, or a status with err naming the key (absent / wrong type).
+ * Integer getters accept any integer type whose value fits. */
+vq_status vq_gguf_get_u32(const vq_gguf *g, const char *key, uint32_t *out, vq_err *err);
+vq_status vq_gguf_get_f32(const vq_gguf *g, const char *key, float *out, vq_err *err);
+vq_status vq_gguf_get_str(const vq_gguf *g, const char *key, vq_str *out, vq_err *err);
+vq_status vq_gguf_get_bool(const vq_gguf *g, const char *key, int *out, vq_err *err);
+
+uint64_t vq_gguf_n_tensors(const vq_gguf *g);
+const vq_gguf_tensor *vq_gguf_tensor_at(const vq_gguf *g, uint64_t i);
+const vq_gguf_tensor *vq_gguf_find_tensor(const vq_gguf *g, const char *name);
+const char *vq_gguf_path(const vq_gguf *g);
+
+int vq_str_eq(vq_str s, const char *c);   /* 1 when equal */
+#endif

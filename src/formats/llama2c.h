@@ -1,0 +1,40 @@
+/* llama2c.h: reader for llama2.c checkpoints (legacy v0: 7 int32 header, float32 weights,
+ * negative vocab_size meaning untied classifier) and llama2.c tokenizer files (tok*.bin).
+ * The checkpoint is mapped; weight pointers point into the mapping. Sizes are validated
+ * against the file length before any pointer is formed. */
+#ifndef VQ_LLAMA2C_H
+#define VQ_LLAMA2C_H
+#include "core/core.h"
+
+typedef struct vq_l2c_config {
+    int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
+    int shared_classifier;   /* 1 when vocab_size was positive in the header */
+} vq_l2c_config;
+
+typedef struct vq_l2c_weights {       /* layouts as in llama2.c run.c, row-major float32 */
+    const float *token_embedding;     /* vocab x dim */
+    const float *rms_att;             /* layer x dim */
+    const float *wq, *wk, *wv, *wo;   /* layer x (out x in) */
+    const float *rms_ffn;             /* layer x dim */
+    const float *w1, *w2, *w3;        /* w1,w3: layer x hidden x dim; w2: layer x dim x hidden */
+    const float *rms_final;           /* dim */
+    const float *wcls;                /* vocab x dim (== token_embedding when shared) */
+} vq_l2c_weights;
+
+typedef struct vq_l2c vq_l2c;
+vq_l2c *vq_l2c_open(const char *path, vq_err *err);
+void    vq_l2c_close(vq_l2c *m);
+const vq_l2c_config  *vq_l2c_config_of(const vq_l2c *m);
+const vq_l2c_weights *vq_l2c_weights_of(const vq_l2c *m);
+
+/* llama2.c tokenizer file: int32 max_token_length, then per token: float score, int32 len, bytes */
+typedef struct vq_l2c_vocab {
+    int n;
+    char **pieces;     /* NUL-terminated copies */
+    int *lens;
+    float *scores;
+    int max_token_length;
+} vq_l2c_vocab;
+vq_l2c_vocab *vq_l2c_vocab_load(const char *path, int vocab_size, vq_err *err);
+void vq_l2c_vocab_free(vq_l2c_vocab *v);
+#endif

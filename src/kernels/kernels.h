@@ -1,0 +1,46 @@
+/* kernels.h: the numeric kernels of the forward pass.
+ * Weight types are rows of one table (block size, bytes per block, to_float, dot product);
+ * products are computed directly on the quantized blocks, never on a dequantized copy.
+ * Each hot kernel has a scalar reference and AVX2 / AVX-512 variants; the best one the CPU
+ * supports is chosen once at start-up, and the _isa entry points let tests pin a variant. */
+#ifndef VQ_KERNELS_H
+#define VQ_KERNELS_H
+#include "core/core.h"
+#include "formats/gguf.h"   /* vq_ggml_type numbering */
+
+typedef struct vq_wtype {
+    uint32_t type;            /* vq_ggml_type */
+    const char *name;         /* "q4_1" ... */
+    int block;                /* elements per block */
+    size_t block_bytes;       /* bytes per block */
+    void (*to_float)(const void *src, float *dst, int64_t n);   /* n multiple of block */
+} vq_wtype;
+
+const vq_wtype *vq_wtype_get(uint32_t type);        /* NULL when unsupported */
+size_t vq_wtype_row_bytes(uint32_t type, int64_t n); /* 0 when n is not a multiple of block */
+
+/* Y[t*rows + r] = sum_c W[r, c] * X[t*cols + c], for t < n, r < rows.
+ * W: rows x cols in weight type `type`, row-major, rows contiguous (ggml layout ne0 = cols).
+ * Parallel over rows with OpenMP (omp_set_num_threads controls it). */
+void vq_matmul(float *Y, const void *W, uint32_t type, const float *X, int n, int rows, int cols);
+void vq_matmul_isa(vq_isa isa, float *Y, const void *W, uint32_t type, const float *X,
+                   int n, int rows, int cols);
+vq_isa vq_kernels_isa(void);                        /* the variant chosen at start-up */
+
+/* one row of a weight matrix as floats (embedding lookup) */
+void vq_get_row(const void *W, uint32_t type, int cols, int row, float *out);
+
+void  vq_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+void  vq_softmax(float *x, int n);                  /* in place, max-subtracted */
+void  vq_swiglu(float *gate, const float *up, int n); /* gate = silu(gate) * up */
+float vq_dot_f32(const float *a, const float *b, int n);
+void  vq_axpy_f32(float *y, float a, const float *x, int n);   /* y += a*x */
+
+/* Rotary embedding in place on n_heads heads of head_dim, rotating the first rot_dim dims, at
+ * absolute position pos. neox = 0: pairs (x[2i], x[2i+1]) (llama2.c, GGUF llama);
+ * neox = 1: pairs (x[i], x[i + rot_dim/2]). theta_i = pos * base^(-2i/rot_dim). */
+void vq_rope(float *x, int n_heads, int head_dim, int rot_dim, int pos, float freq_base, int neox);
+
+/* fast Walsh-Hadamard transform, in place, n a power of two, unnormalized */
+void vq_fwht(float *x, int n);
+#endif

@@ -1,0 +1,39 @@
+/* kv.h: the KV cache boundary. The model hands the cache its K/V rows after RoPE, with their
+ * true positions, and asks it for attention outputs; it never reads K/V memory itself.
+ * A cache is made from a spec string ("f16", "turboquant_mse:k=4,v=4", ...): the codec table
+ * (codec/codec.h) says how rows are stored and how attention is computed from the codes. */
+#ifndef VQ_KV_H
+#define VQ_KV_H
+#include "core/core.h"
+
+typedef struct vq_kv_dims {
+    int n_layers;
+    int n_heads;      /* query heads */
+    int n_kv_heads;   /* K/V heads; n_heads % n_kv_heads == 0 (GQA group = n_heads / n_kv_heads) */
+    int head_dim;
+    int max_ctx;      /* most rows a layer will hold (an append past it is VQ_ERR_RANGE) */
+} vq_kv_dims;
+
+typedef struct vq_kv vq_kv;
+
+/* Unknown codec, parameter or value: NULL, err lists what is known/allowed. */
+vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err);
+void   vq_kv_destroy(vq_kv *kv);
+void   vq_kv_clear(vq_kv *kv);             /* drop every row, keep the allocation policy */
+
+/* Append n rows to a layer. k, v: n x (n_kv_heads * head_dim) floats, after RoPE.
+ * Row i has absolute position pos0 + i. */
+vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, const float *v,
+                       vq_err *err);
+
+/* Attention for n_q query rows: q and out are n_q x (n_heads * head_dim); q after RoPE.
+ * Query i at position q_pos[i] sees exactly the rows with position <= q_pos[i].
+ * Scores are scaled by 1/sqrt(head_dim); softmax in float32. */
+vq_status vq_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
+                       float *out, vq_err *err);
+
+size_t vq_kv_bytes(const vq_kv *kv);      /* bytes actually held: codes + metadata + fp window */
+int    vq_kv_rows(const vq_kv *kv, int layer);
+const char *vq_kv_spec(const vq_kv *kv);  /* normalized spec string */
+double vq_kv_bits_per_elem(const vq_kv *kv); /* bytes held * 8 / (rows * kv_heads * head_dim * 2) */
+#endif

@@ -1,0 +1,42 @@
+/* vq_test.h: the few macros our tests share. Each test file is one executable run by CTest;
+ * it prints one line per failed check, and ends with "N passed, N failed".
+ * A test that needs ../shared or a downloaded model calls VQ_SKIP (exit 77: CTest's skip). */
+#ifndef VQ_TEST_H
+#define VQ_TEST_H
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int vq_t_pass, vq_t_fail;
+
+#define CHECK(cond) do { if (cond) vq_t_pass++; else { vq_t_fail++; \
+    fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+#define CHECKF(cond, ...) do { if (cond) vq_t_pass++; else { vq_t_fail++; \
+    fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+#define CHECK_NEAR(a, b, tol) do { double _a = (a), _b = (b); \
+    CHECKF(fabs(_a - _b) <= (tol), "%s = %.9g, %s = %.9g, tol %.3g", #a, _a, #b, _b, (double)(tol)); } while (0)
+
+#define VQ_SKIP(...) do { fprintf(stderr, "SKIP: "); fprintf(stderr, __VA_ARGS__); \
+    fputc('\n', stderr); exit(77); } while (0)
+
+static inline int vq_t_done(void) {
+    printf("%d passed, %d failed\n", vq_t_pass, vq_t_fail);
+    return vq_t_fail ? 1 : 0;
+}
+
+/* Path of a file in ../shared/data, or skip the whole test when it is absent. */
+static inline const char *vq_t_shared(const char *rel, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%s", VQ_SHARED_DIR, rel);
+    if (access(buf, R_OK) != 0) VQ_SKIP("%s not found: ../shared is absent (tests that need it skip)", buf);
+    return buf;
+}
+/* Path of the default SmolLM2 model, or skip when it was not fetched (scripts/fetch_model.sh). */
+static inline const char *vq_t_model(char *buf, size_t n) {
+    snprintf(buf, n, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", VQ_MODELS_DIR);
+    if (access(buf, R_OK) != 0) VQ_SKIP("%s not found: run scripts/fetch_model.sh", buf);
+    return buf;
+}
+#endif
