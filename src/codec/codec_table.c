@@ -1,0 +1,25 @@
+/* codec_table.c: the one constant table of KV codecs. Adding a codec = one extern line and one
+ * table entry here, plus its own file; nothing else in the tree switches on codec names. */
+#include <string.h>
+#include "codec/codec.h"
+
+extern const vq_codec vq_codec_f32;
+extern const vq_codec vq_codec_f16;
+
+static const vq_codec *const table[] = {
+    &vq_codec_f32,
+    &vq_codec_f16,
+};
+
+const vq_codec *vq_codec_at(int i) {
+    return (i >= 0 && i < (int)VQ_ARRAY_LEN(table)) ? table[i] : NULL;
+}
+
+int vq_codec_count(void) { return (int)VQ_ARRAY_LEN(table); }
+
+const vq_codec *vq_codec_find(const char *name) {
+    if (!name) return NULL;
+    for (int i = 0; i < (int)VQ_ARRAY_LEN(table); i++)
+        if (strcmp(table[i]->name, name) == 0) return table[i];
+    return NULL;
+}
