@@ -17,8 +17,9 @@
  *   seed: per (cache seed, layer, side); all randomness (rotations, sketches) derives from it.
  *   init must fill: d, rows_per_block (>= 1), block_bytes (> 0), qstate_bytes (>= 0),
  *   acc_floats (>= 1), impl (may be NULL); may fill: fp_window (rows the codec wants the store to
- *   keep in full precision, e.g. KIVI's residual; 0 otherwise) and params (canonical text of ALL
- *   its parameters incl. defaults, "bits=4,rotate=1"; "" when it has none).
+ *   keep in full precision, e.g. KIVI's residual; 0 otherwise), params (canonical text of ALL
+ *   its parameters incl. defaults, "bits=4,rotate=1"; "" when it has none) and state_bytes (bytes
+ *   it allocated for impl: rotation signs, codebooks, sketch matrices; the store counts them).
  * fini(st): frees impl (and anything init allocated). Called once, also after a failed init.
  * encode(st, x, block): x = rows_per_block rows of d floats, row-major; writes exactly
  *   block_bytes bytes (every byte deterministic: no uninitialised padding). The store guarantees
@@ -59,6 +60,7 @@ typedef struct vq_codec_state {     /* one configured instance (K side or V side
     int acc_floats;                 /* floats of accumulator in codec domain */
     int fp_window;                  /* full-precision rows the codec asks the store to keep */
     char params[128];               /* canonical parameter text, filled by init */
+    size_t state_bytes;             /* bytes init allocated (impl, tables): for honest accounting */
     void *impl;                     /* codec-private (rotation, codebooks, sketch matrix) */
 } vq_codec_state;
 
