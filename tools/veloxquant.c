@@ -1,1 +1,521 @@
-int main(void){return 0;}
+/* veloxquant.c: the command-line tool. Parses arguments, calls the library, prints.
+ * Commands: generate, perplexity, bench, info, tokenize. Each has --help. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "eval/eval.h"
+#include "kernels/kernels.h"
+#include "model/chat.h"
+
+#define DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("veloxquant: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+/* ---- strict number parsing: the whole string, within range ---- */
+static long parse_long(const char *flag, const char *s, long lo, long hi) {
+    if (!s) die("%s needs a value", flag);
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end) die("%s: '%s' is not an integer", flag, s);
+    if (v < lo || v > hi) die("%s: %ld is out of range [%ld, %ld]", flag, v, lo, hi);
+    return v;
+}
+static double parse_double(const char *flag, const char *s, double lo, double hi) {
+    if (!s) die("%s needs a value", flag);
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || isnan(v)) die("%s: '%s' is not a number", flag, s);
+    if (v < lo || v > hi) die("%s: %g is out of range [%g, %g]", flag, v, lo, hi);
+    return v;
+}
+
+/* ---- options shared by the commands ---- */
+typedef struct opts {
+    const char *model, *tokenizer, *prompt, *file, *kv, *system, *mode, *split, *ctx_list;
+    const char *kv_list[32]; int n_kv;
+    int n_predict, n_ctx, batch, threads, top_k, chat, verbose, json, reps, n_gen, max_paras;
+    int show_special, bos_window, first_scored, no_bos;
+    long max_tokens;
+    double temp, top_p, min_p;
+    uint64_t seed;
+} opts;
+
+static void defaults(opts *o) {
+    memset(o, 0, sizeof *o);
+    o->model = DEFAULT_MODEL;
+    o->n_predict = 128; o->n_ctx = 2048; o->batch = 64; o->threads = 0;
+    o->temp = 0.8; o->top_k = 40; o->top_p = 0.95; o->min_p = 0.05; o->seed = 0;
+    o->mode = "decode"; o->split = "windows"; o->reps = 5; o->n_gen = 32;
+    o->first_scored = 0;
+}
+
+/* Returns 1 when argv[*i] was a shared option (consuming its value). */
+static int common_opt(opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+#define TAKE() ((*i)++, v)
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) die("%s needs a file", a); o->model = TAKE(); return 1; }
+    if (!strcmp(a, "--tokenizer")) { if (!v) die("%s needs a file", a); o->tokenizer = TAKE(); return 1; }
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { o->threads = (int)parse_long(a, TAKE(), 1, 1024); return 1; }
+    if (!strcmp(a, "-b") || !strcmp(a, "--batch")) { o->batch = (int)parse_long(a, TAKE(), 1, 8192); return 1; }
+    if (!strcmp(a, "--kv")) {
+        if (!v) die("--kv needs a spec (e.g. f16)");
+        if (o->n_kv == (int)VQ_ARRAY_LEN(o->kv_list)) die("--kv given more than %d times", (int)VQ_ARRAY_LEN(o->kv_list));
+        o->kv_list[o->n_kv++] = TAKE();
+        o->kv = o->kv_list[0];
+        return 1;
+    }
+    if (!strcmp(a, "--json")) { o->json = 1; return 1; }
+    if (!strcmp(a, "--seed") || !strcmp(a, "-s")) { o->seed = (uint64_t)parse_long(a, TAKE(), 0, LONG_MAX); return 1; }
+#undef TAKE
+    return 0;
+}
+
+static vq_model *load_model(const opts *o) {
+    if (access(o->model, R_OK) != 0) {
+        if (!strcmp(o->model, DEFAULT_MODEL))
+            die("%s not found: run scripts/fetch_model.sh (or pass -m FILE)", o->model);
+        die("%s: cannot read model file: %s", o->model, strerror(errno));
+    }
+    vq_err err; vq_err_clear(&err);
+    vq_model *m = vq_model_load(o->model, o->tokenizer, &err);
+    if (!m) die("%s", err.msg);
+    if (o->threads > 0) omp_set_num_threads(o->threads);
+    return m;
+}
+
+static char *read_text(const char *path) {
+    vq_err err; vq_err_clear(&err);
+    if (!strcmp(path, "-")) {   /* stdin */
+        size_t cap = 1 << 16, n = 0;
+        char *buf = malloc(cap + 1);
+        size_t got;
+        while (buf && (got = fread(buf + n, 1, cap - n, stdin)) > 0) {
+            n += got;
+            if (n == cap) { cap *= 2; buf = realloc(buf, cap + 1); }
+        }
+        if (!buf) die("out of memory reading stdin");
+        buf[n] = 0;
+        return buf;
+    }
+    char *t = vq_read_file(path, NULL, &err);
+    if (!t) die("%s", err.msg);
+    return t;
+}
+
+static int *tokenize_all(const vq_model *m, const char *text, int add_bos, int special, int *n_out) {
+    vq_err err; vq_err_clear(&err);
+    size_t len = strlen(text);
+    int need = vq_tokenize(m->tok, text, len, add_bos, special, NULL, 0, &err);
+    if (need < 0) die("tokenize: %s", err.msg);
+    int *ids = malloc(((size_t)need + 1) * sizeof(int));
+    if (!ids) die("out of memory");
+    vq_tokenize(m->tok, text, len, add_bos, special, ids, need, &err);
+    *n_out = need;
+    return ids;
+}
+
+static void progress(long done, long total, void *user) {
+    (void)user;
+    if (!isatty(STDERR_FILENO)) return;
+    int width = 40, fill = total ? (int)(width * done / total) : width;
+    fprintf(stderr, "\r[%.*s%*s] %ld/%ld", fill, "========================================", width - fill, "", done, total);
+    if (done == total) fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* ---------------------------------------------------------------- generate */
+static const char *generate_help =
+    "usage: veloxquant generate [options]\n"
+    "Generate text from a prompt, streaming tokens to stdout.\n"
+    "  -m, --model FILE      GGUF or llama2.c model (default " DEFAULT_MODEL ")\n"
+    "      --tokenizer FILE  tokenizer for llama2.c checkpoints (tok512.bin)\n"
+    "  -p, --prompt TEXT     the prompt\n"
+    "  -f, --file FILE       read the prompt from FILE ('-' = stdin)\n"
+    "  -n, --n-predict N     tokens to generate (default 128)\n"
+    "  -c, --ctx-size N      context size (default 2048)\n"
+    "  -b, --batch N         prefill chunk (default 64)\n"
+    "  -t, --threads N       threads (default: OpenMP's)\n"
+    "      --temp T          temperature; 0 = greedy (default 0.8)\n"
+    "      --top-k K         (default 40; 0 = off)\n"
+    "      --top-p P         (default 0.95; 1 = off)\n"
+    "      --min-p P         (default 0.05; 0 = off)\n"
+    "  -s, --seed N          sampling seed (default 0)\n"
+    "      --chat            wrap the prompt in the model's chat template (ChatML)\n"
+    "      --system TEXT     system prompt for --chat (default: the template's)\n"
+    "      --no-bos          do not prepend BOS even if the model asks for it\n"
+    "      --kv SPEC         KV cache (default f16); see docs/kv-spec.md\n"
+    "      --verbose         print timings and KV cache bytes to stderr\n"
+    "      --json            print a JSON summary instead of streaming text\n";
+
+typedef struct { int json; } gen_user;
+static int on_token(const char *bytes, size_t n, int id, void *user) {
+    (void)id;
+    if (!((gen_user *)user)->json) { fwrite(bytes, 1, n, stdout); fflush(stdout); }
+    return 0;
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static int cmd_generate(int argc, char **argv) {
+    opts o; defaults(&o);
+    o.kv = "f16";
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (common_opt(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(generate_help, stdout); return 0; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!v) die("%s needs text", a); o.prompt = v; i++; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!v) die("%s needs a file", a); o.file = v; i++; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { o.n_predict = (int)parse_long(a, v, 0, 1 << 24); i++; }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { o.n_ctx = (int)parse_long(a, v, 2, 1 << 24); i++; }
+        else if (!strcmp(a, "--temp")) { o.temp = parse_double(a, v, 0, 100); i++; }
+        else if (!strcmp(a, "--top-k")) { o.top_k = (int)parse_long(a, v, 0, 1 << 24); i++; }
+        else if (!strcmp(a, "--top-p")) { o.top_p = parse_double(a, v, 1e-6, 1); i++; }
+        else if (!strcmp(a, "--min-p")) { o.min_p = parse_double(a, v, 0, 0.999); i++; }
+        else if (!strcmp(a, "--chat")) o.chat = 1;
+        else if (!strcmp(a, "--system")) { if (!v) die("--system needs text"); o.system = v; i++; }
+        else if (!strcmp(a, "--no-bos")) o.no_bos = 1;
+        else if (!strcmp(a, "--verbose")) o.verbose = 1;
+        else die("generate: unknown option '%s' (see veloxquant generate --help)", a);
+    }
+    if (o.prompt && o.file) die("give the prompt with -p or -f, not both");
+    char *text = o.prompt ? strdup(o.prompt) : o.file ? read_text(o.file) : NULL;
+    if (!text) die("no prompt: use -p TEXT, -f FILE or -f - (stdin)");
+    vq_model *m = load_model(&o);
+    vq_err err; vq_err_clear(&err);
+    if (o.chat) {
+        char *c = vq_chat_render(m->chat_template, o.system, text, &err);
+        if (!c) die("%s", err.msg);
+        free(text);
+        text = c;
+    }
+    int add_bos = !o.no_bos && vq_tok_add_bos_default(m->tok) && vq_tok_bos(m->tok) >= 0;
+    int n_prompt;
+    int *prompt = tokenize_all(m, text, add_bos, o.chat, &n_prompt);
+    if (n_prompt >= o.n_ctx)
+        die("the prompt is %d tokens but the context size is %d: raise -c or shorten the prompt", n_prompt, o.n_ctx);
+    vq_gen_params gp = { .n_predict = o.n_predict, .n_ctx = o.n_ctx, .batch = o.batch,
+                         .sp = { (float)o.temp, o.top_k, (float)o.top_p, (float)o.min_p, o.seed },
+                         .kv_seed = 0x5eed };
+    vq_gen_stats st;
+    gen_user gu = { o.json };
+    if (!o.json && !o.chat) {   /* echo the prompt as llama.cpp does */
+        fputs(text, stdout);
+        fflush(stdout);
+    }
+    vq_status s = vq_generate(m, o.kv, prompt, n_prompt, &gp, on_token, &gu, &st, &err);
+    if (s) die("%s", err.msg);
+    if (!o.json) putchar('\n');
+    double pre_tps = st.n_prompt / VQ_MAX(st.t_prefill, 1e-9), dec_tps = (st.n_gen - 1) / VQ_MAX(st.t_decode, 1e-9);
+    if (o.verbose || o.json) {
+        FILE *f = o.json ? stdout : stderr;
+        if (o.json) {
+            fprintf(f, "{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"prefill_tps\": %.2f, \"decode_tps\": %.2f, "
+                       "\"kv\": ", st.n_prompt, st.n_gen, pre_tps, dec_tps);
+            json_str(f, o.kv);
+            fprintf(f, ", \"kv_bytes\": %zu, \"kv_bits_per_elem\": %.3f, \"stopped_eog\": %s}\n", st.kv_bytes,
+                    st.kv_bits_per_elem, st.stopped_eog ? "true" : "false");
+        } else {
+            fprintf(f, "prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s | kv %s: %zu bytes, %.3f bits/elem | threads %d, %s\n",
+                    st.n_prompt, pre_tps, st.n_gen, dec_tps, o.kv, st.kv_bytes, st.kv_bits_per_elem,
+                    omp_get_max_threads(), vq_isa_name(vq_kernels_isa()));
+        }
+    }
+    free(prompt);
+    free(text);
+    vq_model_free(m);
+    return 0;
+}
+
+/* -------------------------------------------------------------- perplexity */
+static const char *ppl_help =
+    "usage: veloxquant perplexity -f TEXT [options]\n"
+    "Perplexity of a text over non-overlapping windows.\n"
+    "  -m, --model FILE      model (default " DEFAULT_MODEL ")\n"
+    "      --tokenizer FILE  tokenizer for llama2.c checkpoints\n"
+    "  -f, --file FILE       the text ('-' = stdin)\n"
+    "      --ctx N           window length in tokens (default 512)\n"
+    "      --mode M          decode (one token at a time: every prediction reads the KV cache;\n"
+    "                        default) or prefill (chunks of -b tokens)\n"
+    "      --max-tokens N    score only the first N tokens of the text (default: all)\n"
+    "      --split S         windows (default) or paragraphs (blank-line separated, each BOS + text\n"
+    "                        cut at --ctx: the llama2.c reference convention)\n"
+    "      --max-paragraphs N  paragraph mode: only the first N paragraphs\n"
+    "      --bos-per-window  start every window with BOS\n"
+    "      --kv SPEC         KV cache (default f16; repeat for several arms)\n"
+    "  -b, --batch N         prefill chunk (default 64)\n"
+    "  -t, --threads N       threads\n"
+    "      --json            machine-readable output\n";
+
+static int cmd_perplexity(int argc, char **argv) {
+    opts o; defaults(&o);
+    o.n_ctx = 512;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (common_opt(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(ppl_help, stdout); return 0; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!v) die("%s needs a file", a); o.file = v; i++; }
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { o.n_ctx = (int)parse_long(a, v, 2, 1 << 20); i++; }
+        else if (!strcmp(a, "--mode")) { if (!v) die("--mode needs decode or prefill"); o.mode = v; i++; }
+        else if (!strcmp(a, "--max-tokens")) { o.max_tokens = parse_long(a, v, 2, LONG_MAX); i++; }
+        else if (!strcmp(a, "--split")) { if (!v) die("--split needs windows or paragraphs"); o.split = v; i++; }
+        else if (!strcmp(a, "--max-paragraphs")) { o.max_paras = (int)parse_long(a, v, 1, INT_MAX); i++; }
+        else if (!strcmp(a, "--bos-per-window")) o.bos_window = 1;
+        else die("perplexity: unknown option '%s' (see veloxquant perplexity --help)", a);
+    }
+    if (!o.file) die("perplexity: no text: use -f FILE");
+    vq_ppl_mode mode;
+    if (!strcmp(o.mode, "decode")) mode = VQ_PPL_DECODE;
+    else if (!strcmp(o.mode, "prefill")) mode = VQ_PPL_PREFILL;
+    else die("--mode '%s' is unknown (known: decode, prefill)", o.mode);
+    int paragraphs = 0;
+    if (!strcmp(o.split, "paragraphs")) paragraphs = 1;
+    else if (strcmp(o.split, "windows")) die("--split '%s' is unknown (known: windows, paragraphs)", o.split);
+    if (o.n_kv == 0) { o.kv_list[0] = "f16"; o.n_kv = 1; }
+    char *text = read_text(o.file);
+    vq_model *m = load_model(&o);
+    int n_tok = 0, *tok = NULL;
+    if (!paragraphs) tok = tokenize_all(m, text, 0, 0, &n_tok);
+    vq_ppl_params pp = { .ctx = o.n_ctx, .mode = mode, .batch = o.batch, .max_tokens = o.max_tokens,
+                         .first_scored = 0, .bos_per_window = o.bos_window, .max_paragraphs = o.max_paras,
+                         .kv_seed = 0x5eed };
+    if (o.json) printf("{\"model\": \"%s\", \"ctx\": %d, \"mode\": \"%s\", \"arms\": [", m->path, o.n_ctx, o.mode);
+    else printf("%-34s %9s %10s %10s %9s\n", "kv", "tokens", "mean_nll", "ppl", "tok/s");
+    for (int a = 0; a < o.n_kv; a++) {
+        vq_ppl_acc acc = { 0 };
+        vq_err err; vq_err_clear(&err);
+        int np = 0;
+        vq_status s = paragraphs ? vq_perplexity_paragraphs(m, o.kv_list[a], text, &pp, progress, NULL, &acc, &np, &err)
+                                 : vq_perplexity_windows(m, o.kv_list[a], tok, n_tok, &pp, progress, NULL, &acc, &err);
+        if (s) die("%s", err.msg);
+        double nll = acc.nll_sum / (double)VQ_MAX(acc.n_scored, 1);
+        double tps = acc.n_tokens / VQ_MAX(acc.seconds, 1e-9);
+        if (o.json) {
+            printf("%s{\"kv\": ", a ? ", " : "");
+            json_str(stdout, o.kv_list[a]);
+            printf(", \"scored\": %ld, \"mean_nll\": %.6f, \"ppl\": %.6f, \"tokens_per_s\": %.2f, \"seconds\": %.3f%s",
+                   acc.n_scored, nll, exp(nll), tps, acc.seconds, paragraphs ? "" : "}");
+            if (paragraphs) printf(", \"paragraphs\": %d}", np);
+        } else {
+            printf("%-34s %9ld %10.6f %10.4f %9.1f\n", o.kv_list[a], acc.n_scored, nll, exp(nll), tps);
+            if (paragraphs) printf("paragraphs %d\n", np);
+        }
+        fflush(stdout);
+    }
+    if (o.json) printf("]}\n");
+    free(tok);
+    free(text);
+    vq_model_free(m);
+    return 0;
+}
+
+/* ------------------------------------------------------------------- bench */
+static const char *bench_help =
+    "usage: veloxquant bench [options]\n"
+    "Prefill and decode throughput at several context fills, KV arms interleaved.\n"
+    "  -m, --model FILE      model (default " DEFAULT_MODEL ")\n"
+    "  -f, --file FILE       real text to prefill with (default ../shared/data/wikitext-2-raw-test.txt)\n"
+    "      --ctx LIST        context fills, comma-separated (default 128,2048,8192)\n"
+    "      --kv SPEC         KV arm (repeatable; default f16)\n"
+    "      --reps N          repeats per arm (default 5; arms interleaved per repeat)\n"
+    "      --gen N           decode tokens timed per repeat (default 32)\n"
+    "  -b, --batch N         prefill chunk (default 64)\n"
+    "  -t, --threads N       threads\n"
+    "      --json            every raw repeat as JSON\n";
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmd_bench(int argc, char **argv) {
+    opts o; defaults(&o);
+    o.ctx_list = "128,2048,8192";
+    o.file = "../shared/data/wikitext-2-raw-test.txt";
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (common_opt(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(bench_help, stdout); return 0; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!v) die("%s needs a file", a); o.file = v; i++; }
+        else if (!strcmp(a, "--ctx")) { if (!v) die("--ctx needs a list"); o.ctx_list = v; i++; }
+        else if (!strcmp(a, "--reps")) { o.reps = (int)parse_long(a, v, 1, 1000); i++; }
+        else if (!strcmp(a, "--gen")) { o.n_gen = (int)parse_long(a, v, 1, 100000); i++; }
+        else die("bench: unknown option '%s' (see veloxquant bench --help)", a);
+    }
+    int ctxs[16], n_ctxs = 0;
+    char *list = strdup(o.ctx_list), *save = NULL;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n_ctxs == 16) die("--ctx: at most 16 values");
+        ctxs[n_ctxs++] = (int)parse_long("--ctx", t, 1, 1 << 20);
+    }
+    free(list);
+    if (!n_ctxs) die("--ctx: empty list");
+    if (o.n_kv == 0) { o.kv_list[0] = "f16"; o.n_kv = 1; }
+    vq_model *m = load_model(&o);
+    char *text = read_text(o.file);
+    int n_tok;
+    int *tok = tokenize_all(m, text, 0, 0, &n_tok);
+    free(text);
+    vq_bench_params bp = { ctxs, n_ctxs, o.kv_list, o.n_kv, o.reps, o.n_gen, o.batch, tok, n_tok, 0x5eed };
+    size_t ns = (size_t)o.reps * n_ctxs * o.n_kv;
+    vq_bench_sample *smp = calloc(ns, sizeof *smp);
+    vq_err err; vq_err_clear(&err);
+    char machine[512];
+    vq_cpu_describe(machine, sizeof machine);
+    if (vq_bench_run(m, &bp, smp, progress, NULL, &err)) die("%s", err.msg);
+    size_t peak = vq_peak_rss_bytes();
+    if (o.json) {
+        printf("{\"machine\": ");
+        json_str(stdout, machine);
+        printf(", \"model\": ");
+        json_str(stdout, m->path);
+        printf(", \"model_bytes\": %zu, \"threads\": %d, \"isa\": \"%s\", \"peak_rss\": %zu, \"gen\": %d, \"samples\": [",
+               m->file_bytes, omp_get_max_threads(), vq_isa_name(vq_kernels_isa()), peak, o.n_gen);
+        for (size_t k = 0; k < ns; k++) {
+            printf("%s{\"kv\": ", k ? ", " : "");
+            json_str(stdout, o.kv_list[smp[k].spec_index]);
+            printf(", \"ctx\": %d, \"rep\": %d, \"prefill_tps\": %.3f, \"decode_tps\": %.3f, \"kv_bytes\": %zu, \"rss_delta\": %ld}",
+                   ctxs[smp[k].ctx_index], smp[k].rep, smp[k].prefill_tps, smp[k].decode_tps, smp[k].kv_bytes, smp[k].rss_delta);
+        }
+        printf("]}\n");
+    } else {
+        printf("machine: %s\nmodel: %s (%zu bytes), threads %d, kernels %s, %d repeats interleaved, %d decode tokens each\n",
+               machine, m->path, m->file_bytes, omp_get_max_threads(), vq_isa_name(vq_kernels_isa()), o.reps, o.n_gen);
+        printf("%-28s %6s | %-26s | %-26s | %12s %12s\n", "kv", "ctx", "prefill tok/s med [min,max]",
+               "decode tok/s med [min,max]", "kv bytes", "rss delta");
+        double *pre = malloc(o.reps * sizeof(double)), *dec = malloc(o.reps * sizeof(double));
+        for (int c = 0; c < n_ctxs; c++)
+            for (int a = 0; a < o.n_kv; a++) {
+                int r = 0; size_t kvb = 0; long rss = 0;
+                for (size_t k = 0; k < ns; k++)
+                    if (smp[k].ctx_index == c && smp[k].spec_index == a) {
+                        pre[r] = smp[k].prefill_tps; dec[r] = smp[k].decode_tps; r++;
+                        kvb = smp[k].kv_bytes; rss = VQ_MAX(rss, smp[k].rss_delta);
+                    }
+                qsort(pre, r, sizeof(double), cmp_double);
+                qsort(dec, r, sizeof(double), cmp_double);
+                printf("%-28s %6d | %8.1f [%7.1f,%7.1f] | %8.2f [%7.2f,%7.2f] | %12zu %12ld\n", o.kv_list[a], ctxs[c],
+                       pre[r / 2], pre[0], pre[r - 1], dec[r / 2], dec[0], dec[r - 1], kvb, rss);
+            }
+        printf("peak RSS %.1f MB (model file %.1f MB)\n", peak / 1048576.0, m->file_bytes / 1048576.0);
+        free(pre); free(dec);
+    }
+    free(smp);
+    free(tok);
+    vq_model_free(m);
+    return 0;
+}
+
+/* -------------------------------------------------------------- info/tokenize */
+static int cmd_info(int argc, char **argv) {
+    opts o; defaults(&o);
+    for (int i = 2; i < argc; i++) {
+        if (common_opt(&o, argc, argv, &i)) continue;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            puts("usage: veloxquant info [-m FILE] [--tokenizer FILE]\nPrint the model's configuration.");
+            return 0;
+        }
+        die("info: unknown option '%s'", argv[i]);
+    }
+    vq_model *m = load_model(&o);
+    const vq_model_config *c = &m->cfg;
+    char machine[512];
+    vq_cpu_describe(machine, sizeof machine);
+    printf("model       %s (%zu bytes)\narch        %s\ndim         %d\nhidden      %d\nlayers      %d\n"
+           "heads       %d (kv %d, head_dim %d)\nvocab       %d\ntrain ctx   %d\nrope        base %g, dims %d, %s\n"
+           "rms eps     %g\nweights     %s (layer 0 q), embeddings %s\nmachine     %s\n",
+           m->path, m->file_bytes, c->arch, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
+           c->head_dim, c->vocab_size, c->train_ctx, c->rope_base, c->rope_dim, c->rope_neox ? "neox" : "adjacent pairs",
+           c->norm_eps, vq_wtype_get(m->layers[0].wq.type)->name, vq_wtype_get(m->tok_embd.type)->name, machine);
+    vq_model_free(m);
+    return 0;
+}
+
+static int cmd_tokenize(int argc, char **argv) {
+    opts o; defaults(&o);
+    int special = 0, bos = -1;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (common_opt(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            puts("usage: veloxquant tokenize [-m FILE] (-p TEXT | -f FILE) [--special] [--bos|--no-bos]\n"
+                 "Print the token ids of a text, one per line with its piece.");
+            return 0;
+        }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!v) die("%s needs text", a); o.prompt = v; i++; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!v) die("%s needs a file", a); o.file = v; i++; }
+        else if (!strcmp(a, "--special")) special = 1;
+        else if (!strcmp(a, "--bos")) bos = 1;
+        else if (!strcmp(a, "--no-bos")) bos = 0;
+        else die("tokenize: unknown option '%s'", a);
+    }
+    char *text = o.prompt ? strdup(o.prompt) : o.file ? read_text(o.file) : NULL;
+    if (!text) die("tokenize: use -p TEXT or -f FILE");
+    vq_model *m = load_model(&o);
+    if (bos < 0) bos = vq_tok_add_bos_default(m->tok);
+    int n;
+    int *ids = tokenize_all(m, text, bos, special, &n);
+    for (int i = 0; i < n; i++) {
+        char buf[256];
+        size_t nb = vq_token_bytes(m->tok, -1, ids[i], 1, buf, sizeof buf - 1);
+        buf[nb] = 0;
+        printf("%d\t", ids[i]);
+        json_str(stdout, buf);
+        putchar('\n');
+    }
+    free(ids);
+    free(text);
+    vq_model_free(m);
+    return 0;
+}
+
+static const char *main_help =
+    "usage: veloxquant <command> [options]   (veloxquant <command> --help for each)\n"
+    "VeloxQuant: LLM inference on the CPU with a really compressed KV cache.\n"
+    "commands:\n"
+    "  generate     generate text from a prompt\n"
+    "  perplexity   perplexity of a text (decode or prefill mode, several KV arms)\n"
+    "  bench        prefill/decode throughput at several context fills\n"
+    "  info         print a model's configuration\n"
+    "  tokenize     print the token ids of a text\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fputs(main_help, stderr); return 2; }
+    const char *c = argv[1];
+    if (!strcmp(c, "-h") || !strcmp(c, "--help") || !strcmp(c, "help")) { fputs(main_help, stdout); return 0; }
+    if (!strcmp(c, "--version")) { printf("veloxquant %d.%d.%d\n", VQ_VERSION_MAJOR, VQ_VERSION_MINOR, VQ_VERSION_PATCH); return 0; }
+    if (!strcmp(c, "generate")) return cmd_generate(argc, argv);
+    if (!strcmp(c, "perplexity")) return cmd_perplexity(argc, argv);
+    if (!strcmp(c, "bench")) return cmd_bench(argc, argv);
+    if (!strcmp(c, "info")) return cmd_info(argc, argv);
+    if (!strcmp(c, "tokenize")) return cmd_tokenize(argc, argv);
+    fprintf(stderr, "veloxquant: unknown command '%s'\n%s", c, main_help);
+    return 2;
+}

@@ -1,0 +1,12 @@
+/* chat.h: turns a user message into the prompt text a chat model expects. The model file's
+ * Jinja template is not executed; we recognize the template family by its markers (ChatML for
+ * SmolLM2, Qwen, ...) and render that family's fixed layout, taking the default system prompt
+ * the template hard-codes, if any. */
+#ifndef VQ_CHAT_H
+#define VQ_CHAT_H
+#include "core/core.h"
+
+/* Render one user turn plus the assistant header. system may be NULL (template default).
+ * Returns a malloc'd string, or NULL with err set (unknown template family). */
+char *vq_chat_render(const char *tmpl, const char *system, const char *user, vq_err *err);
+#endif

@@ -1,0 +1,113 @@
+/* forward.c: the Llama forward pass over a batch of tokens (chunked prefill, or one token for
+ * decode). Reads top to bottom like the math; K/V go to the cache and attention comes back
+ * from it, so the pass is the same for every KV codec. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+struct vq_fwd {
+    int max_batch;
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+    int *pos;
+    size_t bytes;
+};
+
+vq_fwd *vq_fwd_create(const vq_model *m, int max_batch, vq_err *err) {
+    const vq_model_config *c = &m->cfg;
+    if (max_batch < 1 || max_batch > 65536) {
+        vq_err_set(err, VQ_ERR_ARG, "batch size %d out of range [1, 65536]", max_batch);
+        return NULL;
+    }
+    vq_fwd *f = calloc(1, sizeof *f);
+    if (!f) { vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); return NULL; }
+    size_t B = (size_t)max_batch, qd = (size_t)c->n_heads * c->head_dim,
+           kvd = (size_t)c->n_kv_heads * c->head_dim;
+    f->max_batch = max_batch;
+    size_t sizes[8] = { B * c->dim, B * VQ_MAX((size_t)c->dim, qd), B * qd, B * kvd, B * kvd, B * qd,
+                        B * c->hidden_dim, B * c->hidden_dim };
+    float **ptrs[8] = { &f->x, &f->xb, &f->q, &f->k, &f->v, &f->att, &f->hb, &f->hb2 };
+    for (int i = 0; i < 8; i++) {
+        *ptrs[i] = vq_aligned_alloc(sizes[i] * sizeof(float));
+        if (!*ptrs[i]) { vq_fwd_destroy(f); vq_err_set(err, VQ_ERR_NOMEM, "out of memory for scratch"); return NULL; }
+        f->bytes += sizes[i] * sizeof(float);
+    }
+    f->pos = calloc(B, sizeof(int));
+    if (!f->pos) { vq_fwd_destroy(f); vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); return NULL; }
+    f->bytes += B * sizeof(int);
+    return f;
+}
+
+void vq_fwd_destroy(vq_fwd *f) {
+    if (!f) return;
+    float *ptrs[8] = { f->x, f->xb, f->q, f->k, f->v, f->att, f->hb, f->hb2 };
+    for (int i = 0; i < 8; i++) vq_aligned_free(ptrs[i]);
+    free(f->pos);
+    free(f);
+}
+
+size_t vq_fwd_bytes(const vq_fwd *f) { return f->bytes; }
+
+static void add_bias(float *y, const float *b, int n, int dim) {
+    if (!b) return;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += b[i];
+}
+
+static void matmul(float *y, const vq_wmat *w, const float *x, int n) {
+    vq_matmul(y, w->data, w->type, x, n, w->rows, w->cols);
+}
+
+vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens, int n, int pos0,
+                     float *logits, int n_logits, vq_err *err) {
+    const vq_model_config *c = &m->cfg;
+    if (n < 1 || n > f->max_batch)
+        return vq_err_set(err, VQ_ERR_ARG, "forward: %d tokens, batch holds 1..%d", n, f->max_batch);
+    if (n_logits < 0 || n_logits > n)
+        return vq_err_set(err, VQ_ERR_ARG, "forward: n_logits %d out of range [0, %d]", n_logits, n);
+    const int dim = c->dim, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    for (int t = 0; t < n; t++) {
+        if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
+            return vq_err_set(err, VQ_ERR_ARG, "forward: token id %d out of range [0, %d)", tokens[t], c->vocab_size);
+        vq_get_row(m->tok_embd.data, m->tok_embd.type, dim, tokens[t], f->x + (size_t)t * dim);
+        f->pos[t] = pos0 + t;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const vq_layer_weights *L = &m->layers[l];
+        for (int t = 0; t < n; t++)
+            vq_rmsnorm(f->xb + (size_t)t * dim, f->x + (size_t)t * dim, L->attn_norm, dim, c->norm_eps);
+        matmul(f->q, &L->wq, f->xb, n);
+        matmul(f->k, &L->wk, f->xb, n);
+        matmul(f->v, &L->wv, f->xb, n);
+        add_bias(f->q, L->bq, n, qd);
+        add_bias(f->k, L->bk, n, kvd);
+        add_bias(f->v, L->bv, n, kvd);
+        for (int t = 0; t < n; t++) {   /* RoPE at the true position of each token */
+            vq_rope(f->q + (size_t)t * qd, c->n_heads, c->head_dim, c->rope_dim, f->pos[t], c->rope_base, c->rope_neox);
+            vq_rope(f->k + (size_t)t * kvd, c->n_kv_heads, c->head_dim, c->rope_dim, f->pos[t], c->rope_base, c->rope_neox);
+        }
+        vq_status s = vq_kv_append(kv, l, pos0, n, f->k, f->v, err);
+        if (s) return s;
+        s = vq_kv_attend(kv, l, n, f->pos, f->q, f->att, err);
+        if (s) return s;
+        matmul(f->xb, &L->wo, f->att, n);
+        for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
+
+        for (int t = 0; t < n; t++)
+            vq_rmsnorm(f->xb + (size_t)t * dim, f->x + (size_t)t * dim, L->ffn_norm, dim, c->norm_eps);
+        matmul(f->hb, &L->w_gate, f->xb, n);
+        matmul(f->hb2, &L->w_up, f->xb, n);
+        vq_swiglu(f->hb, f->hb2, n * c->hidden_dim);
+        matmul(f->xb, &L->w_down, f->hb, n);
+        for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
+    }
+    if (logits && n_logits > 0) {
+        int first = n - n_logits;
+        for (int t = first; t < n; t++)
+            vq_rmsnorm(f->xb + (size_t)(t - first) * dim, f->x + (size_t)t * dim, m->out_norm, dim, c->norm_eps);
+        matmul(logits, &m->output, f->xb, n_logits);
+    }
+    return VQ_OK;
+}

@@ -1,0 +1,225 @@
+/* model.c: binds a model file's tensors to the Llama-family weight layout and checks every
+ * shape and type before the forward pass may touch them. GGUF ("llama" architecture) and
+ * llama2.c checkpoints are both supported; weights stay in the mapped file. */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/gguf.h"
+#include "formats/llama2c.h"
+#include "kernels/kernels.h"
+
+static int ends_with(const char *s, const char *suf) {
+    size_t n = strlen(s), k = strlen(suf);
+    return n >= k && strcmp(s + n - k, suf) == 0;
+}
+
+/* Find a tensor, check it is 2-D rows x cols (ggml: ne0 = cols, ne1 = rows) of a supported type. */
+static vq_status bind_mat(const vq_gguf *g, const char *name, int rows, int cols, int optional,
+                          vq_wmat *out, vq_err *err) {
+    const vq_gguf_tensor *t = vq_gguf_find_tensor(g, name);
+    memset(out, 0, sizeof *out);
+    if (!t) {
+        if (optional) return VQ_OK;
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: tensor '%s' is missing", vq_gguf_path(g), name);
+    }
+    if (t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows || t->ne[2] != 1 || t->ne[3] != 1)
+        return vq_err_set(err, VQ_ERR_FORMAT,
+                          "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%d, %d]",
+                          vq_gguf_path(g), name, (unsigned long long)t->ne[0],
+                          (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                          (unsigned long long)t->ne[3], cols, rows);
+    const vq_wtype *wt = vq_wtype_get(t->type);
+    if (!wt)
+        return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: tensor '%s' has type %u, which is not supported",
+                          vq_gguf_path(g), name, t->type);
+    if (cols % wt->block != 0)
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: tensor '%s': %d columns not a multiple of %s block %d",
+                          vq_gguf_path(g), name, cols, wt->name, wt->block);
+    out->data = t->data; out->type = t->type; out->rows = rows; out->cols = cols;
+    return VQ_OK;
+}
+
+static vq_status bind_vec(const vq_gguf *g, const char *name, int n, int optional, const float **out,
+                          vq_err *err) {
+    const vq_gguf_tensor *t = vq_gguf_find_tensor(g, name);
+    *out = NULL;
+    if (!t) {
+        if (optional) return VQ_OK;
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: tensor '%s' is missing", vq_gguf_path(g), name);
+    }
+    if (t->type != VQ_TYPE_F32 || t->ne[0] != (uint64_t)n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: tensor '%s' must be F32 of %d elements (type %u, ne0 %llu)",
+                          vq_gguf_path(g), name, n, t->type, (unsigned long long)t->ne[0]);
+    *out = (const float *)t->data;
+    return VQ_OK;
+}
+
+static vq_status get_u32_key(const vq_gguf *g, const char *arch, const char *suffix, int required,
+                             uint32_t def, uint32_t lo, uint32_t hi, int *out, vq_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    uint32_t v = def;
+    if (vq_gguf_find(g, key)) {
+        if (vq_gguf_get_u32(g, key, &v, err)) return err ? err->code : VQ_ERR_FORMAT;
+    } else if (required) {
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: metadata key '%s' is missing", vq_gguf_path(g), key);
+    }
+    if (v < lo || v > hi)
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: metadata '%s' = %u is out of range [%u, %u]",
+                          vq_gguf_path(g), key, v, lo, hi);
+    *out = (int)v;
+    return VQ_OK;
+}
+
+static vq_status load_gguf(vq_model *m, const char *path, vq_err *err) {
+    vq_gguf *g = vq_gguf_open(path, err);
+    if (!g) return err ? err->code : VQ_ERR_IO;
+    m->gguf = g;
+    vq_model_config *c = &m->cfg;
+    vq_str arch;
+    if (vq_gguf_get_str(g, "general.architecture", &arch, err)) return err->code;
+    if (!vq_str_eq(arch, "llama"))
+        return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (known: llama)",
+                          path, (int)VQ_MIN(arch.len, 64), arch.ptr);
+    snprintf(c->arch, sizeof c->arch, "llama");
+    const char *a = c->arch;
+    vq_status s;
+    if ((s = get_u32_key(g, a, "embedding_length", 1, 0, 1, 65536, &c->dim, err))) return s;
+    if ((s = get_u32_key(g, a, "block_count", 1, 0, 1, 1024, &c->n_layers, err))) return s;
+    if ((s = get_u32_key(g, a, "feed_forward_length", 1, 0, 1, 1 << 20, &c->hidden_dim, err))) return s;
+    if ((s = get_u32_key(g, a, "attention.head_count", 1, 0, 1, 1024, &c->n_heads, err))) return s;
+    if ((s = get_u32_key(g, a, "attention.head_count_kv", 0, (uint32_t)c->n_heads, 1, 1024, &c->n_kv_heads, err))) return s;
+    if ((s = get_u32_key(g, a, "context_length", 0, 2048, 1, 1 << 24, &c->train_ctx, err))) return s;
+    if (c->dim % c->n_heads || c->n_heads % c->n_kv_heads)
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: dim %d / heads %d / kv heads %d are inconsistent",
+                          path, c->dim, c->n_heads, c->n_kv_heads);
+    c->head_dim = c->dim / c->n_heads;
+    if ((s = get_u32_key(g, a, "rope.dimension_count", 0, (uint32_t)c->head_dim, 2, (uint32_t)c->head_dim, &c->rope_dim, err))) return s;
+    if (c->rope_dim % 2) return vq_err_set(err, VQ_ERR_FORMAT, "%s: rope.dimension_count %d is odd", path, c->rope_dim);
+    char key[128];
+    c->norm_eps = 1e-5f;
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
+    if (vq_gguf_find(g, key) && vq_gguf_get_f32(g, key, &c->norm_eps, err)) return err->code;
+    c->rope_base = 10000.0f;
+    snprintf(key, sizeof key, "%s.rope.freq_base", a);
+    if (vq_gguf_find(g, key) && vq_gguf_get_f32(g, key, &c->rope_base, err)) return err->code;
+    if (!(c->norm_eps > 0 && c->norm_eps < 1) || !(c->rope_base > 1))
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: rms epsilon %g or rope base %g out of range", path,
+                          c->norm_eps, c->rope_base);
+    c->rope_neox = 0;
+    const vq_gguf_tensor *emb = vq_gguf_find_tensor(g, "token_embd.weight");
+    if (!emb) return vq_err_set(err, VQ_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", path);
+    if (emb->ne[1] < 1 || emb->ne[1] > (1u << 24))
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: token_embd.weight has %llu rows", path,
+                          (unsigned long long)emb->ne[1]);
+    c->vocab_size = (int)emb->ne[1];
+
+    if ((s = bind_mat(g, "token_embd.weight", c->vocab_size, c->dim, 0, &m->tok_embd, err))) return s;
+    if ((s = bind_mat(g, "output.weight", c->vocab_size, c->dim, 1, &m->output, err))) return s;
+    if (!m->output.data) m->output = m->tok_embd;   /* tied embeddings */
+    if ((s = bind_vec(g, "output_norm.weight", c->dim, 0, &m->out_norm, err))) return s;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
+    int kvd = c->n_kv_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        vq_layer_weights *L = &m->layers[l];
+        char n[96];
+#define NM(suffix) (snprintf(n, sizeof n, "blk.%d.%s", l, suffix), n)
+        if ((s = bind_vec(g, NM("attn_norm.weight"), c->dim, 0, &L->attn_norm, err))) return s;
+        if ((s = bind_vec(g, NM("ffn_norm.weight"), c->dim, 0, &L->ffn_norm, err))) return s;
+        if ((s = bind_mat(g, NM("attn_q.weight"), c->n_heads * c->head_dim, c->dim, 0, &L->wq, err))) return s;
+        if ((s = bind_mat(g, NM("attn_k.weight"), kvd, c->dim, 0, &L->wk, err))) return s;
+        if ((s = bind_mat(g, NM("attn_v.weight"), kvd, c->dim, 0, &L->wv, err))) return s;
+        if ((s = bind_mat(g, NM("attn_output.weight"), c->dim, c->n_heads * c->head_dim, 0, &L->wo, err))) return s;
+        if ((s = bind_mat(g, NM("ffn_gate.weight"), c->hidden_dim, c->dim, 0, &L->w_gate, err))) return s;
+        if ((s = bind_mat(g, NM("ffn_up.weight"), c->hidden_dim, c->dim, 0, &L->w_up, err))) return s;
+        if ((s = bind_mat(g, NM("ffn_down.weight"), c->dim, c->hidden_dim, 0, &L->w_down, err))) return s;
+        if ((s = bind_vec(g, NM("attn_q.bias"), c->n_heads * c->head_dim, 1, &L->bq, err))) return s;
+        if ((s = bind_vec(g, NM("attn_k.bias"), kvd, 1, &L->bk, err))) return s;
+        if ((s = bind_vec(g, NM("attn_v.bias"), kvd, 1, &L->bv, err))) return s;
+#undef NM
+    }
+    vq_str tmpl;
+    if (vq_gguf_find(g, "tokenizer.chat_template") && vq_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL) == VQ_OK)
+        m->chat_template = tmpl.ptr;   /* only its presence and a few markers are inspected */
+    m->tok = vq_tokenizer_from_gguf(g, err);
+    if (!m->tok) return err ? err->code : VQ_ERR_FORMAT;
+    if (vq_tok_vocab_size(m->tok) != c->vocab_size)
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: tokenizer has %d tokens but token_embd has %d rows", path,
+                          vq_tok_vocab_size(m->tok), c->vocab_size);
+    return VQ_OK;
+}
+
+static vq_status load_l2c(vq_model *m, const char *path, const char *tok_path, vq_err *err) {
+    if (!tok_path)
+        return vq_err_set(err, VQ_ERR_ARG, "%s: a llama2.c checkpoint needs its tokenizer file (--tokenizer tok512.bin)", path);
+    vq_l2c *l = vq_l2c_open(path, err);
+    if (!l) return err ? err->code : VQ_ERR_IO;
+    m->l2c = l;
+    const vq_l2c_config *lc = vq_l2c_config_of(l);
+    const vq_l2c_weights *w = vq_l2c_weights_of(l);
+    vq_model_config *c = &m->cfg;
+    snprintf(c->arch, sizeof c->arch, "llama2.c");
+    c->dim = lc->dim; c->hidden_dim = lc->hidden_dim; c->n_layers = lc->n_layers;
+    c->n_heads = lc->n_heads; c->n_kv_heads = lc->n_kv_heads; c->vocab_size = lc->vocab_size;
+    c->train_ctx = lc->seq_len; c->head_dim = lc->dim / lc->n_heads;
+    c->norm_eps = 1e-5f; c->rope_base = 10000.0f; c->rope_dim = c->head_dim; c->rope_neox = 0;
+    int d = c->dim, kvd = c->n_kv_heads * c->head_dim, h = c->hidden_dim;
+    m->tok_embd = (vq_wmat){ w->token_embedding, VQ_TYPE_F32, c->vocab_size, d };
+    m->output = (vq_wmat){ w->wcls, VQ_TYPE_F32, c->vocab_size, d };
+    m->out_norm = w->rms_final;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < c->n_layers; i++) {
+        vq_layer_weights *L = &m->layers[i];
+        L->attn_norm = w->rms_att + (size_t)i * d;
+        L->ffn_norm = w->rms_ffn + (size_t)i * d;
+        L->wq = (vq_wmat){ w->wq + (size_t)i * d * d, VQ_TYPE_F32, d, d };
+        L->wk = (vq_wmat){ w->wk + (size_t)i * d * kvd, VQ_TYPE_F32, kvd, d };
+        L->wv = (vq_wmat){ w->wv + (size_t)i * d * kvd, VQ_TYPE_F32, kvd, d };
+        L->wo = (vq_wmat){ w->wo + (size_t)i * d * d, VQ_TYPE_F32, d, d };
+        L->w_gate = (vq_wmat){ w->w1 + (size_t)i * d * h, VQ_TYPE_F32, h, d };
+        L->w_down = (vq_wmat){ w->w2 + (size_t)i * d * h, VQ_TYPE_F32, d, h };
+        L->w_up = (vq_wmat){ w->w3 + (size_t)i * d * h, VQ_TYPE_F32, h, d };
+    }
+    m->tok = vq_tokenizer_from_llama2c(tok_path, c->vocab_size, err);
+    if (!m->tok) return err ? err->code : VQ_ERR_FORMAT;
+    return VQ_OK;
+}
+
+vq_model *vq_model_load(const char *path, const char *tok_path, vq_err *err) {
+    vq_model *m = calloc(1, sizeof *m);
+    if (!m) { vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); return NULL; }
+    snprintf(m->path, sizeof m->path, "%s", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) { vq_err_set(err, VQ_ERR_IO, "%s: cannot open model file", path); free(m); return NULL; }
+    char magic[4] = {0};
+    size_t got = fread(magic, 1, 4, f);
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fclose(f);
+    m->file_bytes = sz > 0 ? (size_t)sz : 0;
+    vq_status s;
+    if (got == 4 && memcmp(magic, "GGUF", 4) == 0) s = load_gguf(m, path, err);
+    else if (ends_with(path, ".gguf")) s = vq_err_set(err, VQ_ERR_FORMAT, "%s: not a GGUF file (bad magic)", path);
+    else s = load_l2c(m, path, tok_path, err);
+    if (s) { vq_model_free(m); return NULL; }
+    return m;
+}
+
+void vq_model_free(vq_model *m) {
+    if (!m) return;
+    if (m->tok) vq_tokenizer_free(m->tok);
+    if (m->gguf) vq_gguf_close(m->gguf);
+    if (m->l2c) vq_l2c_close(m->l2c);
+    free(m->layers);
+    free(m);
+}
+
+vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx) {
+    vq_kv_dims d = { m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, n_ctx };
+    return d;
+}

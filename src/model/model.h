@@ -1,0 +1,59 @@
+/* model.h: a loaded language model (Llama family) and its forward pass.
+ * Weights point into the mapped file (GGUF or llama2.c checkpoint); nothing is dequantized.
+ * The forward pass hands K/V rows to a vq_kv cache and asks it for attention outputs: it never
+ * reads K/V memory itself (ARCHITECTURE.md), so every codec plugs in without touching this code. */
+#ifndef VQ_MODEL_H
+#define VQ_MODEL_H
+#include "core/core.h"
+#include "kv/kv.h"
+#include "model/tokenizer.h"
+
+typedef struct vq_model_config {
+    char arch[32];
+    int dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size;
+    int train_ctx;          /* context length the model was trained for */
+    float norm_eps, rope_base;
+    int rope_dim;           /* dims rotated per head */
+    int rope_neox;          /* 0: adjacent pairs (llama), 1: halves (neox) */
+} vq_model_config;
+
+typedef struct vq_wmat { const void *data; uint32_t type; int rows, cols; } vq_wmat; /* rows x cols */
+
+typedef struct vq_layer_weights {
+    const float *attn_norm, *ffn_norm;      /* dim */
+    vq_wmat wq, wk, wv, wo, w_gate, w_up, w_down;
+    const float *bq, *bk, *bv;              /* optional biases (NULL when absent) */
+} vq_layer_weights;
+
+typedef struct vq_model {
+    vq_model_config cfg;
+    vq_wmat tok_embd;                       /* vocab x dim */
+    vq_wmat output;                         /* vocab x dim (== tok_embd when tied) */
+    const float *out_norm;
+    vq_layer_weights *layers;
+    vq_tokenizer *tok;
+    const char *chat_template;              /* NULL when the file has none */
+    size_t file_bytes;
+    char path[1024];
+    void *gguf, *l2c;                       /* the open file (one of them) */
+} vq_model;
+
+/* Load a GGUF file, or a llama2.c checkpoint (tokenizer path required for those: tok_path). */
+vq_model *vq_model_load(const char *path, const char *tok_path, vq_err *err);
+void      vq_model_free(vq_model *m);
+
+/* Scratch for a forward pass over up to max_batch tokens at once. */
+typedef struct vq_fwd vq_fwd;
+vq_fwd *vq_fwd_create(const vq_model *m, int max_batch, vq_err *err);
+void    vq_fwd_destroy(vq_fwd *f);
+size_t  vq_fwd_bytes(const vq_fwd *f);
+
+/* Kv dims this model needs for a context of n_ctx tokens. */
+vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx);
+
+/* Run n tokens (n <= max_batch) at positions pos0.. through the model, appending their K/V to kv.
+ * logits: when non-NULL, receives vocab_size floats per token for the last `n_logits` tokens
+ * (n_logits = 1: the last token only; n_logits = n: every token). */
+vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens, int n, int pos0,
+                     float *logits, int n_logits, vq_err *err);
+#endif
