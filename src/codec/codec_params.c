@@ -1,6 +1,7 @@
 /* codec_params.c: parameter helpers shared by codec rows: lookup, the unknown-key check and
  * integer parsing with a range, all with messages that name the codec, key, value and range. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "codec/codec.h"

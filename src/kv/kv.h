@@ -36,4 +36,17 @@ size_t vq_kv_bytes(const vq_kv *kv);      /* bytes actually held: codes + metada
 int    vq_kv_rows(const vq_kv *kv, int layer);
 const char *vq_kv_spec(const vq_kv *kv);  /* normalized spec string */
 double vq_kv_bits_per_elem(const vq_kv *kv); /* bytes held * 8 / (rows * kv_heads * head_dim * 2) */
+
+/* ---- additions by the kv owner (diagnostics, tests, eval) ---- */
+/* What attention sees for every row of a layer, in storage order (coded rows, then the window):
+ * k, v: rows x (n_kv_heads * head_dim) decoded floats; pos: rows true positions. Reference path
+ * (decodes every block); buffers must hold vq_kv_rows(kv, layer) rows. */
+vq_status vq_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err);
+size_t vq_kv_bytes_tally(const vq_kv *kv);   /* running sum of the store's allocations (== bytes) */
+size_t vq_kv_page_bytes(const vq_kv *kv);    /* bytes of one page (all KV heads of a layer) */
+int    vq_kv_page_rows(const vq_kv *kv);     /* rows per page */
+int    vq_kv_pages(const vq_kv *kv, int layer);        /* pages allocated in a layer */
+int    vq_kv_window_rows(const vq_kv *kv);   /* R: rows kept in full precision */
+struct vq_codec_state;
+const struct vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side);
 #endif

@@ -1,0 +1,389 @@
+/* kv.c: the KV store: create from a spec, append rows (validated, encoded into fixed-size pages
+ * once they leave the full-precision window), exact byte accounting, and a reference read-back
+ * of what attention sees. Attention itself lives in kv_attend.c, spec parsing in kv_spec.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kv/kv_impl.h"
+
+static void *kv_alloc(vq_kv *kv, size_t n) {
+    if (n == 0) return NULL;
+    void *p = vq_aligned_alloc(n);
+    if (p) kv->bytes += n;
+    return p;
+}
+static void kv_free(vq_kv *kv, void *p, size_t n) {
+    if (!p) return;
+    vq_aligned_free(p);
+    kv->bytes -= n;
+}
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+static int gcd(int a, int b) { while (b) { int t = a % b; a = b; b = t; } return a; }
+
+static uint64_t mix_seed(uint64_t seed, int layer, int side) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t)(2 * layer + side + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static size_t layer_fixed_bytes(const vq_kv *kv) {
+    size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
+    return (size_t)kv->page_cap * (sizeof(uint8_t *) + sizeof(int32_t)) +
+           (size_t)kv->win_cap * (2 * wrow + sizeof(int32_t));
+}
+
+size_t vq_kv_bytes(const vq_kv *kv) {
+    if (!kv) return 0;
+    /* computed from the layout, independently of the allocation tally (tests compare both) */
+    size_t b = sizeof(vq_kv) + 2 * (size_t)kv->H * sizeof(size_t) +
+               (size_t)kv->dims.n_layers * (2 * sizeof(vq_codec_state) + sizeof(vq_kv_layer));
+    for (int l = 0; l < kv->dims.n_layers; l++) {
+        b += kv->st[0][l].state_bytes + kv->st[1][l].state_bytes;
+        b += layer_fixed_bytes(kv) + (size_t)kv->layers[l].n_pages * kv->page_bytes;
+    }
+    return b;
+}
+size_t vq_kv_bytes_tally(const vq_kv *kv) { return kv ? kv->bytes : 0; }
+size_t vq_kv_page_bytes(const vq_kv *kv) { return kv ? kv->page_bytes : 0; }
+int vq_kv_page_rows(const vq_kv *kv) { return kv ? kv->P : 0; }
+int vq_kv_window_rows(const vq_kv *kv) { return kv ? kv->R : 0; }
+int vq_kv_pages(const vq_kv *kv, int layer) {
+    return (kv && layer >= 0 && layer < kv->dims.n_layers) ? kv->layers[layer].n_pages : 0;
+}
+
+int vq_kv_rows(const vq_kv *kv, int layer) {
+    if (!kv || layer < 0 || layer >= kv->dims.n_layers) return 0;
+    return kv->layers[layer].n_coded + kv->layers[layer].win_count;
+}
+const char *vq_kv_spec(const vq_kv *kv) { return kv ? kv->spec : ""; }
+
+double vq_kv_bits_per_elem(const vq_kv *kv) {
+    if (!kv) return 0;
+    double elems = 0;
+    for (int l = 0; l < kv->dims.n_layers; l++)
+        elems += (double)vq_kv_rows(kv, l) * kv->H * kv->d * 2;
+    return elems > 0 ? (double)vq_kv_bytes(kv) * 8.0 / elems : 0;
+}
+
+const vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side) {
+    if (!kv || layer < 0 || layer >= kv->dims.n_layers || side < 0 || side > 1) return NULL;
+    return &kv->st[side][layer];
+}
+
+void vq_kv_destroy(vq_kv *kv) {
+    if (!kv) return;
+    for (int l = 0; kv->layers && l < kv->dims.n_layers; l++) {
+        vq_kv_layer *L = &kv->layers[l];
+        for (int p = 0; L->pages && p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
+        size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
+        kv_free(kv, L->pages, (size_t)kv->page_cap * sizeof(uint8_t *));
+        kv_free(kv, L->page_minpos, (size_t)kv->page_cap * sizeof(int32_t));
+        kv_free(kv, L->win_k, (size_t)kv->win_cap * wrow);
+        kv_free(kv, L->win_v, (size_t)kv->win_cap * wrow);
+        kv_free(kv, L->win_pos, (size_t)kv->win_cap * sizeof(int32_t));
+    }
+    for (int s = 0; s < 2; s++) {
+        for (int l = 0; kv->st[s] && l < kv->dims.n_layers; l++)
+            if (kv->st[s][l].codec && kv->st[s][l].codec->fini) kv->st[s][l].codec->fini(&kv->st[s][l]);
+        vq_aligned_free(kv->st[s]);
+    }
+    vq_aligned_free(kv->layers);
+    vq_aligned_free(kv->off_k);
+    vq_aligned_free(kv->off_v);
+    vq_aligned_free(kv);
+}
+
+void vq_kv_clear(vq_kv *kv) {
+    if (!kv) return;
+    for (int l = 0; l < kv->dims.n_layers; l++) {
+        vq_kv_layer *L = &kv->layers[l];
+        for (int p = 0; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
+        L->n_pages = L->n_coded = L->win_start = L->win_count = 0;
+    }
+}
+
+/* the normalized spec: "codec[:params]" when both sides agree, else "k=..;v=..", then store keys */
+static void normalize_spec(vq_kv *kv, const vq_kv_parsed *sp) {
+    char side[2][200];
+    for (int s = 0; s < 2; s++) {
+        const vq_codec_state *st = &kv->st[s][0];
+        char given[160] = "";
+        const char *params = st->params;
+        if (!params[0]) {   /* codec left params empty: echo what was given */
+            size_t o = 0;
+            for (int i = 0; i < sp->np[s] && o < sizeof given; i++)
+                o += (size_t)snprintf(given + o, sizeof given - o, "%s%s=%s", i ? "," : "",
+                                      sp->p[s][i].key, sp->p[s][i].val);
+            params = given;
+        }
+        snprintf(side[s], sizeof side[s], "%s%s%s", st->codec->name, params[0] ? ":" : "", params);
+    }
+    int o;
+    if (!strcmp(side[0], side[1])) o = snprintf(kv->spec, sizeof kv->spec, "%s", side[0]);
+    else o = snprintf(kv->spec, sizeof kv->spec, "k=%s;v=%s", side[0], side[1]);
+    if (o < 0 || (size_t)o >= sizeof kv->spec) return;
+    if (kv->R > 0 || kv->P != 256)
+        snprintf(kv->spec + o, sizeof kv->spec - (size_t)o, ";window=%d,wprec=%d,page=%d", kv->R,
+                 kv->wprec, kv->P);
+}
+
+vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err) {
+    vq_err_clear(err);
+    if (!dims) { vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: dims is NULL"); return NULL; }
+    const vq_kv_dims *D = dims;
+    if (D->n_layers < 1 || D->n_layers > 4096 || D->n_kv_heads < 1 || D->n_kv_heads > 1024 ||
+        D->n_heads < 1 || D->n_heads % D->n_kv_heads || D->head_dim < 1 || D->head_dim > 4096 ||
+        D->max_ctx < 1 || D->max_ctx > (1 << 24)) {
+        vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: bad dims n_layers=%d n_heads=%d n_kv_heads=%d "
+                   "head_dim=%d max_ctx=%d (need layers 1..4096, kv heads 1..1024 dividing heads, "
+                   "head_dim 1..4096, max_ctx 1..2^24)", D->n_layers, D->n_heads, D->n_kv_heads,
+                   D->head_dim, D->max_ctx);
+        return NULL;
+    }
+    vq_kv_parsed sp;
+    if (vq_kv_spec_parse(spec, &sp, err)) return NULL;
+
+    vq_kv *kv = vq_aligned_alloc(sizeof *kv);
+    if (!kv) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); return NULL; }
+    kv->bytes = sizeof *kv;
+    kv->dims = *D;
+    kv->H = D->n_kv_heads;
+    kv->G = D->n_heads / D->n_kv_heads;
+    kv->d = D->head_dim;
+    kv->wprec = sp.wprec;
+    const int NL = D->n_layers;
+    kv->off_k = vq_aligned_alloc((size_t)kv->H * sizeof(size_t));
+    kv->off_v = vq_aligned_alloc((size_t)kv->H * sizeof(size_t));
+    kv->layers = vq_aligned_alloc((size_t)NL * sizeof(vq_kv_layer));
+    for (int s = 0; s < 2; s++) kv->st[s] = vq_aligned_alloc((size_t)NL * sizeof(vq_codec_state));
+    if (!kv->off_k || !kv->off_v || !kv->layers || !kv->st[0] || !kv->st[1]) goto nomem;
+    kv->bytes += 2 * (size_t)kv->H * sizeof(size_t) +
+                 (size_t)NL * (2 * sizeof(vq_codec_state) + sizeof(vq_kv_layer));
+
+    int fpw = 0;
+    for (int s = 0; s < 2; s++)
+        for (int l = 0; l < NL; l++) {
+            vq_codec_state *st = &kv->st[s][l];
+            st->codec = sp.codec[s];
+            vq_status rc = st->codec->init(st, kv->d, s, sp.p[s], sp.np[s], mix_seed(seed, l, s), err);
+            if (rc) { st->codec = sp.codec[s]; vq_kv_destroy(kv); return NULL; }
+            if (st->rows_per_block < 1 || st->block_bytes == 0 || st->acc_floats < 1 ||
+                st->d != kv->d || (l > 0 && (st->rows_per_block != kv->st[s][0].rows_per_block ||
+                                             st->block_bytes != kv->st[s][0].block_bytes))) {
+                vq_err_set(err, VQ_ERR_ARG, "codec %s (%s side): init filled an invalid state "
+                           "(rows_per_block=%d block_bytes=%zu acc_floats=%d d=%d)", st->codec->name,
+                           s ? "V" : "K", st->rows_per_block, st->block_bytes, st->acc_floats, st->d);
+                vq_kv_destroy(kv);
+                return NULL;
+            }
+            kv->bytes += st->state_bytes;
+            fpw = VQ_MAX(fpw, st->fp_window);
+        }
+    kv->rpb[0] = kv->st[0][0].rows_per_block;
+    kv->rpb[1] = kv->st[1][0].rows_per_block;
+    kv->rpb_store = kv->rpb[0] / gcd(kv->rpb[0], kv->rpb[1]) * kv->rpb[1];
+    if (kv->rpb_store > 65536) {
+        vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': rows per block K=%d V=%d give a block of %d rows "
+                   "(max 65536)", spec, kv->rpb[0], kv->rpb[1], kv->rpb_store);
+        vq_kv_destroy(kv);
+        return NULL;
+    }
+    kv->R = sp.window >= 0 ? sp.window : fpw;
+    kv->P = (sp.page + kv->rpb_store - 1) / kv->rpb_store * kv->rpb_store;
+    int wr = VQ_MIN(kv->R, D->max_ctx);
+    kv->win_cap = wr + kv->rpb_store - 1;
+    kv->page_cap = (D->max_ctx + kv->P - 1) / kv->P + 1;
+
+    size_t off = align64((size_t)kv->P * sizeof(int32_t));
+    for (int h = 0; h < kv->H; h++) {
+        kv->off_k[h] = off;
+        off = align64(off + (size_t)(kv->P / kv->rpb[0]) * kv->st[0][0].block_bytes);
+        kv->off_v[h] = off;
+        off = align64(off + (size_t)(kv->P / kv->rpb[1]) * kv->st[1][0].block_bytes);
+    }
+    kv->page_bytes = off;
+
+    size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
+    for (int l = 0; l < NL; l++) {
+        vq_kv_layer *L = &kv->layers[l];
+        L->pages = kv_alloc(kv, (size_t)kv->page_cap * sizeof(uint8_t *));
+        L->page_minpos = kv_alloc(kv, (size_t)kv->page_cap * sizeof(int32_t));
+        if (!L->pages || !L->page_minpos) goto nomem;
+        if (kv->win_cap > 0) {
+            L->win_k = kv_alloc(kv, (size_t)kv->win_cap * wrow);
+            L->win_v = kv_alloc(kv, (size_t)kv->win_cap * wrow);
+            L->win_pos = kv_alloc(kv, (size_t)kv->win_cap * sizeof(int32_t));
+            if (!L->win_k || !L->win_v || !L->win_pos) goto nomem;
+        }
+    }
+    normalize_spec(kv, &sp);
+    return kv;
+nomem:
+    vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory (spec '%s', %d layers)", spec, NL);
+    vq_kv_destroy(kv);
+    return NULL;
+}
+
+/* ---- append ---- */
+
+/* Row idx of the sequence "window rows (oldest first), then the n new rows", head h, one side. */
+static void get_row(const vq_kv *kv, const vq_kv_layer *L, int side, int idx, int h,
+                    const float *src, float *dst) {
+    const int d = kv->d;
+    if (idx < L->win_count) {
+        size_t slot = (size_t)((L->win_start + idx) % kv->win_cap);
+        size_t e = (slot * kv->H + h) * d;
+        const void *w = side ? L->win_v : L->win_k;
+        if (kv->wprec == 16) vq_f16_to_f32_row((const vq_f16 *)w + e, dst, d);
+        else memcpy(dst, (const float *)w + e, (size_t)d * sizeof(float));
+    } else {
+        memcpy(dst, src + ((size_t)(idx - L->win_count) * kv->H + h) * d, (size_t)d * sizeof(float));
+    }
+}
+
+static vq_status check_rows(const vq_kv *kv, int layer, int pos0, int n, const float *x,
+                            const char *side, vq_err *err) {
+    const int w = kv->H * kv->d;
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < w; e++) {
+            float v = x[(size_t)i * w + e];
+            if (!isfinite(v) || fabsf(v) > VQ_KV_ABS_MAX)
+                return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: layer %d row %d (pos %d) %s head %d "
+                                  "elem %d: value %g is %s", layer, i, pos0 + i, side, e / kv->d,
+                                  e % kv->d, (double)v, isfinite(v) ? "beyond +-65504 (the cache's "
+                                  "range, fp16 max)" : "not finite");
+        }
+    return VQ_OK;
+}
+
+vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, const float *v,
+                       vq_err *err) {
+    vq_err_clear(err);
+    if (!kv) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: kv is NULL");
+    if (layer < 0 || layer >= kv->dims.n_layers)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: layer %d outside 0..%d", layer,
+                          kv->dims.n_layers - 1);
+    if (n < 0 || pos0 < 0 || (n > 0 && (!k || !v)) || (int64_t)pos0 + n > INT32_MAX)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: layer %d: bad arguments pos0=%d n=%d%s",
+                          layer, pos0, n, (n > 0 && (!k || !v)) ? " (k or v is NULL)" : "");
+    if (n == 0) return VQ_OK;
+    vq_kv_layer *L = &kv->layers[layer];
+    int rows = L->n_coded + L->win_count;
+    if ((int64_t)rows + n > kv->dims.max_ctx)
+        return vq_err_set(err, VQ_ERR_RANGE, "vq_kv_append: layer %d holds %d rows, +%d exceeds "
+                          "max_ctx %d", layer, rows, n, kv->dims.max_ctx);
+    vq_status rc = check_rows(kv, layer, pos0, n, k, "K", err);
+    if (!rc) rc = check_rows(kv, layer, pos0, n, v, "V", err);
+    if (rc) return rc;
+
+    const int total = L->win_count + n, rpb = kv->rpb_store, d = kv->d;
+    const int F = total >= kv->R + rpb ? (total - kv->R) / rpb * rpb : 0;   /* rows to encode */
+    /* allocate every page this append needs first, so a failure changes nothing */
+    int need = (L->n_coded + F + kv->P - 1) / kv->P;
+    if (need > kv->page_cap)
+        return vq_err_set(err, VQ_ERR_RANGE, "vq_kv_append: layer %d: page table full", layer);
+    for (int p = L->n_pages; p < need; p++) {
+        L->pages[p] = kv_alloc(kv, kv->page_bytes);
+        if (!L->pages[p]) {
+            for (int q = L->n_pages; q < p; q++) kv_free(kv, L->pages[q], kv->page_bytes);
+            return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_append: layer %d: out of memory for page %d "
+                              "(%zu bytes)", layer, p, kv->page_bytes);
+        }
+        L->page_minpos[p] = INT32_MAX;
+    }
+    L->n_pages = VQ_MAX(L->n_pages, need);
+
+    if (F > 0) {
+        float *tmp = malloc((size_t)rpb * d * sizeof(float));
+        if (!tmp) return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_append: out of memory");
+        for (int b = 0; b < F; b += rpb) {
+            int c = L->n_coded + b, pg = c / kv->P, rin = c % kv->P;
+            uint8_t *page = L->pages[pg];
+            int32_t *ppos = (int32_t *)(void *)page;
+            for (int t = 0; t < rpb; t++) {
+                int idx = b + t;
+                int32_t p = idx < L->win_count ? L->win_pos[(L->win_start + idx) % kv->win_cap]
+                                               : pos0 + (idx - L->win_count);
+                ppos[rin + t] = p;
+                if (p < L->page_minpos[pg]) L->page_minpos[pg] = p;
+            }
+            for (int s = 0; s < 2; s++) {
+                const vq_codec_state *st = &kv->st[s][layer];
+                const int rb = kv->rpb[s];
+                for (int h = 0; h < kv->H; h++) {
+                    for (int t = 0; t < rpb; t++)
+                        get_row(kv, L, s, b + t, h, s ? v : k, tmp + (size_t)t * d);
+                    uint8_t *dst = page + (s ? kv->off_v[h] : kv->off_k[h]) +
+                                   (size_t)(rin / rb) * st->block_bytes;
+                    for (int t = 0; t < rpb; t += rb)
+                        st->codec->encode(st, tmp + (size_t)t * d, dst + (size_t)(t / rb) * st->block_bytes);
+                }
+            }
+        }
+        free(tmp);
+        L->n_coded += F;
+    }
+    /* the window drops its F oldest rows (or all it had), then takes the new rows not encoded */
+    int from_win = VQ_MIN(F, L->win_count);
+    if (kv->win_cap > 0) L->win_start = (L->win_start + from_win) % kv->win_cap;
+    L->win_count -= from_win;
+    const size_t w = (size_t)kv->H * d;
+    for (int i = F - from_win; i < n; i++) {
+        int slot = (L->win_start + L->win_count) % kv->win_cap;
+        if (kv->wprec == 16) {
+            vq_f32_to_f16_row(k + (size_t)i * w, (vq_f16 *)L->win_k + (size_t)slot * w, w);
+            vq_f32_to_f16_row(v + (size_t)i * w, (vq_f16 *)L->win_v + (size_t)slot * w, w);
+        } else {
+            memcpy((float *)L->win_k + (size_t)slot * w, k + (size_t)i * w, w * sizeof(float));
+            memcpy((float *)L->win_v + (size_t)slot * w, v + (size_t)i * w, w * sizeof(float));
+        }
+        L->win_pos[slot] = pos0 + i;
+        L->win_count++;
+    }
+    return VQ_OK;
+}
+
+/* ---- reference read-back: what attention sees, decoded ---- */
+vq_status vq_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err) {
+    if (!kv || layer < 0 || layer >= kv->dims.n_layers)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_read: bad kv or layer %d", layer);
+    const vq_kv_layer *L = &kv->layers[layer];
+    const int d = kv->d, H = kv->H;
+    const size_t w = (size_t)H * d;
+    float *tmp = malloc((size_t)kv->rpb_store * d * sizeof(float));
+    if (!tmp) return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_read: out of memory");
+    for (int c = 0; c < L->n_coded; c += kv->rpb_store) {
+        const uint8_t *page = L->pages[c / kv->P];
+        int rin = c % kv->P;
+        for (int t = 0; t < kv->rpb_store; t++) pos[c + t] = ((const int32_t *)(const void *)page)[rin + t];
+        for (int s = 0; s < 2; s++) {
+            const vq_codec_state *st = &kv->st[s][layer];
+            const int rb = kv->rpb[s];
+            float *out = s ? v : k;
+            for (int h = 0; h < H; h++) {
+                const uint8_t *src = page + (s ? kv->off_v[h] : kv->off_k[h]) +
+                                     (size_t)(rin / rb) * st->block_bytes;
+                for (int t = 0; t < kv->rpb_store; t += rb)
+                    st->codec->decode(st, src + (size_t)(t / rb) * st->block_bytes, tmp + (size_t)t * d);
+                for (int t = 0; t < kv->rpb_store; t++)
+                    memcpy(out + (size_t)(c + t) * w + (size_t)h * d, tmp + (size_t)t * d,
+                           (size_t)d * sizeof(float));
+            }
+        }
+    }
+    free(tmp);
+    for (int i = 0; i < L->win_count; i++) {
+        int slot = (L->win_start + i) % kv->win_cap, r = L->n_coded + i;
+        pos[r] = L->win_pos[slot];
+        if (kv->wprec == 16) {
+            vq_f16_to_f32_row((const vq_f16 *)L->win_k + (size_t)slot * w, k + (size_t)r * w, w);
+            vq_f16_to_f32_row((const vq_f16 *)L->win_v + (size_t)slot * w, v + (size_t)r * w, w);
+        } else {
+            memcpy(k + (size_t)r * w, (const float *)L->win_k + (size_t)slot * w, w * sizeof(float));
+            memcpy(v + (size_t)r * w, (const float *)L->win_v + (size_t)slot * w, w * sizeof(float));
+        }
+    }
+    return VQ_OK;
+}

@@ -1,0 +1,67 @@
+/* kv_ref.h: the float64 naive attention the KV tests compare against, and a random-cache driver:
+ * appends random rows in random chunks (with position gaps), then queries random positions. */
+#ifndef VQ_KV_REF_H
+#define VQ_KV_REF_H
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include "core/core.h"
+
+/* out[i, qh, :] = softmax_r(q.k_r / sqrt(d) over rows with pos_r <= q_pos[i]) . v_r, in float64.
+ * k, v: rows x (H*d); q, out: n_q x (NH*d). A query that sees no row gets zeros. */
+static void ref_attention(int rows, const float *k, const float *v, const int32_t *pos, int H,
+                          int NH, int d, int n_q, const int *q_pos, const float *q, double *out) {
+    const int G = NH / H;
+    double *s = malloc(sizeof(double) * (size_t)(rows > 0 ? rows : 1));
+    for (int i = 0; i < n_q; i++)
+        for (int qh = 0; qh < NH; qh++) {
+            const int h = qh / G;
+            const float *qq = q + ((size_t)i * NH + qh) * d;
+            double mx = -INFINITY, sum = 0;
+            for (int r = 0; r < rows; r++) {
+                if (pos[r] > q_pos[i]) { s[r] = -INFINITY; continue; }
+                double acc = 0;
+                const float *kk = k + ((size_t)r * H + h) * d;
+                for (int e = 0; e < d; e++) acc += (double)qq[e] * kk[e];
+                s[r] = acc / sqrt((double)d);
+                if (s[r] > mx) mx = s[r];
+            }
+            double *o = out + ((size_t)i * NH + qh) * d;
+            for (int e = 0; e < d; e++) o[e] = 0;
+            if (mx == -INFINITY) continue;
+            for (int r = 0; r < rows; r++) {
+                if (s[r] == -INFINITY) continue;
+                double w = exp(s[r] - mx);
+                sum += w;
+                const float *vv = v + ((size_t)r * H + h) * d;
+                for (int e = 0; e < d; e++) o[e] += w * vv[e];
+            }
+            for (int e = 0; e < d; e++) o[e] /= sum;
+        }
+    free(s);
+}
+
+/* largest |a - b| / (max|b| over the same head row + floor) */
+static double rel_err(int n_q, int NH, int d, const float *a, const double *b) {
+    double worst = 0;
+    for (int i = 0; i < n_q * NH; i++) {
+        double mb = 0, md = 0;
+        for (int e = 0; e < d; e++) {
+            mb = fmax(mb, fabs(b[(size_t)i * d + e]));
+            md = fmax(md, fabs(a[(size_t)i * d + e] - b[(size_t)i * d + e]));
+        }
+        worst = fmax(worst, md / (mb + 1e-6));
+    }
+    return worst;
+}
+
+static void fill_uniform(vq_rng *r, float *x, size_t n, float amp) {
+    for (size_t i = 0; i < n; i++) x[i] = amp * (2.0f * vq_rng_uniformf(r) - 1.0f);
+}
+
+static uint64_t test_seed(void) {
+    const char *e = getenv("VQ_TEST_SEED");
+    if (e && *e) return strtoull(e, NULL, 0);
+    return (uint64_t)(vq_now_s() * 1e6) ^ (uint64_t)getpid() * 0x9E3779B97F4A7C15ull;
+}
+#endif
