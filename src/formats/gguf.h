@@ -33,6 +33,8 @@ typedef struct vq_gguf_kv {
     vq_gguf_type arr_type;
     uint64_t arr_len;
     const uint8_t *arr_data;
+    /* string arrays only: arr_len strings, indexed at open (vq_gguf_arr_str reads this) */
+    const vq_str *arr_str;
 } vq_gguf_kv;
 
 typedef struct vq_gguf_tensor {
@@ -71,4 +73,26 @@ const vq_gguf_tensor *vq_gguf_find_tensor(const vq_gguf *g, const char *name);
 const char *vq_gguf_path(const vq_gguf *g);
 
 int vq_str_eq(vq_str s, const char *c);   /* 1 when equal */
+
+/* ---- additions (additive; the declarations above keep their meaning) ---- */
+/* Tensor types: every ggml type whose block layout we know is accepted by the reader (its nbytes
+ * computed from the table); a type outside the table makes open fail with VQ_ERR_UNSUPPORTED.
+ * Which types a layer can compute with is that layer's business. */
+const char *vq_ggml_type_name(uint32_t type);                 /* "Q4_1"; NULL when unknown */
+int vq_ggml_type_layout(uint32_t type, uint32_t *block, uint32_t *bytes); /* 1 when known */
+const char *vq_gguf_type_name(vq_gguf_type t);               /* "uint32"; "?" when invalid */
+
+uint64_t vq_gguf_alignment(const vq_gguf *g);     /* general.alignment, default 32 */
+uint64_t vq_gguf_data_offset(const vq_gguf *g);   /* file offset of the data section */
+size_t   vq_gguf_size(const vq_gguf *g);          /* bytes of the file / buffer */
+
+vq_status vq_gguf_get_u64(const vq_gguf *g, const char *key, uint64_t *out, vq_err *err);
+/* array of elem type (VQ_GGUF_ARRAY: any nested array); err names key, type and length */
+vq_status vq_gguf_get_arr(const vq_gguf *g, const char *key, vq_gguf_type elem,
+                          const vq_gguf_kv **out, vq_err *err);
+/* i-th element of a numeric array (caller checked i < arr_len): integers (and bool) widened,
+ * floats as double; 0 when the array is not numeric or i is out of range */
+int64_t  vq_gguf_arr_int(const vq_gguf_kv *kv, uint64_t i);
+uint64_t vq_gguf_arr_uint(const vq_gguf_kv *kv, uint64_t i);
+double   vq_gguf_arr_float(const vq_gguf_kv *kv, uint64_t i);
 #endif

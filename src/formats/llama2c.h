@@ -22,6 +22,8 @@ typedef struct vq_l2c_weights {       /* layouts as in llama2.c run.c, row-major
 } vq_l2c_weights;
 
 typedef struct vq_l2c vq_l2c;
+/* header checked (fields positive and bounded, heads divide dim, n_kv_heads divides n_heads, even
+ * head size) and the file size must equal exactly what the header implies; else VQ_ERR_FORMAT */
 vq_l2c *vq_l2c_open(const char *path, vq_err *err);
 void    vq_l2c_close(vq_l2c *m);
 const vq_l2c_config  *vq_l2c_config_of(const vq_l2c *m);
@@ -35,6 +37,9 @@ typedef struct vq_l2c_vocab {
     float *scores;
     int max_token_length;
 } vq_l2c_vocab;
+/* vocab_size > 0: the file must hold exactly that many tokens (no trailing bytes);
+ * vocab_size <= 0: read every token in the file. Lengths are checked against max_token_length
+ * and the file size, scores must be finite. */
 vq_l2c_vocab *vq_l2c_vocab_load(const char *path, int vocab_size, vq_err *err);
 void vq_l2c_vocab_free(vq_l2c_vocab *v);
 #endif
