@@ -26,6 +26,9 @@ void vq_matmul(float *Y, const void *W, uint32_t type, const float *X, int n, in
 void vq_matmul_isa(vq_isa isa, float *Y, const void *W, uint32_t type, const float *X,
                    int n, int rows, int cols);
 vq_isa vq_kernels_isa(void);                        /* the variant chosen at start-up */
+/* 1 when vq_matmul handles (type, cols): a type with a row kernel and cols a multiple of its
+ * block. vq_matmul fills Y with NaN for anything else rather than reading out of bounds. */
+int vq_matmul_supported(uint32_t type, int cols);
 
 /* one row of a weight matrix as floats (embedding lookup) */
 void vq_get_row(const void *W, uint32_t type, int cols, int row, float *out);

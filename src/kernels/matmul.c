@@ -1,0 +1,264 @@
+/* matmul.c: Y = X·Wᵀ on weights in any table type, without a dequantized copy of W.
+ * Activations are quantized once per call to 8-bit blocks (vq_q8act) so the inner loops are
+ * integer dot products; the row-kernel table picks scalar / AVX2 / AVX-512 per type. Threads
+ * split the rows into chunks; each chunk's weights are read once per tile of VQ_TILE tokens. */
+#include "kernels/kernels_impl.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+
+/* ---- activation quantization (one implementation for every ISA, so all see equal codes) ---- */
+void vq_q8act_quantize(const float *x, int cols, void *base) {
+    int nb = cols / VQ_QK;
+    int8_t *qs = base;
+    float *d = (float *)((uint8_t *)base + (size_t)nb * VQ_QK), *s = d + nb;
+    int32_t *isum = (int32_t *)(s + nb);
+    for (int b = 0; b < nb; b++) {
+        const float *xb = x + (size_t)b * VQ_QK;
+        float amax = 0.0f;
+        for (int j = 0; j < VQ_QK; j++) {
+            float a = fabsf(xb[j]);
+            if (a > amax || a != a) amax = a;   /* NaN propagates into d */
+        }
+        float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < VQ_QK; j++) {
+            /* round half to even via the 1.5*2^23 trick: exact for |v| < 2^22, no libm call */
+            float v = xb[j] * id;
+            if (!(v >= -127.0f)) v = -127.0f;   /* also maps NaN, never cast NaN to int */
+            if (v > 127.0f) v = 127.0f;
+            v = (v + 12582912.0f) - 12582912.0f;
+            int q = (int)v;
+            qs[b * VQ_QK + j] = (int8_t)q;
+            sum += q;
+        }
+        d[b] = db;
+        isum[b] = sum;
+        s[b] = db * (float)sum;
+    }
+}
+
+/* ---- scalar reference kernels ---- */
+#define FOR_TILES(nt) for (int t0 = 0; t0 < (nt); t0 += VQ_TILE)
+#define TILE_N(nt) VQ_MIN(VQ_TILE, (nt) - t0)
+
+void vq_rows_f32_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa, size_t xs,
+                        int nt, int k, float *Y, int ldy) {
+    for (int r = 0; r < nrows; r++) {
+        const float *w = (const float *)(W + (size_t)r * ws);
+        for (int t = 0; t < nt; t++) {
+            const float *x = (const float *)((const uint8_t *)xa + (size_t)t * xs);
+            float acc = 0.0f;
+            for (int i = 0; i < k; i++) acc += w[i] * x[i];
+            Y[(size_t)t * ldy + r] = acc;
+        }
+    }
+}
+
+static float f16_at(const uint8_t *p, int i) { vq_f16 h; memcpy(&h, p + 2 * i, 2); return vq_f16_to_f32(h); }
+static float bf16_at(const uint8_t *p, int i) { vq_bf16 h; memcpy(&h, p + 2 * i, 2); return vq_bf16_to_f32(h); }
+
+void vq_rows_f16_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa, size_t xs,
+                        int nt, int k, float *Y, int ldy) {
+    for (int r = 0; r < nrows; r++) {
+        const uint8_t *w = W + (size_t)r * ws;
+        for (int t = 0; t < nt; t++) {
+            const float *x = (const float *)((const uint8_t *)xa + (size_t)t * xs);
+            float acc = 0.0f;
+            for (int i = 0; i < k; i++) acc += f16_at(w, i) * x[i];
+            Y[(size_t)t * ldy + r] = acc;
+        }
+    }
+}
+
+void vq_rows_bf16_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa, size_t xs,
+                         int nt, int k, float *Y, int ldy) {
+    for (int r = 0; r < nrows; r++) {
+        const uint8_t *w = W + (size_t)r * ws;
+        for (int t = 0; t < nt; t++) {
+            const float *x = (const float *)((const uint8_t *)xa + (size_t)t * xs);
+            float acc = 0.0f;
+            for (int i = 0; i < k; i++) acc += bf16_at(w, i) * x[i];
+            Y[(size_t)t * ldy + r] = acc;
+        }
+    }
+}
+
+/* Integer block dots, the definition the SIMD kernels must reproduce exactly. */
+void vq_rows_q8_0_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa, size_t xs,
+                         int nt, int nb, float *Y, int ldy) {
+    for (int r = 0; r < nrows; r++) {
+        const vq_block_q8_0 *w = (const vq_block_q8_0 *)(W + (size_t)r * ws);
+        for (int t = 0; t < nt; t++) {
+            const void *xb = (const uint8_t *)xa + (size_t)t * xs;
+            const int8_t *q = xb;
+            const float *d = vq_q8act_d(xb, nb);
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int sumi = 0;
+                for (int j = 0; j < VQ_QK; j++) sumi += w[b].qs[j] * q[b * VQ_QK + j];
+                acc += (vq_f16_to_f32(w[b].d) * d[b]) * (float)sumi;
+            }
+            Y[(size_t)t * ldy + r] = acc;
+        }
+    }
+}
+
+void vq_rows_q4_0_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa, size_t xs,
+                         int nt, int nb, float *Y, int ldy) {
+    for (int r = 0; r < nrows; r++) {
+        const vq_block_q4_0 *w = (const vq_block_q4_0 *)(W + (size_t)r * ws);
+        for (int t = 0; t < nt; t++) {
+            const void *xb = (const uint8_t *)xa + (size_t)t * xs;
+            const int8_t *q = xb;
+            const float *d = vq_q8act_d(xb, nb);
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int sumi = 0;
+                for (int j = 0; j < VQ_QK / 2; j++) {
+                    sumi += ((w[b].qs[j] & 0x0f) - 8) * q[b * VQ_QK + j];
+                    sumi += ((w[b].qs[j] >> 4) - 8) * q[b * VQ_QK + j + VQ_QK / 2];
+                }
+                acc += (vq_f16_to_f32(w[b].d) * d[b]) * (float)sumi;
+            }
+            Y[(size_t)t * ldy + r] = acc;
+        }
+    }
+}
+
+void vq_rows_q4_1_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa, size_t xs,
+                         int nt, int nb, float *Y, int ldy) {
+    for (int r = 0; r < nrows; r++) {
+        const vq_block_q4_1 *w = (const vq_block_q4_1 *)(W + (size_t)r * ws);
+        for (int t = 0; t < nt; t++) {
+            const void *xb = (const uint8_t *)xa + (size_t)t * xs;
+            const int8_t *q = xb;
+            const float *d = vq_q8act_d(xb, nb), *s = vq_q8act_s(xb, nb);
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int sumi = 0;
+                for (int j = 0; j < VQ_QK / 2; j++) {
+                    sumi += (w[b].qs[j] & 0x0f) * q[b * VQ_QK + j];
+                    sumi += (w[b].qs[j] >> 4) * q[b * VQ_QK + j + VQ_QK / 2];
+                }
+                acc += (vq_f16_to_f32(w[b].d) * d[b]) * (float)sumi + vq_f16_to_f32(w[b].m) * s[b];
+            }
+            Y[(size_t)t * ldy + r] = acc;
+        }
+    }
+}
+
+/* ---- dispatch ---- */
+static const vq_kern_row kern_rows[] = {
+    {VQ_TYPE_F32, 0, {vq_rows_f32_scalar, vq_rows_f32_avx2, vq_rows_f32_avx512}},
+    {VQ_TYPE_F16, 0, {vq_rows_f16_scalar, vq_rows_f16_avx2, vq_rows_f16_avx512}},
+    {VQ_TYPE_BF16, 0, {vq_rows_bf16_scalar, vq_rows_bf16_avx2, vq_rows_bf16_avx512}},
+    {VQ_TYPE_Q8_0, 1, {vq_rows_q8_0_scalar, vq_rows_q8_0_avx2, NULL}},
+    {VQ_TYPE_Q4_0, 1, {vq_rows_q4_0_scalar, vq_rows_q4_0_avx2, NULL}},
+    {VQ_TYPE_Q4_1, 1, {vq_rows_q4_1_scalar, vq_rows_q4_1_avx2, NULL}},
+};
+
+vq_isa vq_kernels_isa(void) { return vq_cpu_best_isa(); }
+
+static int cpu_has_vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni");
+}
+
+static vq_rows_fn pick(const vq_kern_row *k, vq_isa isa) {
+    if (isa == VQ_ISA_AVX512 && k->quantized && cpu_has_vnni()) {
+        switch (k->type) {
+        case VQ_TYPE_Q8_0: return vq_rows_q8_0_avx512vnni;
+        case VQ_TYPE_Q4_0: return vq_rows_q4_0_avx512vnni;
+        case VQ_TYPE_Q4_1: return vq_rows_q4_1_avx512vnni;
+        default: break;
+        }
+    }
+    for (int i = (int)isa; i >= 0; i--)
+        if (k->rows[i]) return k->rows[i];
+    return NULL;
+}
+
+/* Rows per chunk: small enough that every thread gets several chunks, large enough that the
+ * chunk's weights are worth streaming past a tile of tokens; a multiple of 16 rows. */
+static int chunk_rows(int rows, int nthreads) {
+    int c = rows / (nthreads * 8);
+    c = (c + 15) & ~15;
+    return VQ_MAX(16, VQ_MIN(c, 256));
+}
+
+int vq_matmul_supported(uint32_t type, int cols) {
+    if (cols <= 0) return 0;
+    for (size_t i = 0; i < VQ_ARRAY_LEN(kern_rows); i++)
+        if (kern_rows[i].type == type) return vq_wtype_row_bytes(type, cols) != 0;
+    return 0;
+}
+
+#define STACK_ACT 32768
+
+void vq_matmul_isa(vq_isa isa, float *Y, const void *W, uint32_t type, const float *X,
+                   int n, int rows, int cols) {
+    if (n <= 0 || rows <= 0) return;
+    const vq_kern_row *k = NULL;
+    for (size_t i = 0; i < VQ_ARRAY_LEN(kern_rows); i++)
+        if (kern_rows[i].type == type) k = &kern_rows[i];
+    size_t wstride = vq_wtype_row_bytes(type, cols);
+    if (!k || wstride == 0 || cols <= 0) {       /* misuse: make it visible, never crash */
+        for (size_t i = 0; i < (size_t)n * rows; i++) Y[i] = NAN;
+        return;
+    }
+    if (isa > vq_cpu_best_isa()) isa = vq_cpu_best_isa();   /* never run what the CPU lacks */
+    vq_rows_fn fn = pick(k, isa);
+
+    const void *xa = X;
+    size_t xstride = (size_t)cols * sizeof(float);
+    int kdim = cols;
+    _Alignas(64) uint8_t stack_buf[STACK_ACT];
+    void *heap = NULL;
+    if (k->quantized) {
+        int nb = cols / VQ_QK;
+        xstride = vq_q8act_stride(nb);
+        size_t need = xstride * (size_t)n;
+        void *buf = stack_buf;
+        if (need > sizeof stack_buf) {
+            heap = vq_aligned_alloc(need);
+            if (!heap) {   /* out of memory: do it token by token with the stack buffer */
+                for (int t = 0; t < n; t++)
+                    vq_matmul_isa(isa, Y + (size_t)t * rows, W, type, X + (size_t)t * cols, 1, rows, cols);
+                return;
+            }
+            buf = heap;
+        }
+        xa = buf;
+        kdim = nb;
+    }
+    int nthreads = omp_get_max_threads();
+    int ch = chunk_rows(rows, nthreads);
+    int nchunks = (rows + ch - 1) / ch;
+    if (nchunks < nthreads && rows >= 2 * nthreads) {   /* small matrices: still use every thread */
+        ch = (rows + nthreads - 1) / nthreads;
+        nchunks = (rows + ch - 1) / ch;
+    }
+    const uint8_t *Wb = W;
+    int quant = k->quantized;
+    uint8_t *qa = (uint8_t *)xa;
+    #pragma omp parallel if (nchunks > 1 || (quant && n > 8))
+    {
+        if (quant) {
+            #pragma omp for schedule(static)
+            for (int t = 0; t < n; t++)
+                vq_q8act_quantize(X + (size_t)t * cols, cols, qa + (size_t)t * xstride);
+        }
+        #pragma omp for schedule(static)
+        for (int c = 0; c < nchunks; c++) {
+            int r0 = c * ch, nr = VQ_MIN(ch, rows - r0);
+            fn(Wb + (size_t)r0 * wstride, wstride, nr, xa, xstride, n, kdim, Y + r0, rows);
+        }
+    }
+    vq_aligned_free(heap);
+}
+
+void vq_matmul(float *Y, const void *W, uint32_t type, const float *X, int n, int rows, int cols) {
+    vq_matmul_isa(vq_kernels_isa(), Y, W, type, X, n, rows, cols);
+}

@@ -1,0 +1,84 @@
+/* wtypes.c: the weight-type table (one row per ggml type we read) and each type's to_float.
+ * Adding a type is adding a row here and a row kernel in matmul*.c; nothing else switches on
+ * the type. Block layouts are ggml's, asserted in kernels_impl.h. */
+#include "kernels/kernels_impl.h"
+#include <math.h>
+#include <string.h>
+
+static void f32_to_float(const void *src, float *dst, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+static void f16_to_float(const void *src, float *dst, int64_t n) {
+    const uint8_t *p = src;
+    for (int64_t i = 0; i < n; i++) {
+        vq_f16 h; memcpy(&h, p + 2 * i, 2);
+        dst[i] = vq_f16_to_f32(h);
+    }
+}
+static void bf16_to_float(const void *src, float *dst, int64_t n) {
+    const uint8_t *p = src;
+    for (int64_t i = 0; i < n; i++) {
+        vq_bf16 h; memcpy(&h, p + 2 * i, 2);
+        dst[i] = vq_bf16_to_f32(h);
+    }
+}
+static void q8_0_to_float(const void *src, float *dst, int64_t n) {
+    const vq_block_q8_0 *b = src;
+    for (int64_t i = 0; i < n / VQ_QK; i++) {
+        float d = vq_f16_to_f32(b[i].d);
+        for (int j = 0; j < VQ_QK; j++) dst[i * VQ_QK + j] = d * (float)b[i].qs[j];
+    }
+}
+static void q4_0_to_float(const void *src, float *dst, int64_t n) {
+    const vq_block_q4_0 *b = src;
+    for (int64_t i = 0; i < n / VQ_QK; i++) {
+        float d = vq_f16_to_f32(b[i].d);
+        float *y = dst + i * VQ_QK;
+        for (int j = 0; j < VQ_QK / 2; j++) {
+            y[j] = d * (float)((b[i].qs[j] & 0x0f) - 8);
+            y[j + VQ_QK / 2] = d * (float)((b[i].qs[j] >> 4) - 8);
+        }
+    }
+}
+static void q4_1_to_float(const void *src, float *dst, int64_t n) {
+    const vq_block_q4_1 *b = src;
+    for (int64_t i = 0; i < n / VQ_QK; i++) {
+        float d = vq_f16_to_f32(b[i].d), m = vq_f16_to_f32(b[i].m);
+        float *y = dst + i * VQ_QK;
+        for (int j = 0; j < VQ_QK / 2; j++) {
+            y[j] = (float)(b[i].qs[j] & 0x0f) * d + m;
+            y[j + VQ_QK / 2] = (float)(b[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+static const vq_wtype wtypes[] = {
+    {VQ_TYPE_F32, "f32", 1, 4, f32_to_float},
+    {VQ_TYPE_F16, "f16", 1, 2, f16_to_float},
+    {VQ_TYPE_BF16, "bf16", 1, 2, bf16_to_float},
+    {VQ_TYPE_Q8_0, "q8_0", VQ_QK, sizeof(vq_block_q8_0), q8_0_to_float},
+    {VQ_TYPE_Q4_0, "q4_0", VQ_QK, sizeof(vq_block_q4_0), q4_0_to_float},
+    {VQ_TYPE_Q4_1, "q4_1", VQ_QK, sizeof(vq_block_q4_1), q4_1_to_float},
+};
+
+const vq_wtype *vq_wtype_get(uint32_t type) {
+    for (size_t i = 0; i < VQ_ARRAY_LEN(wtypes); i++)
+        if (wtypes[i].type == type) return &wtypes[i];
+    return NULL;
+}
+
+size_t vq_wtype_row_bytes(uint32_t type, int64_t n) {
+    const vq_wtype *t = vq_wtype_get(type);
+    if (!t || n < 0 || n % t->block) return 0;
+    return (size_t)(n / t->block) * t->block_bytes;
+}
+
+void vq_get_row(const void *W, uint32_t type, int cols, int row, float *out) {
+    const vq_wtype *t = vq_wtype_get(type);
+    size_t rb = vq_wtype_row_bytes(type, cols);
+    if (!t || rb == 0 || row < 0) {   /* unsupported type or cols: NaN makes the misuse visible */
+        for (int i = 0; i < cols; i++) out[i] = NAN;
+        return;
+    }
+    t->to_float((const uint8_t *)W + (size_t)row * rb, out, cols);
+}

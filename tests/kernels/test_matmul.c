@@ -1,0 +1,210 @@
+/* test_matmul.c: vq_matmul on every weight type against (1) the scalar reference, per ISA the
+ * CPU has, within 1e-5 of sum|w*x| (float summation order is the only difference); (2) an exact
+ * case (power-of-two scales, integer activations) where every ISA must give identical bits and
+ * equal the exact integer dot; (3) a float64 dot of the dequantized weights with the original
+ * activations, within the activation-quantization bound sum_b (d_b/2)*sum_j|w_bj| + 1e-5*sum|w*x|;
+ * (4) 1 vs 2 threads bit-identical. Sizes include rows that are no multiple of the thread chunk
+ * and n = 1, 3, 17 tokens. */
+#include "kernels/kernels_impl.h"
+#include "../vq_test.h"
+#include <omp.h>
+
+static const uint32_t TYPES[] = {VQ_TYPE_F32, VQ_TYPE_F16, VQ_TYPE_BF16, VQ_TYPE_Q8_0, VQ_TYPE_Q4_0, VQ_TYPE_Q4_1};
+
+/* the test's own quantizers (ggml's recipes), independent of the library */
+static void quantize_row(uint32_t type, const float *x, int n, uint8_t *dst) {
+    for (int b = 0; b < n / 32 || (b == 0 && type <= VQ_TYPE_F16) || (type == VQ_TYPE_BF16 && b == 0); b++) {
+        if (type == VQ_TYPE_F32) { memcpy(dst, x, (size_t)n * 4); return; }
+        if (type == VQ_TYPE_F16) { for (int i = 0; i < n; i++) ((vq_f16 *)dst)[i] = vq_f32_to_f16(x[i]); return; }
+        if (type == VQ_TYPE_BF16) { for (int i = 0; i < n; i++) ((vq_bf16 *)dst)[i] = vq_f32_to_bf16(x[i]); return; }
+        const float *v = x + b * 32;
+        if (type == VQ_TYPE_Q8_0) {
+            vq_block_q8_0 *o = (vq_block_q8_0 *)dst + b;
+            float amax = 0; for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+            float d = amax / 127, id = d ? 1 / d : 0;
+            o->d = vq_f32_to_f16(d);
+            for (int j = 0; j < 32; j++) o->qs[j] = (int8_t)roundf(v[j] * id);
+        } else if (type == VQ_TYPE_Q4_0) {
+            vq_block_q4_0 *o = (vq_block_q4_0 *)dst + b;
+            float mx = 0, amax = 0;
+            for (int j = 0; j < 32; j++) if (fabsf(v[j]) > amax) { amax = fabsf(v[j]); mx = v[j]; }
+            float d = mx / -8, id = d ? 1 / d : 0;
+            o->d = vq_f32_to_f16(d);
+            for (int j = 0; j < 16; j++) {
+                int a = (int)fminf(15, v[j] * id + 8.5f), c = (int)fminf(15, v[j + 16] * id + 8.5f);
+                o->qs[j] = (uint8_t)(a | (c << 4));
+            }
+        } else {
+            vq_block_q4_1 *o = (vq_block_q4_1 *)dst + b;
+            float mn = v[0], mx = v[0];
+            for (int j = 1; j < 32; j++) { mn = fminf(mn, v[j]); mx = fmaxf(mx, v[j]); }
+            float d = (mx - mn) / 15, id = d ? 1 / d : 0;
+            o->d = vq_f32_to_f16(d); o->m = vq_f32_to_f16(mn);
+            for (int j = 0; j < 16; j++) {
+                int a = (int)fminf(15, (v[j] - mn) * id + 0.5f), c = (int)fminf(15, (v[j + 16] - mn) * id + 0.5f);
+                o->qs[j] = (uint8_t)(a | (c << 4));
+            }
+        }
+    }
+}
+
+static int isa_ok(vq_isa isa) { return isa <= vq_cpu_best_isa(); }
+
+/* one random problem: compare every ISA with scalar and with float64 */
+static void check_case(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
+    const vq_wtype *wt = vq_wtype_get(type);
+    size_t rb = vq_wtype_row_bytes(type, cols);
+    uint8_t *W = malloc(rb * rows);
+    float *Wf = malloc(sizeof(float) * rows * cols), *X = malloc(sizeof(float) * n * cols);
+    float *tmp = malloc(sizeof(float) * cols);
+    float *Y0 = malloc(sizeof(float) * n * rows), *Y1 = malloc(sizeof(float) * n * rows);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) tmp[c] = (float)vq_rng_gauss(rng) * 0.05f + (c % 7 == 0 ? 0.02f : 0.0f);
+        quantize_row(type, tmp, cols, W + rb * r);
+        wt->to_float(W + rb * r, Wf + (size_t)r * cols, cols);
+    }
+    for (int i = 0; i < n * cols; i++) X[i] = (float)vq_rng_gauss(rng) * (i % 13 == 0 ? 3.0f : 1.0f);
+
+    vq_matmul_isa(VQ_ISA_SCALAR, Y0, W, type, X, n, rows, cols);
+    int quant = type == VQ_TYPE_Q8_0 || type == VQ_TYPE_Q4_0 || type == VQ_TYPE_Q4_1;
+    int bad_ref = 0, bad_isa = 0;
+    double worst_ref = 0, worst_isa = 0;
+    for (int t = 0; t < n; t++)
+        for (int r = 0; r < rows; r++) {
+            const float *w = Wf + (size_t)r * cols, *x = X + (size_t)t * cols;
+            double ref = 0, mag = 0, qbound = 0;
+            for (int c = 0; c < cols; c++) { ref += (double)w[c] * x[c]; mag += fabs((double)w[c] * x[c]); }
+            if (quant)
+                for (int b = 0; b < cols / 32; b++) {
+                    double amax = 0, sw = 0;
+                    for (int j = 0; j < 32; j++) { amax = fmax(amax, fabs(x[b * 32 + j])); sw += fabs(w[b * 32 + j]); }
+                    /* |x - d*q| <= d/2 per element, and d's own float rounding */
+                    qbound += (amax / 127.0 / 2.0) * sw * (1 + 1e-6);
+                }
+            double e = fabs(Y0[(size_t)t * rows + r] - ref), tol = qbound + 1e-5 * mag + 1e-30;
+            if (e > tol) bad_ref++;
+            if (e / tol > worst_ref) worst_ref = e / tol;
+        }
+    CHECKF(bad_ref == 0, "%s %dx%d n=%d: %d outputs off the float64 reference beyond bound (worst %.2f of bound)",
+           wt->name, rows, cols, n, bad_ref, worst_ref);
+
+    for (int isa = VQ_ISA_AVX2; isa <= VQ_ISA_AVX512; isa++) {
+        if (!isa_ok((vq_isa)isa)) continue;
+        vq_matmul_isa((vq_isa)isa, Y1, W, type, X, n, rows, cols);
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < rows; r++) {
+                const float *w = Wf + (size_t)r * cols, *x = X + (size_t)t * cols;
+                double mag = 0;
+                /* scalar and SIMD see the same quantized activations; bound by sum|w*x| */
+                for (int c = 0; c < cols; c++) mag += fabs((double)w[c] * x[c]);
+                double e = fabs((double)Y1[(size_t)t * rows + r] - Y0[(size_t)t * rows + r]);
+                double tol = 1e-5 * mag * (quant ? 1.1 : 1.0) + 1e-30;
+                if (e > tol) bad_isa++;
+                if (e / tol > worst_isa) worst_isa = e / tol;
+            }
+        CHECKF(bad_isa == 0, "%s %s %dx%d n=%d: %d outputs differ from scalar beyond 1e-5*sum|wx| (worst %.2f)",
+               vq_isa_name((vq_isa)isa), wt->name, rows, cols, n, bad_isa, worst_isa);
+    }
+    /* threads: 1 vs 2 must give identical bits (chunks never split a row's sum) */
+    omp_set_num_threads(1);
+    vq_matmul(Y0, W, type, X, n, rows, cols);
+    omp_set_num_threads(2);
+    vq_matmul(Y1, W, type, X, n, rows, cols);
+    CHECKF(memcmp(Y0, Y1, sizeof(float) * n * rows) == 0, "%s %dx%d n=%d: 1 and 2 threads differ", wt->name, rows, cols, n);
+    free(W); free(Wf); free(X); free(tmp); free(Y0); free(Y1);
+}
+
+/* exact case: all float arithmetic exact, so every ISA gives the integer result bit for bit */
+static void check_exact(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
+    int nb = cols / 32;
+    size_t rb = vq_wtype_row_bytes(type, cols);
+    uint8_t *W = calloc(rows, rb);
+    float *X = malloc(sizeof(float) * n * cols);
+    double *ref = malloc(sizeof(double) * n * rows);
+    float *Y[3] = {malloc(sizeof(float) * n * rows), malloc(sizeof(float) * n * rows), malloc(sizeof(float) * n * rows)};
+    for (int i = 0; i < n * cols; i++) {
+        int v = (int)(vq_rng_u64(rng) % 255) - 127;
+        X[i] = (float)((i % 32 == 5) ? ((vq_rng_u64(rng) & 1) ? 127 : -127) : v);   /* max|x| = 127: d = 1 */
+    }
+    for (int r = 0; r < rows; r++) {
+        uint8_t *row = W + rb * r;
+        for (int b = 0; b < nb; b++) {
+            int e = -(int)(vq_rng_u64(rng) % 5) - 4;              /* d = 2^-4 .. 2^-8 */
+            vq_f16 d = vq_f32_to_f16(ldexpf(1.0f, e));
+            if (type == VQ_TYPE_Q8_0) {
+                vq_block_q8_0 *o = (vq_block_q8_0 *)row + b;
+                o->d = d;
+                for (int j = 0; j < 32; j++) o->qs[j] = (int8_t)((int)(vq_rng_u64(rng) % 256) - 128);   /* -128 too */
+            } else if (type == VQ_TYPE_Q4_0) {
+                vq_block_q4_0 *o = (vq_block_q4_0 *)row + b;
+                o->d = d;
+                for (int j = 0; j < 16; j++) o->qs[j] = (uint8_t)vq_rng_u64(rng);
+            } else {
+                vq_block_q4_1 *o = (vq_block_q4_1 *)row + b;
+                o->d = d;
+                o->m = vq_f32_to_f16(ldexpf((float)((int)(vq_rng_u64(rng) % 17) - 8), -6));
+                for (int j = 0; j < 16; j++) o->qs[j] = (uint8_t)vq_rng_u64(rng);
+            }
+        }
+    }
+    float *wf = malloc(sizeof(float) * cols);
+    for (int r = 0; r < rows; r++) {
+        vq_get_row(W, type, cols, r, wf);
+        for (int t = 0; t < n; t++) {
+            double s = 0;
+            for (int c = 0; c < cols; c++) s += (double)wf[c] * X[(size_t)t * cols + c];
+            ref[(size_t)t * rows + r] = s;
+        }
+    }
+    for (int isa = 0; isa <= VQ_ISA_AVX512; isa++) {
+        if (!isa_ok((vq_isa)isa)) continue;
+        vq_matmul_isa((vq_isa)isa, Y[isa], W, type, X, n, rows, cols);
+        int bad = 0;
+        for (int i = 0; i < n * rows; i++) bad += (double)Y[isa][i] != ref[i];
+        CHECKF(bad == 0, "exact %s %s %dx%d n=%d: %d outputs differ from the exact integer dot",
+               vq_isa_name((vq_isa)isa), vq_wtype_get(type)->name, rows, cols, n, bad);
+    }
+    free(W); free(X); free(ref); free(wf);
+    for (int i = 0; i < 3; i++) free(Y[i]);
+}
+
+int main(void) {
+    uint64_t seed = 20261129;
+    const char *se = getenv("VQ_TEST_SEED");
+    if (se) seed = strtoull(se, NULL, 10);
+    printf("seed %llu (set VQ_TEST_SEED to change)\n", (unsigned long long)seed);
+    vq_rng rng;
+    vq_rng_seed(&rng, seed);
+    vq_isa best = vq_cpu_best_isa();
+    __builtin_cpu_init();
+    printf("ISAs tested: scalar%s%s; skipped:%s%s; int8 AVX-512 path uses %s\n",
+           best >= VQ_ISA_AVX2 ? " avx2" : "", best >= VQ_ISA_AVX512 ? " avx512" : "",
+           best < VQ_ISA_AVX2 ? " avx2" : "", best < VQ_ISA_AVX512 ? " avx512" : " none",
+           __builtin_cpu_supports("avx512vnni") ? "vpdpbusd (VNNI)" : "maddubs (AVX2 kernels)");
+
+    const int ns[] = {1, 3, 17};
+    for (size_t ti = 0; ti < VQ_ARRAY_LEN(TYPES); ti++) {
+        uint32_t type = TYPES[ti];
+        int quant = vq_wtype_get(type)->block == 32;
+        const int qcols[] = {32, 64, 96, 576, 1536}, fcols[] = {1, 7, 16, 37, 100, 576};
+        const int *cols = quant ? qcols : fcols;
+        int ncols = quant ? 5 : 6;
+        for (int ci = 0; ci < ncols; ci++)
+            for (size_t ni = 0; ni < VQ_ARRAY_LEN(ns); ni++) {
+                int rows = 1 + (int)(vq_rng_u64(&rng) % 300);
+                if (ci == 0) rows = 1;
+                check_case(&rng, type, rows, cols[ci], ns[ni]);
+            }
+        if (quant) {
+            check_exact(&rng, type, 37, 576, 5);
+            check_exact(&rng, type, 3, 32, 1);
+            check_exact(&rng, type, 130, 96, 17);
+        }
+    }
+    /* the default entry point is the best ISA */
+    CHECK(vq_kernels_isa() == vq_cpu_best_isa());
+    /* larger and threaded: SmolLM2 FFN shape at 2 threads, rows not a multiple of the chunk */
+    check_case(&rng, VQ_TYPE_Q4_1, 1536 + 5, 576, 3);
+    check_case(&rng, VQ_TYPE_Q8_0, 1001, 576, 1);
+    return vq_t_done();
+}
