@@ -1,0 +1,288 @@
+/* test_rabitq.c: the `rabitq` codec. Checks the estimator |x| <ybar, Pq> / <ybar, o'> is unbiased over
+ * random rotations, that its error shrinks like 1/sqrt(d) and with extra bits, the paper's confidence
+ * bound, score/accumulate/finish == decode-then-dot, determinism, zero/huge/NaN rows, odd d, bad params. */
+#include <time.h>
+#include "../vq_test.h"
+#include "codec/codec.h"
+
+static vq_codec_state mk(const char *name, int d, const char *spec, uint64_t seed, vq_status *stp) {
+    vq_codec_state st;
+    memset(&st, 0, sizeof st);
+    st.codec = vq_codec_find(name);
+    vq_codec_param p[8];
+    int np = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *t = strtok(buf, ","); t && np < 8; t = strtok(NULL, ",")) {
+        char *e = strchr(t, '=');
+        if (!e) continue;
+        *e = 0;
+        snprintf(p[np].key, sizeof p[np].key, "%s", t);
+        snprintf(p[np].val, sizeof p[np].val, "%s", e + 1);
+        np++;
+    }
+    vq_err err;
+    vq_err_clear(&err);
+    vq_status s = st.codec ? st.codec->init(&st, d, VQ_SIDE_K, p, np, seed, &err) : VQ_ERR_ARG;
+    if (s && stp == NULL) {
+        fprintf(stderr, "init %s:%s failed: %s\n", name, spec, err.msg);
+        exit(1);
+    }
+    if (s && st.codec) st.codec->fini(&st);
+    if (stp) *stp = s;
+    return st;
+}
+
+static void gauss_vec(vq_rng *r, float *x, int d, double s) {
+    for (int i = 0; i < d; i++) x[i] = (float)(s * vq_rng_gauss(r));
+}
+static double dotd(const float *a, const float *b, int d) {
+    double s = 0;
+    for (int i = 0; i < d; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+static float score1(const vq_codec_state *st, const float *q, const uint8_t *blk) {
+    float *qs = vq_aligned_alloc(st->qstate_bytes + 64);
+    st->codec->prep_query(st, q, qs);
+    const void *qp = qs;
+    float s;
+    st->codec->score(st, 1, &qp, blk, 1, &s);
+    vq_aligned_free(qs);
+    return s;
+}
+
+/* score / accumulate / finish against decode-then-dot on n rows and 3 queries */
+static void check_contract(const vq_codec_state *st, vq_rng *r, double xs) {
+    const int d = st->d, n = 37, nq = 3;
+    uint8_t *blk = malloc(st->block_bytes * n);
+    float *x = malloc(sizeof(float) * d * n), *xh = malloc(sizeof(float) * d * n);
+    float *q = malloc(sizeof(float) * d * nq), *sc = malloc(sizeof(float) * n * nq), *w = malloc(sizeof(float) * n * nq);
+    gauss_vec(r, x, d * n, xs);
+    gauss_vec(r, q, d * nq, 1.0);
+    for (int i = 0; i < n; i++) {
+        st->codec->encode(st, x + i * d, blk + i * st->block_bytes);
+        st->codec->decode(st, blk + i * st->block_bytes, xh + i * d);
+    }
+    void *qs[3];
+    for (int j = 0; j < nq; j++) {
+        qs[j] = vq_aligned_alloc(st->qstate_bytes + 64);
+        st->codec->prep_query(st, q + j * d, qs[j]);
+    }
+    st->codec->score(st, nq, (const void *const *)qs, blk, n, sc);
+    int bad = 0;
+    for (int j = 0; j < nq; j++)
+        for (int i = 0; i < n; i++) {
+            double ref = dotd(q + j * d, xh + i * d, d), mag = 0;
+            for (int t = 0; t < d; t++) mag += fabs((double)q[j * d + t] * xh[i * d + t]);
+            if (fabs(sc[j * n + i] - ref) > 1e-5 * mag + 1e-30) bad++;
+        }
+    CHECKF(bad == 0, "%s: %d scores differ from q.decode beyond 1e-5 relative", st->codec->name, bad);
+    for (int t = 0; t < n * nq; t++) w[t] = (float)vq_rng_uniform(r) * (t % 7 == 3 ? 0.0f : 1.0f);
+    float *acc[3], *out = malloc(sizeof(float) * d);
+    for (int j = 0; j < nq; j++) acc[j] = calloc((size_t)st->acc_floats, sizeof(float));
+    /* two calls over halves: the store may page the rows */
+    int h = n / 2;
+    float *w1 = malloc(sizeof(float) * h * nq), *w2 = malloc(sizeof(float) * (n - h) * nq);
+    for (int j = 0; j < nq; j++) {
+        memcpy(w1 + j * h, w + j * n, sizeof(float) * h);
+        memcpy(w2 + j * (n - h), w + j * n + h, sizeof(float) * (n - h));
+    }
+    st->codec->accumulate(st, nq, w1, blk, h, acc);
+    st->codec->accumulate(st, nq, w2, blk + h * st->block_bytes, n - h, acc);
+    bad = 0;
+    for (int j = 0; j < nq; j++) {
+        st->codec->finish(st, acc[j], out);
+        for (int t = 0; t < d; t++) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < n; i++) {
+                ref += (double)w[j * n + i] * xh[i * d + t];
+                mag += fabs((double)w[j * n + i] * xh[i * d + t]);
+            }
+            if (fabs(out[t] - ref) > 1e-5 * mag + 1e-4 * 1e-5 * xs) bad++;
+        }
+        free(acc[j]);
+        vq_aligned_free(qs[j]);
+    }
+    CHECKF(bad == 0, "%s: %d accumulate+finish outputs differ from sum w*decode", st->codec->name, bad);
+    free(w1); free(w2); free(out); free(blk); free(x); free(xh); free(q); free(sc); free(w);
+}
+
+static void unit_pair(vq_rng *r, int d, float *o, float *q, double cosv) {
+    float *u = malloc(sizeof(float) * d);
+    gauss_vec(r, o, d, 1.0);
+    gauss_vec(r, u, d, 1.0);
+    double oo = dotd(o, o, d), ou = dotd(o, u, d);
+    for (int i = 0; i < d; i++) u[i] -= (float)(ou / oo) * o[i];
+    double uu = dotd(u, u, d);
+    for (int i = 0; i < d; i++) {
+        o[i] = (float)(o[i] / sqrt(oo));
+        q[i] = (float)(cosv * o[i] + sqrt(1 - cosv * cosv) * u[i] / sqrt(uu));
+    }
+    free(u);
+}
+
+/* fixed o, q; fresh rotation per trial: mean error within 3 SE of 0 */
+static void check_unbiased(int d, const char *spec, uint64_t seed0, vq_rng *r) {
+    float *o = malloc(sizeof(float) * d), *q = malloc(sizeof(float) * d);
+    unit_pair(r, d, o, q, 0.5);
+    for (int i = 0; i < d; i++) o[i] *= 3.0f;   /* |x| = 3 */
+    double truth = dotd(o, q, d), s1 = 0, s2 = 0;
+    const int T = 3000;
+    uint8_t blk[8192];
+    for (int t = 0; t < T; t++) {
+        vq_codec_state st = mk("rabitq", d, spec, seed0 + 7919ull * (uint64_t)t, NULL);
+        st.codec->encode(&st, o, blk);
+        double e = score1(&st, q, blk) - truth;
+        s1 += e;
+        s2 += e * e;
+        st.codec->fini(&st);
+    }
+    double mean = s1 / T, sd = sqrt(s2 / T - mean * mean), se = sd / sqrt(T);
+    printf("rabitq d=%d %s: truth %.4f, mean error %+.5f (SE %.5f), error sd %.4f\n", d, spec, truth, mean, se, sd);
+    CHECKF(fabs(mean) <= 3 * se, "d=%d %s: mean error %.5f beyond 3 SE %.5f", d, spec, mean, se);
+    free(o); free(q);
+}
+
+/* RMS error of the estimate for random unit o, q (cos 0.3). For bits=1 also the paper's analysis:
+ * err = sqrt(1 - c^2)/c * <e, q> with c = <obar, o> and e uniform on the sphere orthogonal to o, so
+ * z = err * c / sqrt(1 - c^2) * sqrt(d - 1) / sqrt(1 - <o,q>^2) is ~N(0,1): its sd (zsd) should be ~1,
+ * and the eps0 = 1.9 bound |z| <= 1.9 / sqrt(1 - <o,q>^2) fails for about 2 Phi(-1.99) = 4.7%. */
+static double rms_err(int d, const char *spec, int T, uint64_t seed0, vq_rng *r, double *viol, double *cmean,
+                      double *zsd) {
+    float *o = malloc(sizeof(float) * d), *q = malloc(sizeof(float) * d);
+    uint8_t blk[8192];
+    vq_codec_state st = mk("rabitq", d, spec, seed0, NULL);
+    double s2 = 0, nv = 0, cs = 0, z2 = 0;
+    for (int t = 0; t < T; t++) {
+        unit_pair(r, d, o, q, 0.3);
+        st.codec->encode(&st, o, blk);
+        double e = score1(&st, q, blk) - dotd(o, q, d);
+        s2 += e * e;
+        if (st.block_bytes == (size_t)((d + 7) / 8) + 4) {   /* bits=1, f32 factor: c = 2 / (f sqrt(d)) */
+            float f;
+            memcpy(&f, blk + (d + 7) / 8, 4);
+            double c = 2.0 / (f * sqrt((double)d));
+            cs += c;
+            if (fabs(e) > sqrt((1 - c * c) / (c * c)) * 1.9 / sqrt(d - 1.0)) nv++;
+            double z = e * c / sqrt(1 - c * c) * sqrt(d - 1.0) / sqrt(1 - 0.09);
+            z2 += z * z;
+        }
+    }
+    st.codec->fini(&st);
+    if (viol) *viol = nv / T;
+    if (cmean) *cmean = cs / T;
+    if (zsd) *zsd = sqrt(z2 / T);
+    free(o); free(q);
+    return sqrt(s2 / T);
+}
+
+int main(void) {
+    uint64_t seed = getenv("VQ_TEST_SEED") ? strtoull(getenv("VQ_TEST_SEED"), NULL, 0)
+                                           : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+    printf("test_rabitq seed %llu (set VQ_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    vq_rng r;
+    vq_rng_seed(&r, seed);
+
+    CHECK(vq_codec_find("rabitq") != NULL);
+    vq_codec_state st = mk("rabitq", 64, "", seed, NULL);
+    CHECK(st.block_bytes == 8 + 2 && strcmp(st.params, "bits=1,scale=f16,rot=auto") == 0);
+    printf("rabitq d=64 default: %zu bytes/row, params %s\n", st.block_bytes, st.params);
+    st.codec->fini(&st);
+
+    /* contract: every bits, odd d (dense rotation), f32 factor */
+    const char *specs[] = {"bits=1", "bits=2", "bits=3,scale=f32", "bits=4", "bits=8"};
+    int ds[] = {64, 128, 100, 8, 3};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++) {
+            vq_codec_state s2 = mk("rabitq", ds[b], specs[a], seed + 10 * a + b, NULL);
+            check_contract(&s2, &r, 2.0);
+            s2.codec->fini(&s2);
+        }
+
+    /* unbiased over Haar rotations (the paper's setting); Hadamard reported and checked the same way */
+    check_unbiased(64, "bits=1,scale=f32,rot=dense", seed, &r);
+    check_unbiased(64, "bits=3,scale=f32,rot=dense", seed + 1, &r);
+    check_unbiased(128, "bits=1,scale=f32", seed + 2, &r);
+    check_unbiased(100, "bits=2,scale=f32", seed + 3, &r);
+
+    /* error O(1/sqrt(d)): doubling d divides the RMS error by about sqrt(2); the bound holds */
+    double prev = 0;
+    for (int d = 64; d <= 512; d *= 2) {
+        double viol, cm, zsd;
+        double e = rms_err(d, "bits=1,scale=f32", 2000, seed + d, &r, &viol, &cm, &zsd);
+        printf("rabitq bits=1 d=%d: RMS error %.5f (x sqrt(d) = %.3f), mean <obar,o> %.4f, normalized error sd %.3f, "
+               "outside eps0=1.9 bound %.4f\n", d, e, e * sqrt(d), cm, zsd, viol);
+        CHECKF(viol < 0.08, "d=%d: %.4f of estimates outside the eps0=1.9 bound (expected ~0.047)", d, viol);
+        CHECKF(zsd > 0.9 && zsd < 1.1, "d=%d: normalized error sd %.3f, theory 1", d, zsd);
+        CHECKF(cm > 0.77 && cm < 0.83, "d=%d: mean <obar,o> %.4f, the paper says about 0.8", d, cm);
+        if (prev > 0) CHECKF(prev / e > 1.25 && prev / e < 1.6, "d=%d: error ratio %.3f, expected ~1.414", d, prev / e);
+        prev = e;
+    }
+    /* more bits, less error */
+    prev = 1e9;
+    for (int b = 1; b <= 5; b++) {
+        char sp[64];
+        snprintf(sp, sizeof sp, "bits=%d,scale=f32", b);
+        double e = rms_err(128, sp, 1000, seed + 100 + b, &r, NULL, NULL, NULL);
+        printf("rabitq d=128 bits=%d: RMS error %.5f of <o,q> for unit vectors\n", b, e);
+        CHECKF(e < 0.75 * prev, "bits=%d: error %.5f not below 0.75 x %.5f", b, e, prev);
+        prev = e;
+    }
+
+    /* determinism */
+    {
+        float x[64];
+        uint8_t b1[64], b2[64], b3[64];
+        gauss_vec(&r, x, 64, 1.0);
+        vq_codec_state s1 = mk("rabitq", 64, "bits=3", 42, NULL), s2 = mk("rabitq", 64, "bits=3", 42, NULL),
+                       s3 = mk("rabitq", 64, "bits=3", 43, NULL);
+        s1.codec->encode(&s1, x, b1);
+        s2.codec->encode(&s2, x, b2);
+        s3.codec->encode(&s3, x, b3);
+        CHECK(memcmp(b1, b2, s1.block_bytes) == 0);
+        CHECK(memcmp(b1, b3, s1.block_bytes) != 0);
+        s1.codec->fini(&s1); s2.codec->fini(&s2); s3.codec->fini(&s3);
+    }
+    /* zero, huge, NaN */
+    {
+        vq_codec_state s = mk("rabitq", 64, "bits=2", seed, NULL), s32 = mk("rabitq", 64, "bits=2,scale=f32", seed, NULL);
+        float x[64] = {0}, q[64], xh[64];
+        uint8_t b[64], bb[64];
+        gauss_vec(&r, q, 64, 1.0);
+        s.codec->encode(&s, x, b);
+        s.codec->decode(&s, b, xh);
+        int z = 1;
+        for (int i = 0; i < 64; i++) z &= xh[i] == 0.0f;
+        CHECK(z && score1(&s, q, b) == 0.0f);
+        gauss_vec(&r, x, 64, 1.0);
+        s32.codec->encode(&s32, x, b);
+        float base = score1(&s32, q, b);
+        for (int i = 0; i < 64; i++) x[i] *= 1000.0f;
+        s32.codec->encode(&s32, x, bb);
+        CHECK(memcmp(b, bb, 16) == 0);
+        CHECK_NEAR(score1(&s32, q, bb) / base, 1000.0, 1000.0 * 1e-4);
+        for (int i = 0; i < 64; i++) x[i] = 65504.0f * (i % 3 ? 1 : -1);
+        s.codec->encode(&s, x, b);
+        CHECK(isfinite(score1(&s, q, b)));
+        x[7] = NAN;
+        s.codec->encode(&s, x, b);
+        CHECK(isnan(score1(&s, q, b)));
+        s.codec->fini(&s); s32.codec->fini(&s32);
+    }
+    /* bad parameters */
+    {
+        vq_status s;
+        mk("rabitq", 64, "bits=9", 1, &s);
+        CHECK(s == VQ_ERR_ARG);
+        mk("rabitq", 64, "rot=fft", 1, &s);
+        CHECK(s == VQ_ERR_ARG);
+        mk("rabitq", 100, "rot=hadamard", 1, &s);
+        CHECK(s == VQ_ERR_ARG);
+        mk("rabitq", 64, "m=3", 1, &s);
+        CHECK(s == VQ_ERR_ARG);
+        mk("rabitq", 2000, "", 1, &s);   /* not 2^k and above the dense-rotation limit */
+        CHECK(s == VQ_ERR_ARG);
+    }
+    return vq_t_done();
+}
