@@ -5,10 +5,14 @@
 
 extern const vq_codec vq_codec_f32;
 extern const vq_codec vq_codec_f16;
+extern const vq_codec vq_codec_qjl;
+extern const vq_codec vq_codec_rabitq;
 
 static const vq_codec *const table[] = {
     &vq_codec_f32,
     &vq_codec_f16,
+    &vq_codec_qjl,
+    &vq_codec_rabitq,
 };
 
 const vq_codec *vq_codec_at(int i) {
