@@ -7,12 +7,14 @@ extern const vq_codec vq_codec_f32;
 extern const vq_codec vq_codec_f16;
 extern const vq_codec vq_codec_qjl;
 extern const vq_codec vq_codec_rabitq;
+extern const vq_codec vq_codec_polar;
 
 static const vq_codec *const table[] = {
     &vq_codec_f32,
     &vq_codec_f16,
     &vq_codec_qjl,
     &vq_codec_rabitq,
+    &vq_codec_polar,
 };
 
 const vq_codec *vq_codec_at(int i) {
