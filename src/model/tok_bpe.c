@@ -168,9 +168,10 @@ static int bpe_pair(const vq_tokenizer *t, const char *text, const tok_sym *a, c
     return 0;
 }
 
+/* A byte the vocabulary has no token for is dropped, as llama.cpp and HF tokenizers do (SmolLM2
+ * lacks 21 of the 256, e.g. 0x04 and 0xF1): its unknown id is <|endoftext|>, which would end a turn. */
 static void push_or_unk(const vq_tokenizer *t, tok_out *o, int id) {
     if (id >= 0) tok_push(o, id);
-    else if (t->unk >= 0) tok_push(o, t->unk);
 }
 
 static int bpe_word(const vq_tokenizer *t, tok_scratch *s, const char *p, size_t n, tok_out *o,
