@@ -2,6 +2,8 @@
  * getters that name the key in their errors, and element access into packed arrays. */
 #include "formats/gguf_internal.h"
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 uint32_t vq_gguf_version(const vq_gguf *g) { return g->version; }
@@ -139,7 +141,10 @@ vq_status vq_gguf_get_f32(const vq_gguf *g, const char *key, float *out, vq_err 
     const vq_gguf_kv *kv = want(g, key, err);
     if (!kv) return VQ_ERR_FORMAT;
     if (kv->type != VQ_GGUF_FLOAT32 && kv->type != VQ_GGUF_FLOAT64) return wrong_type(g, kv, key, "a float", err);
-    *out = (float)kv->val.f;
+    double d = kv->val.f;
+    if (d == d && (d > FLT_MAX || d < -FLT_MAX) && d != INFINITY && d != -INFINITY)
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: key '%s' = %g is out of float32 range", g->name, key, d);
+    *out = (float)d;
     return VQ_OK;
 }
 

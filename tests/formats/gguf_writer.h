@@ -9,7 +9,7 @@
 
 typedef struct tw_buf { uint8_t *p; size_t n, cap; } tw_buf;
 
-static void tw_put(tw_buf *b, const void *d, size_t k) {
+static inline void tw_put(tw_buf *b, const void *d, size_t k) {
     if (b->n + k > b->cap) {
         size_t c = b->cap ? b->cap : 256;
         while (c < b->n + k) c *= 2;
@@ -21,20 +21,20 @@ static void tw_put(tw_buf *b, const void *d, size_t k) {
     if (k) memcpy(b->p + b->n, d, k);
     b->n += k;
 }
-static void tw_le(tw_buf *b, uint64_t v, int bytes) {
+static inline void tw_le(tw_buf *b, uint64_t v, int bytes) {
     uint8_t t[8];
     for (int i = 0; i < bytes; i++) t[i] = (uint8_t)(v >> (8 * i));
     tw_put(b, t, (size_t)bytes);
 }
-static void tw_u8(tw_buf *b, uint8_t v) { tw_le(b, v, 1); }
-static void tw_u16(tw_buf *b, uint16_t v) { tw_le(b, v, 2); }
-static void tw_u32(tw_buf *b, uint32_t v) { tw_le(b, v, 4); }
-static void tw_u64(tw_buf *b, uint64_t v) { tw_le(b, v, 8); }
-static void tw_f32(tw_buf *b, float f) { uint32_t u; memcpy(&u, &f, 4); tw_u32(b, u); }
-static void tw_f64(tw_buf *b, double f) { uint64_t u; memcpy(&u, &f, 8); tw_u64(b, u); }
-static void tw_strn(tw_buf *b, const char *s, size_t n) { tw_u64(b, n); tw_put(b, s, n); }
-static void tw_str(tw_buf *b, const char *s) { tw_strn(b, s, strlen(s)); }
-static void tw_key(tw_buf *b, const char *k, uint32_t type) { tw_str(b, k); tw_u32(b, type); }
+static inline void tw_u8(tw_buf *b, uint8_t v) { tw_le(b, v, 1); }
+static inline void tw_u16(tw_buf *b, uint16_t v) { tw_le(b, v, 2); }
+static inline void tw_u32(tw_buf *b, uint32_t v) { tw_le(b, v, 4); }
+static inline void tw_u64(tw_buf *b, uint64_t v) { tw_le(b, v, 8); }
+static inline void tw_f32(tw_buf *b, float f) { uint32_t u; memcpy(&u, &f, 4); tw_u32(b, u); }
+static inline void tw_f64(tw_buf *b, double f) { uint64_t u; memcpy(&u, &f, 8); tw_u64(b, u); }
+static inline void tw_strn(tw_buf *b, const char *s, size_t n) { tw_u64(b, n); tw_put(b, s, n); }
+static inline void tw_str(tw_buf *b, const char *s) { tw_strn(b, s, strlen(s)); }
+static inline void tw_key(tw_buf *b, const char *k, uint32_t type) { tw_str(b, k); tw_u32(b, type); }
 
 /* the tensors of the test file: name, ggml type, dims, bytes (from the ggml block layouts) */
 #define TW_NT 6
@@ -64,9 +64,9 @@ typedef struct tw_layout {
 } tw_layout;
 
 /* byte i of tensor t's data: a pattern that differs per tensor and per position */
-static uint8_t tw_pattern(int t, uint64_t i) { return (uint8_t)(31 * t + 7 * i + 1); }
+static inline uint8_t tw_pattern(int t, uint64_t i) { return (uint8_t)(31 * t + 7 * i + 1); }
 
-static tw_buf tw_build(const tw_opts *o, tw_layout *L) {
+static inline tw_buf tw_build(const tw_opts *o, tw_layout *L) {
     tw_buf b = {0};
     memset(L, 0, sizeof *L);
     uint64_t align = o->alignment ? o->alignment : 32;
@@ -138,7 +138,7 @@ static tw_buf tw_build(const tw_opts *o, tw_layout *L) {
     return b;
 }
 
-static void tw_patch(uint8_t *p, size_t at, uint64_t v, int bytes) {
+static inline void tw_patch(uint8_t *p, size_t at, uint64_t v, int bytes) {
     for (int i = 0; i < bytes; i++) p[at + (size_t)i] = (uint8_t)(v >> (8 * i));
 }
 #endif

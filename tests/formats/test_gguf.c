@@ -95,6 +95,7 @@ static void check_values(const vq_gguf *g, const tw_opts *o, const tw_layout *L,
     CHECK(vq_gguf_get_u32(g, "no.such", &u32, &e) == VQ_ERR_FORMAT && strstr(e.msg, "'no.such' not found"));
     CHECK(vq_gguf_get_f32(g, "k.f32", &f, &e) == VQ_OK && f == 1.5f);
     CHECK(vq_gguf_get_f32(g, "k.u8", &f, &e) == VQ_ERR_FORMAT);
+    CHECK(vq_gguf_get_f32(g, "k.f64", &f, &e) == VQ_ERR_FORMAT && strstr(e.msg, "out of float32 range"));
     CHECK(vq_gguf_get_bool(g, "k.bool", &bl, &e) == VQ_OK && bl == 1);
     CHECK(vq_gguf_get_bool(g, "k.u8", &bl, &e) == VQ_ERR_FORMAT);
     CHECK(vq_gguf_get_str(g, "k.str", &s, &e) == VQ_OK && vq_str_eq(s, "hello, gguf"));
