@@ -5,6 +5,8 @@
 
 extern const vq_codec vq_codec_f32;
 extern const vq_codec vq_codec_f16;
+extern const vq_codec vq_codec_q8_0;
+extern const vq_codec vq_codec_q4_0;
 extern const vq_codec vq_codec_qjl;
 extern const vq_codec vq_codec_rabitq;
 extern const vq_codec vq_codec_polar;
@@ -12,6 +14,8 @@ extern const vq_codec vq_codec_polar;
 static const vq_codec *const table[] = {
     &vq_codec_f32,
     &vq_codec_f16,
+    &vq_codec_q8_0,
+    &vq_codec_q4_0,
     &vq_codec_qjl,
     &vq_codec_rabitq,
     &vq_codec_polar,

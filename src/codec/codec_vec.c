@@ -1,6 +1,8 @@
 /* codec_vec.c: float/fp16 dot and axpy for the codecs' hot loops: scalar reference plus AVX2
  * (FMA, F16C) and AVX-512 variants compiled with target attributes, chosen once per process. */
 #include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
 #include "codec/codec_vec.h"
 
 vq_isa vq_cvec_isa(void) {
@@ -8,6 +10,10 @@ vq_isa vq_cvec_isa(void) {
     int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
     if (v < 0) {
         v = (int)vq_cpu_best_isa();
+        /* VQ_CODEC_ISA=scalar|avx2|avx512 caps the variant (tests run every path this way) */
+        const char *e = getenv("VQ_CODEC_ISA");
+        int want = !e ? v : !strcmp(e, "scalar") ? 0 : !strcmp(e, "avx2") ? 1 : !strcmp(e, "avx512") ? 2 : v;
+        v = VQ_MIN(v, want);
         __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
     return (vq_isa)v;

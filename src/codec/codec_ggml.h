@@ -1,0 +1,203 @@
+/* codec_ggml.h: shared pieces of the llama.cpp-style KV codecs (q8_0, q4_0): the optional
+ * randomized Hadamard rotation (rotate=1) and generic score/accumulate loops over rows made of
+ * 32-element blocks. A codec supplies a block decoder that produces the block's 32 values in
+ * registers; the loops inline it (always_inline), so codes are read from memory and expanded
+ * only in registers: no K_hat/V_hat row is ever written out. */
+#ifndef VQ_CODEC_GGML_H
+#define VQ_CODEC_GGML_H
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "codec/codec.h"
+#include "kernels/kernels.h"
+
+#define VQ_GGML_T2 __attribute__((target("avx2,fma,f16c")))
+#define VQ_GGML_T5 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+#define VQ_GGML_INL static inline __attribute__((always_inline))
+#define VQ_GGML_QB 8     /* queries sharing one pass over a row in the SIMD loops */
+
+typedef struct vq_ggml_impl {
+    int rotate;
+    float *sgn;      /* d random signs when rotate */
+} vq_ggml_impl;
+
+/* parse rotate=0|1, check d; allocates impl (state_bytes counted) */
+static inline vq_status vq_ggml_init(vq_codec_state *st, int d, const vq_codec_param *p, int np,
+                                     uint64_t seed, vq_err *err) {
+    const vq_codec *c = st->codec;
+    vq_status s = vq_codec_params_check(c, p, np, "rotate", err);
+    int rot = 0;
+    if (!s) s = vq_codec_param_int(c, p, np, "rotate", 0, 1, 0, &rot, err);
+    if (s) return s;
+    if (d % 32)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: head_dim %d is not a multiple of 32 (blocks of "
+                          "32 elements)", c->name, d);
+    if (rot && (d & (d - 1)))
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: rotate=1 needs head_dim a power of two "
+                          "(Walsh-Hadamard), got %d", c->name, d);
+    if (rot && d > 4096)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: rotate=1 supports head_dim <= 4096, got %d",
+                          c->name, d);
+    vq_ggml_impl *im = calloc(1, sizeof *im);
+    if (!im) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", c->name);
+    st->impl = im;
+    st->state_bytes = sizeof *im;
+    im->rotate = rot;
+    if (rot) {
+        im->sgn = malloc((size_t)d * sizeof(float));
+        if (!im->sgn) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", c->name);
+        st->state_bytes += (size_t)d * sizeof(float);
+        vq_rng r;
+        vq_rng_seed(&r, seed);
+        for (int i = 0; i < d; i++) im->sgn[i] = (float)vq_rng_sign(&r);
+    }
+    snprintf(st->params, sizeof st->params, "rotate=%d", rot);
+    st->d = d;
+    st->rows_per_block = 1;
+    st->qstate_bytes = (size_t)d * sizeof(float);
+    st->acc_floats = d;
+    return VQ_OK;
+}
+static inline void vq_ggml_fini(vq_codec_state *st) {
+    vq_ggml_impl *im = st->impl;
+    if (im) free(im->sgn);
+    free(im);
+    st->impl = NULL;
+}
+/* y = H D x / sqrt(d) (orthogonal) and its inverse x = D H y / sqrt(d) */
+static inline void vq_ggml_rot(const vq_ggml_impl *im, int d, const float *x, float *y) {
+    for (int i = 0; i < d; i++) y[i] = x[i] * im->sgn[i];
+    vq_fwht(y, d);
+    const float s = 1.0f / sqrtf((float)d);
+    for (int i = 0; i < d; i++) y[i] *= s;
+}
+static inline void vq_ggml_unrot(const vq_ggml_impl *im, int d, const float *y, float *x) {
+    if (x != y) memcpy(x, y, (size_t)d * sizeof(float));
+    vq_fwht(x, d);
+    const float s = 1.0f / sqrtf((float)d);
+    for (int i = 0; i < d; i++) x[i] *= s * im->sgn[i];
+}
+static inline void vq_ggml_prep(const vq_codec_state *st, const float *q, void *qs) {
+    const vq_ggml_impl *im = st->impl;
+    if (im->rotate) vq_ggml_rot(im, st->d, q, qs);
+    else memcpy(qs, q, (size_t)st->d * sizeof(float));
+}
+static inline void vq_ggml_finish(const vq_codec_state *st, const float *acc, float *out) {
+    const vq_ggml_impl *im = st->impl;
+    if (im->rotate) vq_ggml_unrot(im, st->d, acc, out);
+    else memcpy(out, acc, (size_t)st->d * sizeof(float));
+}
+
+/* ---- generic loops: rows of nb = d/32 blocks of bb bytes; dec* expand one block ---- */
+typedef void (*vq_dec512)(const uint8_t *blk, __m512 *c0, __m512 *c1);
+typedef void (*vq_dec256)(const uint8_t *blk, __m256 *c);   /* c[4] */
+
+VQ_GGML_T5 VQ_GGML_INL float vq_ggml_hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+VQ_GGML_T2 VQ_GGML_INL float vq_ggml_hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+VQ_GGML_T5 VQ_GGML_INL void vq_ggml_score512(int d, size_t bb, int n_q, const void *const *qs,
+                                             const uint8_t *rows, int n_rows, float *scores,
+                                             vq_dec512 dec) {
+    const int nb = d / 32;
+    const size_t rb = (size_t)nb * bb;
+    for (int j0 = 0; j0 < n_q; j0 += VQ_GGML_QB) {
+        const int nj = VQ_MIN(VQ_GGML_QB, n_q - j0);
+        for (int r = 0; r < n_rows; r++) {
+            const uint8_t *row = rows + (size_t)r * rb;
+            __m512 a[VQ_GGML_QB];
+            for (int j = 0; j < VQ_GGML_QB; j++) a[j] = _mm512_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                __m512 c0, c1;
+                dec(row + (size_t)b * bb, &c0, &c1);
+                for (int j = 0; j < nj; j++) {
+                    const float *q = (const float *)qs[j0 + j] + b * 32;
+                    a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q), c0, a[j]);
+                    a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16), c1, a[j]);
+                }
+            }
+            for (int j = 0; j < nj; j++) scores[(size_t)(j0 + j) * n_rows + r] = vq_ggml_hsum512(a[j]);
+        }
+    }
+}
+VQ_GGML_T5 VQ_GGML_INL void vq_ggml_acc512(int d, size_t bb, int n_q, const float *w,
+                                           const uint8_t *rows, int n_rows, float *const *acc,
+                                           vq_dec512 dec) {
+    const int nb = d / 32;
+    const size_t rb = (size_t)nb * bb;
+    for (int r = 0; r < n_rows; r++) {
+        const uint8_t *row = rows + (size_t)r * rb;
+        int any = 0;
+        for (int j = 0; j < n_q; j++) any |= w[(size_t)j * n_rows + r] != 0.0f;
+        if (!any) continue;
+        for (int b = 0; b < nb; b++) {
+            __m512 c0, c1;
+            dec(row + (size_t)b * bb, &c0, &c1);
+            for (int j = 0; j < n_q; j++) {
+                const float wj = w[(size_t)j * n_rows + r];
+                if (wj == 0.0f) continue;
+                float *y = acc[j] + b * 32;
+                __m512 vw = _mm512_set1_ps(wj);
+                _mm512_storeu_ps(y, _mm512_fmadd_ps(vw, c0, _mm512_loadu_ps(y)));
+                _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(vw, c1, _mm512_loadu_ps(y + 16)));
+            }
+        }
+    }
+}
+VQ_GGML_T2 VQ_GGML_INL void vq_ggml_score256(int d, size_t bb, int n_q, const void *const *qs,
+                                             const uint8_t *rows, int n_rows, float *scores,
+                                             vq_dec256 dec) {
+    const int nb = d / 32;
+    const size_t rb = (size_t)nb * bb;
+    for (int j0 = 0; j0 < n_q; j0 += VQ_GGML_QB) {
+        const int nj = VQ_MIN(VQ_GGML_QB, n_q - j0);
+        for (int r = 0; r < n_rows; r++) {
+            const uint8_t *row = rows + (size_t)r * rb;
+            __m256 a[VQ_GGML_QB];
+            for (int j = 0; j < VQ_GGML_QB; j++) a[j] = _mm256_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                __m256 c[4];
+                dec(row + (size_t)b * bb, c);
+                for (int j = 0; j < nj; j++) {
+                    const float *q = (const float *)qs[j0 + j] + b * 32;
+                    a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q), c[0], a[j]);
+                    a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8), c[1], a[j]);
+                    a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 16), c[2], a[j]);
+                    a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 24), c[3], a[j]);
+                }
+            }
+            for (int j = 0; j < nj; j++) scores[(size_t)(j0 + j) * n_rows + r] = vq_ggml_hsum256(a[j]);
+        }
+    }
+}
+VQ_GGML_T2 VQ_GGML_INL void vq_ggml_acc256(int d, size_t bb, int n_q, const float *w,
+                                           const uint8_t *rows, int n_rows, float *const *acc,
+                                           vq_dec256 dec) {
+    const int nb = d / 32;
+    const size_t rb = (size_t)nb * bb;
+    for (int r = 0; r < n_rows; r++) {
+        const uint8_t *row = rows + (size_t)r * rb;
+        int any = 0;
+        for (int j = 0; j < n_q; j++) any |= w[(size_t)j * n_rows + r] != 0.0f;
+        if (!any) continue;
+        for (int b = 0; b < nb; b++) {
+            __m256 c[4];
+            dec(row + (size_t)b * bb, c);
+            for (int j = 0; j < n_q; j++) {
+                const float wj = w[(size_t)j * n_rows + r];
+                if (wj == 0.0f) continue;
+                float *y = acc[j] + b * 32;
+                __m256 vw = _mm256_set1_ps(wj);
+                for (int k = 0; k < 4; k++)
+                    _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(vw, c[k], _mm256_loadu_ps(y + 8 * k)));
+            }
+        }
+    }
+}
+#endif

@@ -1,0 +1,141 @@
+/* codec_q8_0.c: llama.cpp's q8_0 KV type: blocks of 32 values, an fp16 scale max|x|/127 and 32
+ * int8 codes (34 bytes = 8.5 bits per element), optionally after a randomized Hadamard rotation
+ * (rotate=1). Scores and sums expand the int8 codes in registers, never into memory. */
+#include "codec/codec_ggml.h"
+#include "codec/codec_vec.h"
+
+#define QK 32
+#define BB 34   /* bytes per block: fp16 scale + 32 int8 */
+
+static vq_status q8_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
+                         uint64_t seed, vq_err *err) {
+    vq_status s = vq_ggml_init(st, d, p, np, seed, err);
+    if (s) return s;
+    st->block_bytes = (size_t)(d / QK) * BB;
+    return VQ_OK;
+}
+
+static void quant_row(const float *x, uint8_t *out, int d) {
+    for (int b = 0; b < d / QK; b++) {
+        const float *xb = x + b * QK;
+        uint8_t *blk = out + (size_t)b * BB;
+        float amax = 0;
+        for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        const float sc = amax / 127.0f, id = sc > 0 ? 1.0f / sc : 0.0f;
+        vq_f16 h = vq_f32_to_f16(sc);
+        memcpy(blk, &h, 2);
+        for (int i = 0; i < QK; i++) {
+            float v = roundf(xb[i] * id);
+            v = fminf(127.0f, fmaxf(-127.0f, v));
+            blk[2 + i] = (uint8_t)(int8_t)v;
+        }
+    }
+}
+static void q8_encode(const vq_codec_state *st, const float *x, uint8_t *block) {
+    const vq_ggml_impl *im = st->impl;
+    if (im->rotate) {
+        float y[4096];
+        vq_ggml_rot(im, st->d, x, y);
+        quant_row(y, block, st->d);
+    } else {
+        quant_row(x, block, st->d);
+    }
+}
+static void q8_decode(const vq_codec_state *st, const uint8_t *block, float *x) {
+    for (int b = 0; b < st->d / QK; b++) {
+        const uint8_t *blk = block + (size_t)b * BB;
+        vq_f16 h;
+        memcpy(&h, blk, 2);
+        const float sc = vq_f16_to_f32(h);
+        for (int i = 0; i < QK; i++) x[b * QK + i] = sc * (float)(int8_t)blk[2 + i];
+    }
+    const vq_ggml_impl *im = st->impl;
+    if (im->rotate) vq_ggml_unrot(im, st->d, x, x);
+}
+
+/* ---- block expanders ---- */
+static inline float blk_scale(const uint8_t *blk) {
+    vq_f16 h;
+    memcpy(&h, blk, 2);
+    return vq_f16_to_f32(h);
+}
+VQ_GGML_T5 VQ_GGML_INL void dec512(const uint8_t *blk, __m512 *c0, __m512 *c1) {
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    __m512 s = _mm512_set1_ps(_cvtsh_ss(h));
+    __m512i i0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)));
+    __m512i i1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18)));
+    *c0 = _mm512_mul_ps(s, _mm512_cvtepi32_ps(i0));
+    *c1 = _mm512_mul_ps(s, _mm512_cvtepi32_ps(i1));
+}
+VQ_GGML_T2 VQ_GGML_INL void dec256(const uint8_t *blk, __m256 *c) {
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    __m256 s = _mm256_set1_ps(_cvtsh_ss(h));
+    for (int k = 0; k < 4; k++) {
+        __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * k)));
+        c[k] = _mm256_mul_ps(s, _mm256_cvtepi32_ps(v));
+    }
+}
+VQ_GGML_T5 static void score512(int d, int n_q, const void *const *qs, const uint8_t *rows, int n,
+                                float *sc) { vq_ggml_score512(d, BB, n_q, qs, rows, n, sc, dec512); }
+VQ_GGML_T5 static void acc512(int d, int n_q, const float *w, const uint8_t *rows, int n,
+                              float *const *acc) { vq_ggml_acc512(d, BB, n_q, w, rows, n, acc, dec512); }
+VQ_GGML_T2 static void score256(int d, int n_q, const void *const *qs, const uint8_t *rows, int n,
+                                float *sc) { vq_ggml_score256(d, BB, n_q, qs, rows, n, sc, dec256); }
+VQ_GGML_T2 static void acc256(int d, int n_q, const float *w, const uint8_t *rows, int n,
+                              float *const *acc) { vq_ggml_acc256(d, BB, n_q, w, rows, n, acc, dec256); }
+
+/* ---- scalar reference: per element, straight from the codes ---- */
+static void score_scalar(int d, int n_q, const void *const *qs, const uint8_t *rows, int n,
+                         float *scores) {
+    const size_t rb = (size_t)(d / QK) * BB;
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < n_q; j++) {
+            const float *q = qs[j];
+            float s = 0;
+            for (int b = 0; b < d / QK; b++) {
+                const uint8_t *blk = rows + r * rb + (size_t)b * BB;
+                const float sc = blk_scale(blk);
+                for (int i = 0; i < QK; i++) s += q[b * QK + i] * (sc * (float)(int8_t)blk[2 + i]);
+            }
+            scores[(size_t)j * n + r] = s;
+        }
+}
+static void acc_scalar(int d, int n_q, const float *w, const uint8_t *rows, int n, float *const *acc) {
+    const size_t rb = (size_t)(d / QK) * BB;
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < n_q; j++) {
+            const float wj = w[(size_t)j * n + r];
+            if (wj == 0.0f) continue;
+            for (int b = 0; b < d / QK; b++) {
+                const uint8_t *blk = rows + r * rb + (size_t)b * BB;
+                const float sc = blk_scale(blk);
+                for (int i = 0; i < QK; i++) acc[j][b * QK + i] += wj * (sc * (float)(int8_t)blk[2 + i]);
+            }
+        }
+}
+
+static void q8_score(const vq_codec_state *st, int n_q, const void *const *qs,
+                     const uint8_t *blocks, int n_blocks, float *scores) {
+    switch (vq_cvec_isa()) {
+    case VQ_ISA_AVX512: score512(st->d, n_q, qs, blocks, n_blocks, scores); break;
+    case VQ_ISA_AVX2: score256(st->d, n_q, qs, blocks, n_blocks, scores); break;
+    default: score_scalar(st->d, n_q, qs, blocks, n_blocks, scores);
+    }
+}
+static void q8_accumulate(const vq_codec_state *st, int n_q, const float *w,
+                          const uint8_t *blocks, int n_blocks, float *const *acc) {
+    switch (vq_cvec_isa()) {
+    case VQ_ISA_AVX512: acc512(st->d, n_q, w, blocks, n_blocks, acc); break;
+    case VQ_ISA_AVX2: acc256(st->d, n_q, w, blocks, n_blocks, acc); break;
+    default: acc_scalar(st->d, n_q, w, blocks, n_blocks, acc);
+    }
+}
+
+const vq_codec vq_codec_q8_0 = {
+    .name = "q8_0", .params_help = "rotate=0|1 (default 0; 1 needs head_dim a power of two); head_dim multiple of 32",
+    .init = q8_init, .fini = vq_ggml_fini, .encode = q8_encode, .decode = q8_decode,
+    .prep_query = vq_ggml_prep, .score = q8_score, .accumulate = q8_accumulate,
+    .finish = vq_ggml_finish,
+};
