@@ -282,7 +282,7 @@ int vq_tokenize(const vq_tokenizer *t, const char *text, size_t len, int add_bos
                 int parse_special, int *out, int max_out, vq_err *err) {
     if (!t || (!text && len) || (!out && max_out > 0))
         return vq_err_set(err, VQ_ERR_ARG, "vq_tokenize: NULL tokenizer, text or output"), -1;
-    if (len > (size_t)INT_MAX / 2)
+    if (len > (size_t)INT_MAX / 4)   /* SentencePiece spells spaces in 3 bytes; int offsets */
         return vq_err_set(err, VQ_ERR_RANGE, "vq_tokenize: text of %zu bytes is too long", len), -1;
     tok_out o = { out, max_out > 0 ? max_out : 0, 0 };
     tok_scratch s;

@@ -25,6 +25,9 @@ int vq_tok_find(const vq_tokenizer *t, const char *piece); /* exact vocab lookup
 
 /* Encode len bytes of text. add_bos: prepend BOS. parse_special: recognize special-token text
  * such as "<|im_start|>" as single tokens (chat templates); off, it is ordinary text.
+ * (User-defined tokens are matched either way, as llama.cpp does. A byte that a byte-level vocabulary
+ * has no token for is dropped, as HF tokenizers and llama.cpp do; SentencePiece falls back to <0xXX>,
+ * else to unk. Thread-safe: the tokenizer is only read.)
  * Writes at most max_out ids and returns the number the full encoding needs (may exceed
  * max_out: call again with a bigger buffer), or -1 with err set. */
 int vq_tokenize(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
@@ -32,7 +35,9 @@ int vq_tokenize(const vq_tokenizer *t, const char *text, size_t len, int add_bos
 
 /* Bytes of one token as generation should print them, given the previous token (SentencePiece
  * drops the dummy-prefix space after BOS; byte tokens become their byte; special/control tokens
- * print as nothing unless show_special). Returns the byte count written into buf (<= cap). */
+ * print as nothing unless show_special). Returns the byte count written into buf (<= cap).
+ * prev < 0 means "no previous token" (start of text) and is treated like BOS. A byte token may be
+ * part of a multi-byte UTF-8 character: a printer should pass bytes through, not validate each. */
 size_t vq_token_bytes(const vq_tokenizer *t, int prev, int id, int show_special, char *buf, size_t cap);
 
 /* Decode a whole sequence to text (as the concatenation of vq_token_bytes would, and without

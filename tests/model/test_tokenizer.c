@@ -150,6 +150,17 @@ static void check_against_naive(vq_tokenizer *t, const ref_vocab *rv) {
         while (*p == '\n') p++;
     }
     printf("tinystories: %d/%d paragraphs identical to the naive encoder\n", agree, paragraphs);
+    /* the whole file as one text: speed, and decode gives it back (minus nothing: bytes fall back) */
+    int cap = (int)len + 16;
+    int *all = malloc((size_t)cap * sizeof *all);
+    double t0 = vq_now_s();
+    int na = vq_tokenize(t, txt, len, 1, 0, all, cap, &e);
+    double dt = vq_now_s() - t0;
+    printf("tinystories-valid-sample.txt (%zu bytes): %d tokens in %.3f s: %.0f tokens/s\n", len, na, dt, na / dt);
+    CHECK(na > 100000 && na <= cap && dt < 5.0);
+    char *back = malloc(len + 1);
+    CHECK(na > 0 && vq_detokenize(t, all, na, back, len + 1) == len && memcmp(back, txt, len) == 0);
+    free(back); free(all);
     CHECK(paragraphs >= 100 && agree == paragraphs);
     /* random text, including characters outside the vocabulary (byte fallback) */
     uint64_t seed = 20261129;
