@@ -5,6 +5,9 @@
 
 extern const vq_codec vq_codec_f32;
 extern const vq_codec vq_codec_f16;
+extern const vq_codec vq_codec_turboquant_mse;
+extern const vq_codec vq_codec_turboquant_prod;
+extern const vq_codec vq_codec_turboquant_rvq;
 extern const vq_codec vq_codec_q8_0;
 extern const vq_codec vq_codec_q4_0;
 extern const vq_codec vq_codec_qjl;
@@ -14,6 +17,9 @@ extern const vq_codec vq_codec_polar;
 static const vq_codec *const table[] = {
     &vq_codec_f32,
     &vq_codec_f16,
+    &vq_codec_turboquant_mse,
+    &vq_codec_turboquant_prod,
+    &vq_codec_turboquant_rvq,
     &vq_codec_q8_0,
     &vq_codec_q4_0,
     &vq_codec_qjl,

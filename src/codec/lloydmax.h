@@ -11,6 +11,8 @@ typedef enum vq_law {
     VQ_LAW_SPHERE = 0,    /* coordinate of a random unit vector in R^d (needs d >= 3) */
     VQ_LAW_GAUSS = 1,     /* N(0, 1) */
     VQ_LAW_LAPLACE = 2,   /* Laplace(0, 1/√2): variance 1 */
+    VQ_LAW_RESIDUAL = 3,  /* e = X − c[Q(X)] for X of a stage-1 SPHERE codebook, in units of its
+                           * std √(stage-1 mse): variance 1 (build with _build_residual) */
 } vq_law;
 
 #define VQ_LM_MAX_BITS 8
@@ -28,6 +30,9 @@ typedef struct vq_codebook {
 
 /* bits in 1..8. VQ_ERR_ARG (naming law, d, bits) on bad arguments, VQ_ERR_NOMEM. ~1-10 ms. */
 vq_status vq_lloydmax_build(vq_codebook *cb, vq_law law, int d, int bits, vq_err *err);
+/* The exact law of the stage-1 quantization error, for a second (residual) stage. */
+vq_status vq_lloydmax_build_residual(vq_codebook *cb, const vq_codebook *stage1, int bits,
+                                     vq_err *err);
 const char *vq_law_name(vq_law law);
 
 /* Nearest centroid index: branchless binary search over the midpoints (ties go low, NaN -> 0). */

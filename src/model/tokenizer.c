@@ -2,6 +2,7 @@
  * the heap-driven merge engine, special-token splitting ahead of pre-tokenization, decoding
  * (vq_token_bytes / vq_detokenize), and loading llama2.c tok*.bin files. */
 #include "model/tok_internal.h"
+#include "formats/llama2c.h"
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -392,61 +393,42 @@ void vq_tokenizer_free(vq_tokenizer *t) {
     free(t);
 }
 
-/* ---- llama2.c tok*.bin: int32 max_token_length, then per token float score, int32 len, bytes ---- */
+/* ---- llama2.c tok*.bin (parsed and validated by src/formats/llama2c.c) ---- */
 
 vq_tokenizer *vq_tokenizer_from_llama2c(const char *path, int vocab_size, vq_err *err) {
     if (!path || vocab_size <= 0 || vocab_size > (1 << 24)) {
         vq_err_set(err, VQ_ERR_ARG, "tokenizer: bad llama2.c vocab_size %d", vocab_size);
         return NULL;
     }
-    size_t n;
-    char *buf = vq_read_file(path, &n, err);
-    if (!buf) return NULL;
+    vq_l2c_vocab *v = vq_l2c_vocab_load(path, vocab_size, err);
+    if (!v) return NULL;
     vq_tokenizer *t = NULL;
-    /* pass 1: validate every record and add up the text */
-    size_t at = 4, total = 0;
-    if (n < 4) { vq_err_set(err, VQ_ERR_FORMAT, "%s: %zu bytes, too short for the header", path, n); goto fail; }
-    for (int i = 0; i < vocab_size; i++) {
-        int32_t L;
-        if (n - at < 8) {
-            vq_err_set(err, VQ_ERR_FORMAT, "%s: token %d: record header past the end (offset %zu of %zu)",
-                       path, i, at, n);
-            goto fail;
-        }
-        memcpy(&L, buf + at + 4, 4);
-        if (L < 0 || (size_t)L > n - at - 8) {
-            vq_err_set(err, VQ_ERR_FORMAT, "%s: token %d: length %d at offset %zu runs past the end (%zu)",
-                       path, i, (int)L, at + 4, n);
-            goto fail;
-        }
-        at += 8 + (size_t)L;
-        total += (size_t)L;
+    if (v->n != vocab_size) {
+        vq_err_set(err, VQ_ERR_FORMAT, "%s: %d tokens read, vocab_size is %d", path, v->n, vocab_size);
+        goto fail;
     }
+    size_t total = 0;
+    for (int i = 0; i < v->n; i++) total += (size_t)v->lens[i];
     t = tok_alloc(TOK_KIND_SPM, vocab_size, total, err);
     if (!t) goto fail;
-    at = 4;
-    for (int i = 0; i < vocab_size; i++) {
-        float sc; int32_t L;
-        memcpy(&sc, buf + at, 4);
-        memcpy(&L, buf + at + 4, 4);
-        const char *s = buf + at + 8;
+    for (int i = 0; i < v->n; i++) {
+        const char *s = v->pieces[i];
         int ty = TOK_T_NORMAL;
         if (i == 0) ty = TOK_T_UNKNOWN;
         else if (i == 1 || i == 2) ty = TOK_T_CONTROL;
-        else if (spm_byte_piece(s, (uint32_t)L) >= 0) ty = TOK_T_BYTE;
-        tok_set(t, i, s, (size_t)L, sc, ty);
-        at += 8 + (size_t)L;
+        else if (spm_byte_piece(s, (uint32_t)v->lens[i]) >= 0) ty = TOK_T_BYTE;
+        tok_set(t, i, s, (size_t)v->lens[i], v->scores[i], ty);
     }
-    t->unk = 0; t->bos = 1; t->eos = 2;
+    t->unk = 0; t->bos = 1; t->eos = 2;   /* run.c's fixed ids */
     t->add_bos = 1;
     t->add_space_prefix = 1;
-    t->spm_escape_ws = 0;          /* llama2.c pieces spell spaces as ' ' */
+    t->spm_escape_ws = 0;                 /* llama2.c pieces spell spaces as ' ' */
     snprintf(t->pre, sizeof t->pre, "llama2c");
     if (tok_finish(t, err)) goto fail;
-    free(buf);
+    vq_l2c_vocab_free(v);
     return t;
 fail:
     vq_tokenizer_free(t);
-    free(buf);
+    vq_l2c_vocab_free(v);
     return NULL;
 }

@@ -118,7 +118,7 @@ int main(void) {
                 int i = vq_lloydmax_index(&cb, x), best = 0;
                 for (int k = 1; k < cb.n; k++)
                     if (fabsf(x - cb.c[k]) < fabsf(x - cb.c[best])) best = k;
-                if (fabsf(x - cb.c[i]) != fabsf(x - cb.c[best])) mism++;
+                if (fabsf(x - cb.c[i]) > fabsf(x - cb.c[best]) + 1e-7f) mism++;   /* float ties */
                 e += (x - cb.c[i]) * (x - cb.c[i]);
             }
             se += e; se2 += e * e;

@@ -1,0 +1,89 @@
+/* codec_turboquant_mse.c: TurboQuant-MSE (Zandieh et al., arXiv 2504.19874). A row x is stored as
+ * ‖x‖ and the b-bit Lloyd-Max codes of y = Π(x/‖x‖) for the law of a rotated unit vector's
+ * coordinate; x̂ = ‖x‖·Πᵀc[idx]. Attention never rebuilds x̂: q·x̂ = ‖x‖·(Πq)·c[idx], and values
+ * are summed as Σ w‖v‖c[idx] in the rotated domain, rotated back once per head in finish.
+ * Block: [‖x‖: fp16 (or f32 with norm=f32)] [d codes, b bits each, packed (bitpack.h)]. */
+#include <stdio.h>
+#include <string.h>
+#include "codec/tq.h"
+#include "codec/bitpack.h"
+#include "codec/codec_vec.h"
+
+static vq_status mse_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
+                          uint64_t seed, vq_err *err) {
+    vq_tq *t;
+    vq_status s = vq_tq_init_common(st, &t, VQ_TQ_MSE, d, p, np, seed, 1, 4, "bits,norm", err);
+    if (s) return s;
+    t->off_codes1 = t->hdr_bytes;
+    st->block_bytes = t->hdr_bytes + vq_bitpack_bytes(t->bits, (size_t)d);
+    st->qstate_bytes = sizeof(float) * (size_t)d;
+    st->acc_floats = d;
+    snprintf(st->params, sizeof st->params, "bits=%d,norm=%s", t->bits, t->norm32 ? "f32" : "f16");
+    return VQ_OK;
+}
+
+static void mse_encode(const vq_codec_state *st, const float *x, uint8_t *block) {
+    const vq_tq *t = st->impl;
+    float y[VQ_TQ_MAX_D];
+    uint8_t idx[VQ_TQ_MAX_D];
+    double nrm = vq_tq_rotate_unit(t, x, y);
+    vq_tq_put_norm(t, nrm, block);
+    vq_lloydmax_quantize(&t->cb1, y, 1.0f, t->d, idx);
+    vq_bitpack_pack(t->bits, idx, (size_t)t->d, block + t->off_codes1);
+}
+
+static void mse_decode(const vq_codec_state *st, const uint8_t *block, float *x) {
+    const vq_tq *t = st->impl;
+    vq_tq_expand(t, block + t->off_codes1, t->bits, t->cent1, vq_tq_get_norm(t, block), 0, x);
+    vq_rotation_apply_inverse(t->rot, x, x);
+}
+
+static void mse_prep(const vq_codec_state *st, const float *q, void *qs) {
+    const vq_tq *t = st->impl;
+    vq_rotation_apply(t->rot, q, (float *)qs);
+}
+
+static void mse_score(const vq_codec_state *st, int n_q, const void *const *qs,
+                      const uint8_t *blocks, int n_blocks, float *scores) {
+    const vq_tq *t = st->impl;
+    const vq_isa isa = t->isa;
+    float c[VQ_TQ_MAX_D] __attribute__((aligned(64)));
+    for (int r = 0; r < n_blocks; r++) {
+        const uint8_t *b = blocks + (size_t)r * st->block_bytes;
+        float nrm = vq_tq_get_norm(t, b);
+        vq_tq_expand(t, b + t->off_codes1, t->bits, t->cent1, 1.0f, 0, c);
+        for (int j = 0; j < n_q; j++)
+            scores[(size_t)j * n_blocks + r] = nrm * vq_cvec_dot_isa(isa, (const float *)qs[j], c, t->d);
+    }
+}
+
+static void mse_accumulate(const vq_codec_state *st, int n_q, const float *w,
+                           const uint8_t *blocks, int n_blocks, float *const *acc) {
+    const vq_tq *t = st->impl;
+    const vq_isa isa = t->isa;
+    float c[VQ_TQ_MAX_D] __attribute__((aligned(64)));
+    for (int r = 0; r < n_blocks; r++) {
+        int any = 0;
+        for (int j = 0; j < n_q; j++) any |= w[(size_t)j * n_blocks + r] != 0.0f;
+        if (!any) continue;
+        const uint8_t *b = blocks + (size_t)r * st->block_bytes;
+        float nrm = vq_tq_get_norm(t, b);
+        vq_tq_expand(t, b + t->off_codes1, t->bits, t->cent1, 1.0f, 0, c);
+        for (int j = 0; j < n_q; j++) {
+            float wj = w[(size_t)j * n_blocks + r];
+            if (wj != 0.0f) vq_cvec_axpy_isa(isa, acc[j], wj * nrm, c, t->d);
+        }
+    }
+}
+
+static void mse_finish(const vq_codec_state *st, const float *acc, float *out) {
+    const vq_tq *t = st->impl;
+    vq_rotation_apply_inverse(t->rot, acc, out);
+}
+
+const vq_codec vq_codec_turboquant_mse = {
+    .name = "turboquant_mse",
+    .params_help = "bits=1..8 (default 4), norm=f16|f32 (default f16; f16 saturates at 65504)",
+    .init = mse_init, .fini = vq_tq_fini, .encode = mse_encode, .decode = mse_decode,
+    .prep_query = mse_prep, .score = mse_score, .accumulate = mse_accumulate, .finish = mse_finish,
+};
