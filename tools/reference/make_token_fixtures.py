@@ -130,6 +130,11 @@ FIXED = [
     "almost special: <|im_start| and <|im_end and <im_start|>",
     "<repo_name>veloxquant<file_sep>src/main.c<filename>x",
     "bytes without a token: a\x04b \x06\x06 \U00050000x",
+    " <|im_start|> x",
+    "1<|im_end|>2",
+    "<|im_start|>\n\n  ",
+    "text <|endoftext|> ",
+    "<|im_start|>assistant\nSure! 3.14<|im_end|>",
 ]
 
 
@@ -145,6 +150,19 @@ def random_strings(seed, n):
     for _ in range(n):
         k = rng.randint(1, 60)
         out.append("".join(rng.choice(rng.choice(pools)) for _ in range(k)))
+    return out
+
+
+def random_chat(seed, n):
+    """Random text with special-token text spliced in at random places."""
+    rng = random.Random(seed)
+    specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<jupyter_code>", "<|im_start", "|>"]
+    parts = "Hello world 42 \n  \t, café 日本 😀 don't".split(" ")
+    out = []
+    for _ in range(n):
+        k = rng.randint(2, 12)
+        out.append("".join(rng.choice(specials) if rng.random() < 0.3 else
+                           rng.choice(parts) + rng.choice(["", " ", "\n"]) for _ in range(k)))
     return out
 
 
@@ -166,7 +184,7 @@ def main():
         % (tokenizers.__version__, model.name, getattr(gguf, "__version__", "?")),
         "# Written by tools/reference/make_token_fixtures.py; format described there. Random cases: seed %d." % seed,
     ]
-    for text in FIXED + random_strings(seed, 40):
+    for text in FIXED + random_strings(seed, 40) + random_chat(seed + 1, 20):
         modes = ("plain", "special") if "<" in text else ("plain",)
         for mode in modes:
             ids = encode(tok, text, mode == "special")
