@@ -208,6 +208,15 @@ static int split(const vq_tokenizer *t, tok_scratch *s, int level, const char *p
     while (at < n) {
         int rc = pcre2_match(t->re[level], (PCRE2_SPTR)p, n, at, 0, s->md, s->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !s->jit_stack) {
+            /* rare (very long runs): give this call a big JIT stack and try again */
+            s->mctx = pcre2_match_context_create(NULL);
+            s->jit_stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
+            if (!s->mctx || !s->jit_stack)
+                return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory for the regex stack"), -1;
+            pcre2_jit_stack_assign(s->mctx, NULL, s->jit_stack);
+            continue;
+        }
         if (rc < 0) {
             PCRE2_UCHAR msg[128];
             pcre2_get_error_message(rc, msg, sizeof msg);
@@ -231,13 +240,9 @@ static int split(const vq_tokenizer *t, tok_scratch *s, int level, const char *p
 
 int tok_bpe_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size_t len,
                    tok_out *o, vq_err *err) {
-    if (!s->md) {
+    if (!s->md) {   /* the JIT's default 32 KiB stack serves until a match needs more */
         s->md = pcre2_match_data_create(8, NULL);
-        s->mctx = pcre2_match_context_create(NULL);
-        s->jit_stack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, NULL);
-        if (!s->md || !s->mctx || !s->jit_stack)
-            return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory for the regex matcher"), -1;
-        pcre2_jit_stack_assign(s->mctx, NULL, s->jit_stack);
+        if (!s->md) return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory for the regex matcher"), -1;
     }
     return split(t, s, 0, text, len, o, err);
 }
