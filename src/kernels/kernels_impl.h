@@ -16,19 +16,21 @@ _Static_assert(sizeof(vq_block_q4_1) == 20, "q4_1 block must be 20 bytes (ggml l
 /* q4 nibble order: byte j holds element j in its low nibble and element j+16 in its high one */
 
 /* ---- activations quantized to 8 bits, one token row of nb blocks at base ----
- * [qs: nb*32 int8][d: nb float][s: nb float][isum: nb int32], padded to 64 bytes.
+ * [qs: nb*32 int8][ds: nb pairs {d, s} of float][isum: nb int32], padded to 64 bytes.
  * Per block: d = max|x|/127, qs = round(x/d), isum = sum(qs), s = d*isum (ggml's q8_1 sum),
- * so that sum_i (w_i*x_i) over a q4_1 block = dw*d*sum(nib*qs) + m*s. */
+ * so that sum_i (w_i*x_i) over a q4_1 block = dw*d*sum(nib*qs) + m*s. {d, s} are interleaved
+ * so one 128-bit load gives two blocks' pairs, matching q4_1's {d, m} order. */
 static inline size_t vq_q8act_stride(int nb) { return ((size_t)nb * 44 + 63) & ~(size_t)63; }
-static inline const float *vq_q8act_d(const void *base, int nb) {
+static inline const float *vq_q8act_ds(const void *base, int nb) {
     return (const float *)((const uint8_t *)base + (size_t)nb * VQ_QK);
 }
-static inline const float *vq_q8act_s(const void *base, int nb) { return vq_q8act_d(base, nb) + nb; }
 static inline const int32_t *vq_q8act_isum(const void *base, int nb) {
-    return (const int32_t *)(vq_q8act_s(base, nb) + nb);
+    return (const int32_t *)(vq_q8act_ds(base, nb) + 2 * nb);
 }
 /* quantize one row of cols floats (cols % 32 == 0); identical for every ISA */
 void vq_q8act_quantize(const float *x, int cols, void *base);
+void vq_q8act_quantize_avx2(const float *x, int cols, void *base);     /* same bits, faster */
+void vq_q8act_quantize_avx512(const float *x, int cols, void *base);
 
 /* ---- row kernels ----
  * Y[t*ldy + r] = dot(W row r, activation t) for r < nrows, t < nt.

@@ -12,8 +12,8 @@
 void vq_q8act_quantize(const float *x, int cols, void *base) {
     int nb = cols / VQ_QK;
     int8_t *qs = base;
-    float *d = (float *)((uint8_t *)base + (size_t)nb * VQ_QK), *s = d + nb;
-    int32_t *isum = (int32_t *)(s + nb);
+    float *ds = (float *)((uint8_t *)base + (size_t)nb * VQ_QK);
+    int32_t *isum = (int32_t *)(ds + 2 * nb);
     for (int b = 0; b < nb; b++) {
         const float *xb = x + (size_t)b * VQ_QK;
         float amax = 0.0f;
@@ -33,9 +33,9 @@ void vq_q8act_quantize(const float *x, int cols, void *base) {
             qs[b * VQ_QK + j] = (int8_t)q;
             sum += q;
         }
-        d[b] = db;
+        ds[2 * b] = db;
+        ds[2 * b + 1] = db * (float)sum;
         isum[b] = sum;
-        s[b] = db * (float)sum;
     }
 }
 
@@ -93,12 +93,12 @@ void vq_rows_q8_0_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa,
         for (int t = 0; t < nt; t++) {
             const void *xb = (const uint8_t *)xa + (size_t)t * xs;
             const int8_t *q = xb;
-            const float *d = vq_q8act_d(xb, nb);
+            const float *ds = vq_q8act_ds(xb, nb);
             float acc = 0.0f;
             for (int b = 0; b < nb; b++) {
                 int sumi = 0;
                 for (int j = 0; j < VQ_QK; j++) sumi += w[b].qs[j] * q[b * VQ_QK + j];
-                acc += (vq_f16_to_f32(w[b].d) * d[b]) * (float)sumi;
+                acc += (vq_f16_to_f32(w[b].d) * ds[2 * b]) * (float)sumi;
             }
             Y[(size_t)t * ldy + r] = acc;
         }
@@ -112,7 +112,7 @@ void vq_rows_q4_0_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa,
         for (int t = 0; t < nt; t++) {
             const void *xb = (const uint8_t *)xa + (size_t)t * xs;
             const int8_t *q = xb;
-            const float *d = vq_q8act_d(xb, nb);
+            const float *ds = vq_q8act_ds(xb, nb);
             float acc = 0.0f;
             for (int b = 0; b < nb; b++) {
                 int sumi = 0;
@@ -120,7 +120,7 @@ void vq_rows_q4_0_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa,
                     sumi += ((w[b].qs[j] & 0x0f) - 8) * q[b * VQ_QK + j];
                     sumi += ((w[b].qs[j] >> 4) - 8) * q[b * VQ_QK + j + VQ_QK / 2];
                 }
-                acc += (vq_f16_to_f32(w[b].d) * d[b]) * (float)sumi;
+                acc += (vq_f16_to_f32(w[b].d) * ds[2 * b]) * (float)sumi;
             }
             Y[(size_t)t * ldy + r] = acc;
         }
@@ -134,7 +134,7 @@ void vq_rows_q4_1_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa,
         for (int t = 0; t < nt; t++) {
             const void *xb = (const uint8_t *)xa + (size_t)t * xs;
             const int8_t *q = xb;
-            const float *d = vq_q8act_d(xb, nb), *s = vq_q8act_s(xb, nb);
+            const float *ds = vq_q8act_ds(xb, nb);
             float acc = 0.0f;
             for (int b = 0; b < nb; b++) {
                 int sumi = 0;
@@ -142,7 +142,7 @@ void vq_rows_q4_1_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa,
                     sumi += (w[b].qs[j] & 0x0f) * q[b * VQ_QK + j];
                     sumi += (w[b].qs[j] >> 4) * q[b * VQ_QK + j + VQ_QK / 2];
                 }
-                acc += (vq_f16_to_f32(w[b].d) * d[b]) * (float)sumi + vq_f16_to_f32(w[b].m) * s[b];
+                acc += (vq_f16_to_f32(w[b].d) * ds[2 * b]) * (float)sumi + vq_f16_to_f32(w[b].m) * ds[2 * b + 1];
             }
             Y[(size_t)t * ldy + r] = acc;
         }
@@ -240,6 +240,9 @@ void vq_matmul_isa(vq_isa isa, float *Y, const void *W, uint32_t type, const flo
         ch = (rows + nthreads - 1) / nthreads;
         nchunks = (rows + ch - 1) / ch;
     }
+    void (*quantize)(const float *, int, void *) =
+        isa == VQ_ISA_AVX512 ? vq_q8act_quantize_avx512 :
+        isa == VQ_ISA_AVX2 ? vq_q8act_quantize_avx2 : vq_q8act_quantize;
     const uint8_t *Wb = W;
     int quant = k->quantized;
     uint8_t *qa = (uint8_t *)xa;
@@ -248,7 +251,7 @@ void vq_matmul_isa(vq_isa isa, float *Y, const void *W, uint32_t type, const flo
         if (quant) {
             #pragma omp for schedule(static)
             for (int t = 0; t < n; t++)
-                vq_q8act_quantize(X + (size_t)t * cols, cols, qa + (size_t)t * xstride);
+                quantize(X + (size_t)t * cols, cols, qa + (size_t)t * xstride);
         }
         #pragma omp for schedule(static)
         for (int c = 0; c < nchunks; c++) {

@@ -100,3 +100,45 @@ void vq_fwht_avx2(float *x, int n) {
                 _mm256_storeu_ps(x + j + h, _mm256_sub_ps(a, b));
             }
 }
+
+/* Activation quantization, bit-identical to vq_q8act_quantize (see matmul_avx512.c). */
+void vq_q8act_quantize_avx2(const float *x, int cols, void *base) {
+    int nb = cols / VQ_QK;
+    int8_t *qs = base;
+    float *ds = (float *)((uint8_t *)base + (size_t)nb * VQ_QK);
+    int32_t *isum = (int32_t *)(ds + 2 * nb);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int b = 0; b < nb; b++) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps(), un = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + b * VQ_QK + 8 * k);
+            m = _mm256_max_ps(m, _mm256_and_ps(v[k], absm));
+            un = _mm256_or_ps(un, _mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        if (_mm256_movemask_ps(un)) amax = __builtin_nanf("");
+        float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[k], vid), lo), hi));
+        __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        /* pack 32 int32 -> 32 int8 in order: packs interleave 128-bit lanes, a permute undoes it */
+        __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+        __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+        p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(qs + b * VQ_QK), p8);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        int sum = _mm_cvtsi128_si32(s4);
+        ds[2 * b] = db;
+        ds[2 * b + 1] = db * (float)sum;
+        isum[b] = sum;
+    }
+}

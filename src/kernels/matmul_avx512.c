@@ -1,6 +1,6 @@
 /* matmul_avx512.c: AVX-512 row kernels. Float types run 16 wide with masked tails; the int8
- * types use kq256.inc with vpdpbusd (AVX512-VNNI on ymm), chosen only when the CPU reports
- * avx512vnni. Compiled for the target here only; matmul.c dispatches at run time. */
+ * types use kq512.inc (vpdpbusd on zmm, two blocks per instruction), chosen only when the CPU
+ * reports avx512vnni. Compiled for the target here only; matmul.c dispatches at run time. */
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #include "kernels/kernels_impl.h"
 #include <immintrin.h>
@@ -60,14 +60,7 @@ FROW(f32, 4, ld_f32)
 FROW(f16, 2, ld_f16)
 FROW(bf16, 2, ld_bf16)
 
-static inline __attribute__((always_inline)) __m256i dot_us_vnni(__m256i u, __m256i s) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-}
-#define KSUF(n) n##_avx512vnni
-#define DOT_US(u, s) dot_us_vnni(u, s)
-#include "kq256.inc"
-#undef KSUF
-#undef DOT_US
+#include "kq512.inc"
 
 /* fwht: strides 1..8 inside one 16-float register, larger strides as whole-vector butterflies */
 void vq_fwht_avx512(float *x, int n) {
@@ -95,4 +88,33 @@ void vq_fwht_avx512(float *x, int n) {
                 _mm512_storeu_ps(x + j, _mm512_add_ps(a, b));
                 _mm512_storeu_ps(x + j + h, _mm512_sub_ps(a, b));
             }
+}
+
+/* Activation quantization, bit-identical to vq_q8act_quantize: same amax, same d and 1/d,
+ * same clamp (NaN -> -127), and cvtps2dq under the default round-half-even mode equals the
+ * scalar 1.5*2^23 trick for |v| <= 127. */
+void vq_q8act_quantize_avx512(const float *x, int cols, void *base) {
+    int nb = cols / VQ_QK;
+    int8_t *qs = base;
+    float *ds = (float *)((uint8_t *)base + (size_t)nb * VQ_QK);
+    int32_t *isum = (int32_t *)(ds + 2 * nb);
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    for (int b = 0; b < nb; b++) {
+        __m512 a = _mm512_loadu_ps(x + b * VQ_QK), c = _mm512_loadu_ps(x + b * VQ_QK + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
+        if (_mm512_cmp_ps_mask(a, c, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) |
+            _mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q))
+            amax = __builtin_nanf("");
+        float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+        __m512 vid = _mm512_set1_ps(id);
+        /* max(v, -127) returns -127 for NaN v, as the scalar clamp does */
+        __m512i ia = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(a, vid), lo), hi));
+        __m512i ic = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(c, vid), lo), hi));
+        _mm_storeu_si128((__m128i *)(qs + b * VQ_QK), _mm512_cvtsepi32_epi8(ia));
+        _mm_storeu_si128((__m128i *)(qs + b * VQ_QK + 16), _mm512_cvtsepi32_epi8(ic));
+        int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(ia, ic));
+        ds[2 * b] = db;
+        ds[2 * b + 1] = db * (float)sum;
+        isum[b] = sum;
+    }
 }

@@ -168,6 +168,44 @@ static void check_exact(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
     for (int i = 0; i < 3; i++) free(Y[i]);
 }
 
+/* the SIMD activation quantizers must give the scalar one's bytes, ties and specials included */
+static void check_quantizers(vq_rng *rng) {
+    enum { COLS = 12 * 32 };
+    float x[COLS];
+    int nb = COLS / 32;
+    size_t st = vq_q8act_stride(nb);
+    uint8_t *ref = vq_aligned_alloc(st), *got = vq_aligned_alloc(st);
+    for (int trial = 0; trial < 200; trial++) {
+        for (int i = 0; i < COLS; i++) {
+            int b = i / 32;
+            float scale = ldexpf(1.0f, (int)(vq_rng_u64(rng) % 40) - 20);
+            x[i] = (float)vq_rng_gauss(rng) * scale;
+            if (b == 0) x[i] = (float)((int)(vq_rng_u64(rng) % 255) - 127) + 0.5f;   /* exact ties: d = 1 */
+            if (b == 1) x[i] = 0.0f;
+            if (b == 2) x[i] = 1e-40f * (float)(i % 5);                           /* subnormals */
+        }
+        x[5] = 127.0f;   /* block 0: max|x| = 127 so d = 1 and x*id = k + 0.5 exactly */
+        if (trial % 4 == 1) x[3 * 32 + 7] = INFINITY;
+        if (trial % 4 == 2) x[4 * 32 + 9] = NAN;
+        vq_q8act_quantize(x, COLS, ref);
+        for (int isa = VQ_ISA_AVX2; isa <= VQ_ISA_AVX512; isa++) {
+            if (!isa_ok((vq_isa)isa)) continue;
+            memset(got, 0x55, st);
+            (isa == VQ_ISA_AVX2 ? vq_q8act_quantize_avx2 : vq_q8act_quantize_avx512)(x, COLS, got);
+            int bad = memcmp(ref, got, (size_t)nb * 32) != 0;
+            bad |= memcmp(vq_q8act_isum(ref, nb), vq_q8act_isum(got, nb), (size_t)nb * 4) != 0;
+            const float *a = vq_q8act_ds(ref, nb), *b = vq_q8act_ds(got, nb);
+            for (int i = 0; i < 2 * nb; i++) bad |= !(a[i] == b[i] || (isnan(a[i]) && isnan(b[i])));
+            CHECKF(!bad, "trial %d: %s activation quantizer differs from scalar", trial, vq_isa_name((vq_isa)isa));
+        }
+    }
+    /* the ties rounded half to even: 0.5 -> 0, 1.5 -> 2, -2.5 -> -2 */
+    float t[32] = {0.5f, 1.5f, -2.5f, 127.0f};
+    vq_q8act_quantize(t, 32, ref);
+    CHECK(((int8_t *)ref)[0] == 0 && ((int8_t *)ref)[1] == 2 && ((int8_t *)ref)[2] == -2 && ((int8_t *)ref)[3] == 127);
+    vq_aligned_free(ref); vq_aligned_free(got);
+}
+
 int main(void) {
     uint64_t seed = 20261129;
     const char *se = getenv("VQ_TEST_SEED");
@@ -182,6 +220,7 @@ int main(void) {
            best < VQ_ISA_AVX2 ? " avx2" : "", best < VQ_ISA_AVX512 ? " avx512" : " none",
            __builtin_cpu_supports("avx512vnni") ? "vpdpbusd (VNNI)" : "maddubs (AVX2 kernels)");
 
+    check_quantizers(&rng);
     const int ns[] = {1, 3, 17};
     for (size_t ti = 0; ti < VQ_ARRAY_LEN(TYPES); ti++) {
         uint32_t type = TYPES[ti];
