@@ -7,7 +7,7 @@
  *   KV heads of that layer. After init returns VQ_OK the state is READ-ONLY: every other function
  *   takes it const and may be called concurrently from many threads. All per-call scratch lives in
  *   the qstate (one per query, owned by the caller) or on the stack / in the caller's buffers.
- * init(st, d, side, p, np, seed, err): st arrives zeroed with st->codec already set.
+ * init(st, d, side, p, np, seed, err): st arrives zeroed with st->codec and st->side already set.
  *   side is VQ_SIDE_K or VQ_SIDE_V (a codec may store keys and values differently, e.g. KIVI).
  *   p[0..np) are this side's parameters, already split by the store: "bits" (the store maps the
  *   spec's k=/v=/bits= to "bits" for each side) and codec-specific keys. Store keys (window,

@@ -167,6 +167,7 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
         for (int l = 0; l < NL; l++) {
             vq_codec_state *st = &kv->st[s][l];
             st->codec = sp.codec[s];
+            st->side = s;
             vq_status rc = st->codec->init(st, kv->d, s, sp.p[s], sp.np[s], mix_seed(seed, l, s), err);
             if (rc) { st->codec = sp.codec[s]; vq_kv_destroy(kv); return NULL; }
             if (st->rows_per_block < 1 || st->block_bytes == 0 || st->acc_floats < 1 ||

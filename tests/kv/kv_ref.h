@@ -48,7 +48,9 @@ static double rel_err(int n_q, int NH, int d, const float *a, const double *b) {
         double mb = 0, md = 0;
         for (int e = 0; e < d; e++) {
             mb = fmax(mb, fabs(b[(size_t)i * d + e]));
-            md = fmax(md, fabs(a[(size_t)i * d + e] - b[(size_t)i * d + e]));
+            double df = fabs(a[(size_t)i * d + e] - b[(size_t)i * d + e]);
+            if (!(df == df) || isinf(df)) return INFINITY;   /* NaN/inf never passes */
+            md = fmax(md, df);
         }
         worst = fmax(worst, md / (mb + 1e-6));
     }

@@ -81,7 +81,8 @@ static int run_all(uint64_t seed) {
                            "k=q8_0;v=q4_0:rotate=1", "kivi:bits=2,group=32,residual=16",
                            "kivi:bits=4,group=16,residual=0", "kivi:k=2,v=4,group=64,residual=40",
                            "k=kivi:bits=2,group=32,residual=0;v=f16", "k=f16;v=kivi:bits=2,group=32",
-                           "kivi:bits=2,group=8,residual=5;page=20"};
+                           "kivi:bits=2,group=16,residual=5;page=20",
+                           "k=kivi:bits=4,group=8,residual=3;v=q8_0;page=20"};
     for (size_t s = 0; s < VQ_ARRAY_LEN(extra); s++) {
         if (!vq_codec_find("kivi") && strstr(extra[s], "kivi")) continue;
         run_spec(&rng, extra[s], 9, 3, 64, 1);

@@ -1,0 +1,277 @@
+/* codec_kivi.c: KIVI (Liu et al., arXiv 2402.02750): keys quantized per channel over a group of
+ * G tokens (a block holds G rows: rows_per_block = G), values per token in groups of G channels;
+ * min/max asymmetric with fp16 scale and min, 2 or 4 bits; the newest `residual` rows stay in the
+ * store's fp16 window. Codes are packed in 16-byte chunks: byte j of a chunk holds elements
+ * j, j+16, j+32, ... at shifts 0, b, 2b, ... so one 16-byte load expands to 16-lane vectors. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "codec/codec.h"
+#include "codec/codec_vec.h"
+
+#define T2 __attribute__((target("avx2,fma,f16c")))
+#define T5 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+
+typedef struct kivi {
+    int bits, G, d;
+    int row_bytes;   /* packed codes of one row: d * bits / 8 */
+    int hdr;         /* bytes before the codes: K: 4*d (per-channel scale, min); V: 4*d/G */
+} kivi;
+
+static vq_status kivi_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
+                           uint64_t seed, vq_err *err) {
+    const vq_codec *c = st->codec;
+    int bits = 2, G = 32, R = 128;
+    vq_status s = vq_codec_params_check(c, p, np, "bits,group,residual", err);
+    if (!s) s = vq_codec_param_int(c, p, np, "bits", 2, 4, 2, &bits, err);
+    if (!s && bits == 3)
+        s = vq_err_set(err, VQ_ERR_ARG, "codec kivi: bits=3 not supported (2 or 4; %s)", c->params_help);
+    if (!s) s = vq_codec_param_int(c, p, np, "group", 1, 4096, 32, &G, err);
+    if (!s) s = vq_codec_param_int(c, p, np, "residual", 0, 1048576, 128, &R, err);
+    if (s) return s;
+    const int chunk = 16 * 8 / bits;   /* elements per 16-byte chunk */
+    if (d % chunk)
+        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: head_dim %d must be a multiple of %d for "
+                          "bits=%d", d, chunk, bits);
+    if (side == VQ_SIDE_V && (d % G || G % 16))
+        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: value groups of group=%d channels must "
+                          "divide head_dim %d and be a multiple of 16", G, d);
+    kivi *k = calloc(1, sizeof *k);
+    if (!k) return vq_err_set(err, VQ_ERR_NOMEM, "codec kivi: out of memory");
+    k->bits = bits; k->G = G; k->d = d;
+    k->row_bytes = d * bits / 8;
+    k->hdr = side == VQ_SIDE_K ? 4 * d : 4 * (d / G);
+    st->impl = k;
+    st->side = side;
+    st->state_bytes = sizeof *k;
+    st->d = d;
+    st->rows_per_block = side == VQ_SIDE_K ? G : 1;
+    st->block_bytes = (size_t)k->hdr + (size_t)st->rows_per_block * k->row_bytes;
+    st->qstate_bytes = (size_t)d * sizeof(float);
+    st->acc_floats = d;
+    st->fp_window = R;
+    snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d", bits, G, R);
+    return VQ_OK;
+}
+static void kivi_fini(vq_codec_state *st) { free(st->impl); st->impl = NULL; }
+
+/* ---- packing ---- */
+static inline int code_get(const uint8_t *row, int b, int i) {
+    const int per = 8 / b, E = 16 * per;
+    const int ch = i / E, r = i % E;
+    return (row[ch * 16 + r % 16] >> (b * (r / 16))) & ((1 << b) - 1);
+}
+static inline void code_put(uint8_t *row, int b, int i, int v) {
+    const int per = 8 / b, E = 16 * per;
+    const int ch = i / E, r = i % E;
+    row[ch * 16 + r % 16] |= (uint8_t)(v << (b * (r / 16)));
+}
+static inline float h2f(const uint8_t *p) { vq_f16 h; memcpy(&h, p, 2); return vq_f16_to_f32(h); }
+static inline void f2h(uint8_t *p, float f) { vq_f16 h = vq_f32_to_f16(f); memcpy(p, &h, 2); }
+
+/* min/max over n values at stride; stores fp16 scale and min; returns them rounded */
+static void minmax(const float *x, int n, int stride, int bits, uint8_t *hs, uint8_t *hm,
+                   float *sc, float *mn) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; i++) { float v = x[(size_t)i * stride]; lo = fminf(lo, v); hi = fmaxf(hi, v); }
+    f2h(hs, (hi - lo) / (float)((1 << bits) - 1));
+    f2h(hm, lo);
+    *sc = h2f(hs);
+    *mn = h2f(hm);
+}
+static inline int qcode(float x, float sc, float mn, int bits) {
+    if (!(sc > 0)) return 0;
+    float c = roundf((x - mn) / sc);
+    return (int)fminf((float)((1 << bits) - 1), fmaxf(0.0f, c));
+}
+
+static void kivi_encode(const vq_codec_state *st, const float *x, uint8_t *block) {
+    const kivi *k = st->impl;
+    const int d = k->d, b = k->bits;
+    memset(block, 0, st->block_bytes);
+    if (st->side == VQ_SIDE_K) {   /* per channel over G rows: header = scale[d], min[d] */
+        uint8_t *codes = block + k->hdr;
+        for (int c = 0; c < d; c++) {
+            float sc, mn;
+            minmax(x + c, k->G, d, b, block + 2 * c, block + 2 * d + 2 * c, &sc, &mn);
+            for (int r = 0; r < k->G; r++)
+                code_put(codes + (size_t)r * k->row_bytes, b, c, qcode(x[(size_t)r * d + c], sc, mn, b));
+        }
+    } else {                       /* per token, groups of G channels: header = (scale, min)[d/G] */
+        for (int g = 0; g < d / k->G; g++) {
+            float sc, mn;
+            minmax(x + g * k->G, k->G, 1, b, block + 4 * g, block + 4 * g + 2, &sc, &mn);
+            for (int c = g * k->G; c < (g + 1) * k->G; c++)
+                code_put(block + k->hdr, b, c, qcode(x[c], sc, mn, b));
+        }
+    }
+}
+/* element (r, c) of a block, decoded */
+static inline float kval(const kivi *k, int side, const uint8_t *block, int r, int c) {
+    if (side == VQ_SIDE_K)
+        return h2f(block + 2 * k->d + 2 * c) +
+               h2f(block + 2 * c) * (float)code_get(block + k->hdr + (size_t)r * k->row_bytes, k->bits, c);
+    int g = c / k->G;
+    return h2f(block + 4 * g + 2) + h2f(block + 4 * g) * (float)code_get(block + k->hdr, k->bits, c);
+}
+static void kivi_decode(const vq_codec_state *st, const uint8_t *block, float *x) {
+    const kivi *k = st->impl;
+    for (int r = 0; r < st->rows_per_block; r++)
+        for (int c = 0; c < k->d; c++) x[(size_t)r * k->d + c] = kval(k, st->side, block, r, c);
+}
+static void kivi_prep(const vq_codec_state *st, const float *q, void *qs) {
+    memcpy(qs, q, (size_t)st->d * sizeof(float));
+}
+static void kivi_finish(const vq_codec_state *st, const float *acc, float *out) {
+    memcpy(out, acc, (size_t)st->d * sizeof(float));
+}
+
+/* ---- keys: per block and query, fold scale and min into the query (qs = q*scale,
+ * qm = q.min), then each row costs one dot of qs with its codes ---- */
+static float dot_codes_scalar(const float *qs, const uint8_t *row, int d, int b) {
+    float s = 0;
+    for (int c = 0; c < d; c++) s += qs[c] * (float)code_get(row, b, c);
+    return s;
+}
+T5 static float dot_codes_512(const float *qs, const uint8_t *row, int d, int b) {
+    const int per = 8 / b, E = 16 * per;
+    const __m512i m = _mm512_set1_epi32((1 << b) - 1);
+    __m512 a = _mm512_setzero_ps();
+    for (int ch = 0; ch < d / E; ch++) {
+        __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * ch)));
+        for (int t = 0; t < per; t++) {
+            __m512 c = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, b * t), m));
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(qs + ch * E + 16 * t), c, a);
+        }
+    }
+    return _mm512_reduce_add_ps(a);
+}
+T2 static float dot_codes_256(const float *qs, const uint8_t *row, int d, int b) {
+    const int per = 8 / b, E = 16 * per;
+    const __m256i m = _mm256_set1_epi32((1 << b) - 1);
+    __m256 a = _mm256_setzero_ps();
+    for (int ch = 0; ch < d / E; ch++)
+        for (int hlf = 0; hlf < 2; hlf++) {
+            __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + 16 * ch + 8 * hlf)));
+            for (int t = 0; t < per; t++) {
+                __m256 c = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x, b * t), m));
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qs + ch * E + 16 * t + 8 * hlf), c, a);
+            }
+        }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst,
+                       const uint8_t *blocks, int n_blocks, float *scores) {
+    const kivi *k = st->impl;
+    const int d = k->d, b = k->bits, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
+    const vq_isa isa = vq_cvec_isa();
+    float *qs = malloc((size_t)d * sizeof(float));   /* per call; d floats */
+    if (!qs) { for (size_t i = 0; i < (size_t)n_q * n_rows; i++) scores[i] = 0; return; }
+    for (int blk = 0; blk < n_blocks; blk++) {
+        const uint8_t *B = blocks + (size_t)blk * st->block_bytes;
+        for (int j = 0; j < n_q; j++) {
+            const float *q = qst[j];
+            float *out = scores + (size_t)j * n_rows + (size_t)blk * rpb;
+            if (st->side != VQ_SIDE_K) {   /* value-layout block used for scoring: reference path */
+                float s = 0;
+                for (int c = 0; c < d; c++) s += q[c] * kval(k, st->side, B, 0, c);
+                out[0] = s;
+                continue;
+            }
+            float qm = 0;
+            for (int c = 0; c < d; c++) {
+                qs[c] = q[c] * h2f(B + 2 * c);
+                qm += q[c] * h2f(B + 2 * d + 2 * c);
+            }
+            for (int r = 0; r < rpb; r++) {
+                const uint8_t *row = B + k->hdr + (size_t)r * k->row_bytes;
+                float s = isa == VQ_ISA_AVX512 ? dot_codes_512(qs, row, d, b)
+                        : isa == VQ_ISA_AVX2   ? dot_codes_256(qs, row, d, b)
+                                               : dot_codes_scalar(qs, row, d, b);
+                out[r] = qm + s;
+            }
+        }
+    }
+    free(qs);
+}
+
+/* ---- values: per row, expand each 16-lane vector of codes (one group's scale and min) in
+ * registers and add w * v to every query's accumulator ---- */
+T5 static void vacc_512(const kivi *k, const uint8_t *B, int n_q, const float *w, size_t wstride,
+                        float *const *acc) {
+    const int b = k->bits, per = 8 / b, E = 16 * per, d = k->d;
+    const __m512i m = _mm512_set1_epi32((1 << b) - 1);
+    for (int ch = 0; ch < d / E; ch++) {
+        __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + k->hdr + 16 * ch)));
+        for (int t = 0; t < per; t++) {
+            const int c0 = ch * E + 16 * t, g = c0 / k->G;
+            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, b * t), m)),
+                                       _mm512_set1_ps(h2f(B + 4 * g)), _mm512_set1_ps(h2f(B + 4 * g + 2)));
+            for (int j = 0; j < n_q; j++) {
+                const float wj = w[(size_t)j * wstride];
+                if (wj == 0.0f) continue;
+                _mm512_storeu_ps(acc[j] + c0, _mm512_fmadd_ps(_mm512_set1_ps(wj), v, _mm512_loadu_ps(acc[j] + c0)));
+            }
+        }
+    }
+}
+T2 static void vacc_256(const kivi *k, const uint8_t *B, int n_q, const float *w, size_t wstride,
+                        float *const *acc) {
+    const int b = k->bits, per = 8 / b, E = 16 * per, d = k->d;
+    const __m256i m = _mm256_set1_epi32((1 << b) - 1);
+    for (int ch = 0; ch < d / E; ch++)
+        for (int hlf = 0; hlf < 2; hlf++) {
+            __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(B + k->hdr + 16 * ch + 8 * hlf)));
+            for (int t = 0; t < per; t++) {
+                const int c0 = ch * E + 16 * t + 8 * hlf, g = c0 / k->G;
+                __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x, b * t), m)),
+                                           _mm256_set1_ps(h2f(B + 4 * g)), _mm256_set1_ps(h2f(B + 4 * g + 2)));
+                for (int j = 0; j < n_q; j++) {
+                    const float wj = w[(size_t)j * wstride];
+                    if (wj == 0.0f) continue;
+                    _mm256_storeu_ps(acc[j] + c0, _mm256_fmadd_ps(_mm256_set1_ps(wj), v, _mm256_loadu_ps(acc[j] + c0)));
+                }
+            }
+        }
+}
+static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
+                            const uint8_t *blocks, int n_blocks, float *const *acc) {
+    const kivi *k = st->impl;
+    const int d = k->d, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
+    const vq_isa isa = vq_cvec_isa();
+    for (int blk = 0; blk < n_blocks; blk++) {
+        const uint8_t *B = blocks + (size_t)blk * st->block_bytes;
+        for (int r = 0; r < rpb; r++) {
+            const int row = blk * rpb + r;
+            int any = 0;
+            for (int j = 0; j < n_q; j++) any |= w[(size_t)j * n_rows + row] != 0.0f;
+            if (!any) continue;
+            if (st->side == VQ_SIDE_V && isa == VQ_ISA_AVX512) {
+                vacc_512(k, B, n_q, w + row, (size_t)n_rows, acc);
+            } else if (st->side == VQ_SIDE_V && isa == VQ_ISA_AVX2) {
+                vacc_256(k, B, n_q, w + row, (size_t)n_rows, acc);
+            } else {
+                for (int c = 0; c < d; c++) {
+                    const float v = kval(k, st->side, B, r, c);
+                    for (int j = 0; j < n_q; j++) acc[j][c] += w[(size_t)j * n_rows + row] * v;
+                }
+            }
+        }
+    }
+}
+
+const vq_codec vq_codec_kivi = {
+    .name = "kivi",
+    .params_help = "bits=2|4 (default 2), group=G tokens per key group / channels per value group "
+                   "(default 32), residual=R fp16 recent rows (default 128); head_dim multiple of "
+                   "64 (bits=2) or 32 (bits=4)",
+    .init = kivi_init, .fini = kivi_fini, .encode = kivi_encode, .decode = kivi_decode,
+    .prep_query = kivi_prep, .score = kivi_score, .accumulate = kivi_accumulate,
+    .finish = kivi_finish,
+};
