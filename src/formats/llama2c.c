@@ -160,11 +160,11 @@ static int32_t rd_i32(const unsigned char *p) {
     return v;
 }
 
-vq_l2c_vocab *vq_l2c_vocab_load(const char *path, int vocab_size, vq_err *err) {
+vq_l2c_vocab *vq_l2c_vocab_from_mem(const void *data, size_t len, const char *path, int vocab_size, vq_err *err) {
     vq_err_clear(err);
-    size_t len;
-    unsigned char *buf = (unsigned char *)vq_read_file(path, &len, err);
-    if (!buf) return NULL;
+    const unsigned char *buf = data;
+    if (!path) path = "<memory>";
+    if (!buf) len = 0;
     vq_l2c_vocab *v = NULL;
     if (vocab_size > L2C_MAX_VOCAB) {
         vq_err_set(err, VQ_ERR_ARG, "%s: vocab_size %d is above the limit %d", path, vocab_size, L2C_MAX_VOCAB);
@@ -241,10 +241,18 @@ vq_l2c_vocab *vq_l2c_vocab_load(const char *path, int vocab_size, vq_err *err) {
         v->pieces[i][v->lens[i]] = 0;
         pos += 8 + (size_t)v->lens[i];
     }
-    free(buf);
     return v;
 bad:
-    free(buf);
     vq_l2c_vocab_free(v);
     return NULL;
+}
+
+vq_l2c_vocab *vq_l2c_vocab_load(const char *path, int vocab_size, vq_err *err) {
+    vq_err_clear(err);
+    size_t len;
+    char *buf = vq_read_file(path, &len, err);
+    if (!buf) return NULL;
+    vq_l2c_vocab *v = vq_l2c_vocab_from_mem(buf, len, path, vocab_size, err);
+    free(buf);
+    return v;
 }

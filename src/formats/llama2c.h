@@ -41,5 +41,7 @@ typedef struct vq_l2c_vocab {
  * vocab_size <= 0: read every token in the file. Lengths are checked against max_token_length
  * and the file size, scores must be finite. */
 vq_l2c_vocab *vq_l2c_vocab_load(const char *path, int vocab_size, vq_err *err);
+/* the same from a buffer (name used in messages; "<memory>" when NULL) */
+vq_l2c_vocab *vq_l2c_vocab_from_mem(const void *data, size_t len, const char *name, int vocab_size, vq_err *err);
 void vq_l2c_vocab_free(vq_l2c_vocab *v);
 #endif

@@ -166,6 +166,14 @@ static void check_vocab(const char *path) {
         vq_l2c_vocab_free(v);
     }
     CHECKF(bad == 0, "%d of %zu truncations did not fail cleanly", bad, n);
+    /* the buffer entry point gives the same vocabulary and names its buffer */
+    v = vq_l2c_vocab_from_mem(raw, n, "tok.mem", 512, &e);
+    CHECK(v && v->n == 512 && strcmp(v->pieces[259], " t") == 0);
+    vq_l2c_vocab_free(v);
+    v = vq_l2c_vocab_from_mem(raw, n - 1, "tok.mem", 512, &e);
+    CHECK(!v && e.code == VQ_ERR_FORMAT && strncmp(e.msg, "tok.mem: token 511: truncated", 29) == 0);
+    v = vq_l2c_vocab_from_mem(NULL, 0, NULL, 512, &e);
+    CHECK(!v && e.code == VQ_ERR_FORMAT && strncmp(e.msg, "<memory>: ", 10) == 0);
     unsigned char *c = malloc(n);
     memcpy(c, raw, n); set_i32(c, 0, 0); VOCAB_FAIL(c, n, 512, "max_token_length = 0");
     memcpy(c, raw, n); set_i32(c, 0, -7); VOCAB_FAIL(c, n, 512, "max_token_length = -7");

@@ -1,11 +1,12 @@
-/* gen_fuzz_seeds.c: writes small valid GGUF files (the test writer's file in each version,
- * alignment, data order and tensor count) into a folder, as the fuzzer's starting corpus. */
+/* gen_fuzz_seeds.c: writes the fuzzers' starting corpora: small valid GGUF files (the test
+ * writer's file in each version, alignment, data order and tensor count) into <gguf dir>, and
+ * small llama2.c tokenizer files into <vocab dir>. */
 #include "../formats/gguf_writer.h"
 
 #include <stdio.h>
 
 int main(int argc, char **argv) {
-    if (argc != 2) { fprintf(stderr, "usage: %s <dir>\n", argv[0]); return 2; }
+    if (argc != 3) { fprintf(stderr, "usage: %s <gguf dir> <vocab dir>\n", argv[0]); return 2; }
     const uint32_t versions[2] = {2, 3}, aligns[3] = {0, 32, 64};
     int n = 0;
     for (int v = 0; v < 2; v++)
@@ -23,5 +24,17 @@ int main(int argc, char **argv) {
                     n++;
                 }
     printf("%d seeds written to %s\n", n, argv[1]);
+    /* tokenizers: max_token_length, then (score, len, bytes) per token */
+    static const char *pieces[] = {"<unk>", "\n<s>\n", "\n</s>\n", "<0x00>", " t", "he", "", " the"};
+    for (int k = 1; k <= (int)(sizeof pieces / sizeof pieces[0]); k += 3) {
+        tw_buf b = {0};
+        tw_u32(&b, 6);
+        for (int i = 0; i < k; i++) { tw_f32(&b, -(float)i); tw_u32(&b, (uint32_t)strlen(pieces[i])); tw_put(&b, pieces[i], strlen(pieces[i])); }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/seed_vocab%d.bin", argv[2], k);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(b.p, 1, b.n, f) != b.n || fclose(f)) { perror(path); return 1; }
+        free(b.p);
+    }
     return 0;
 }
