@@ -81,6 +81,13 @@ static void check_values(const vq_gguf *g, const tw_opts *o, const tw_layout *L,
     CHECK((kv = vq_gguf_find(g, "a.i64")) && vq_gguf_arr_int(kv, 0) == INT64_MIN);
     CHECK((kv = vq_gguf_find(g, "a.f64")) && vq_gguf_arr_float(kv, 0) == 3.25 && vq_gguf_arr_float(kv, 1) == 0.0);
     CHECK((kv = vq_gguf_find(g, "a.empty")) && kv->arr_type == VQ_GGUF_UINT32 && kv->arr_len == 0);
+    /* conversions between element kinds: floats truncate and clamp, ints widen to double */
+    CHECK((kv = vq_gguf_find(g, "a.f32")) && vq_gguf_arr_int(kv, 0) == 0 && vq_gguf_arr_int(kv, 1) == INT64_MIN);
+    CHECK((kv = vq_gguf_find(g, "a.f64")) && vq_gguf_arr_int(kv, 0) == 3 && vq_gguf_arr_uint(kv, 0) == 3);
+    CHECK((kv = vq_gguf_find(g, "a.u64")) && vq_gguf_arr_float(kv, 0) == 18446744073709551615.0);
+    CHECK((kv = vq_gguf_find(g, "a.i32")) && vq_gguf_arr_float(kv, 0) == -5.0 && vq_gguf_arr_float(kv, 3) == 0.0);
+    CHECK((kv = vq_gguf_find(g, "a.str")) && vq_gguf_arr_int(kv, 0) == 0 && vq_gguf_arr_float(kv, 0) == 0.0);
+    CHECK((kv = vq_gguf_find(g, "k.u8")) && vq_gguf_arr_int(kv, 0) == 0 && vq_gguf_arr_str(kv, 0).len == 0);
     CHECK((kv = vq_gguf_find(g, "a.nested")) && kv->arr_type == VQ_GGUF_ARRAY && kv->arr_len == 2 &&
           kv->arr_data == base + L->nested_type + 12);
 

@@ -174,6 +174,10 @@ static void check_vocab(const char *path) {
     CHECK(!v && e.code == VQ_ERR_FORMAT && strncmp(e.msg, "tok.mem: token 511: truncated", 29) == 0);
     v = vq_l2c_vocab_from_mem(NULL, 0, NULL, 512, &e);
     CHECK(!v && e.code == VQ_ERR_FORMAT && strncmp(e.msg, "<memory>: ", 10) == 0);
+    v = vq_l2c_vocab_from_mem(raw, n, "tok.mem", (1 << 22) + 1, &e);
+    CHECK(!v && e.code == VQ_ERR_ARG && strstr(e.msg, "above the limit"));
+    v = vq_l2c_vocab_from_mem(raw, 4, "tok.mem", 0, &e);
+    CHECK(!v && e.code == VQ_ERR_FORMAT && strstr(e.msg, "holds no tokens"));
     unsigned char *c = malloc(n);
     memcpy(c, raw, n); set_i32(c, 0, 0); VOCAB_FAIL(c, n, 512, "max_token_length = 0");
     memcpy(c, raw, n); set_i32(c, 0, -7); VOCAB_FAIL(c, n, 512, "max_token_length = -7");
