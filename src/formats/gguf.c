@@ -67,19 +67,25 @@ static int rd_u64(cursor *c, uint64_t *v, const char *what) {
     return 0;
 }
 
-/* a GGUF string: uint64 length, then that many bytes (no terminator) */
-static int rd_str(cursor *c, vq_str *s, const char *what) {
+/* a GGUF string: uint64 length, then that many bytes (no terminator). what names it; for the
+ * elements of a string array idx < n and the message says "string idx of n" (formatted only on error) */
+static int rd_str(cursor *c, vq_str *s, const char *what, uint64_t idx, uint64_t n) {
     char w[96];
-    snprintf(w, sizeof w, "%s length", what);
-    uint64_t len;
-    if (rd_u64(c, &len, w)) return -1;
-    if (len > left(c))
-        return fail(c, VQ_ERR_FORMAT, "%s length %llu at offset %llu exceeds the %llu bytes left",
-                    what, (unsigned long long)len, (unsigned long long)(c->pos - 8),
-                    (unsigned long long)left(c));
-    s->ptr = (const char *)c->p + c->pos;
-    s->len = len;
-    c->pos += len;
+    if (left(c) < 8 || le(c->p + c->pos, 8) > left(c) - 8) {
+        if (idx < n) snprintf(w, sizeof w, "%s %llu of %llu", what, (unsigned long long)idx, (unsigned long long)n);
+        else snprintf(w, sizeof w, "%s", what);
+        if (left(c) < 8) {
+            char wl[112];
+            snprintf(wl, sizeof wl, "%s length", w);
+            return need(c, 8, wl);
+        }
+        return fail(c, VQ_ERR_FORMAT, "%s length %llu at offset %llu exceeds the %llu bytes left", w,
+                    (unsigned long long)le(c->p + c->pos, 8), (unsigned long long)c->pos,
+                    (unsigned long long)(left(c) - 8));
+    }
+    s->len = le(c->p + c->pos, 8);
+    s->ptr = (const char *)c->p + c->pos + 8;
+    c->pos += 8 + s->len;
     return 0;
 }
 
@@ -192,11 +198,8 @@ static int parse_array(cursor *c, vq_gguf_kv *kv, int depth) {
             kv->arr_str = strs;
         }
         vq_str tmp;
-        for (uint64_t i = 0; i < len; i++) {
-            char w[64];
-            snprintf(w, sizeof w, "string %llu of %llu", (unsigned long long)i, (unsigned long long)len);
-            if (rd_str(c, strs ? &strs[i] : &tmp, w)) return -1;
-        }
+        for (uint64_t i = 0; i < len; i++)
+            if (rd_str(c, strs ? &strs[i] : &tmp, "string", i, len)) return -1;
         return 0;
     }
     /* arrays of arrays: each element is at least a 4-byte type and an 8-byte length */
@@ -234,7 +237,7 @@ static int parse_value(cursor *c, vq_gguf_kv *kv) {
         c->pos += (uint64_t)es;
         return 0;
     }
-    if (t == VQ_GGUF_STRING) return rd_str(c, &kv->str, "string value");
+    if (t == VQ_GGUF_STRING) return rd_str(c, &kv->str, "string value", 0, 0);
     return parse_array(c, kv, 0);
 }
 
@@ -379,7 +382,7 @@ static int parse_kvs(cursor *c, vq_gguf *g) {
     for (uint64_t i = 0; i < g->n_kv; i++) {
         vq_gguf_kv *kv = &g->kvs[i];
         snprintf(c->ctx, sizeof c->ctx, "kv %llu", (unsigned long long)i);
-        if (rd_str(c, &kv->key, "key")) return -1;
+        if (rd_str(c, &kv->key, "key", 0, 0)) return -1;
         if (kv->key.len == 0 || kv->key.len > GGUF_MAX_KEY)
             return fail(c, VQ_ERR_FORMAT, "key length %llu (must be 1..%u)", (unsigned long long)kv->key.len, GGUF_MAX_KEY);
         snprintf(c->ctx, sizeof c->ctx, "kv %llu '%s'", (unsigned long long)i, vq_gguf_show(kv->key, nb, sizeof nb));
@@ -413,7 +416,7 @@ static int parse_tensors(cursor *c, vq_gguf *g) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         vq_gguf_tensor *t = &g->tensors[i];
         snprintf(c->ctx, sizeof c->ctx, "tensor %llu", (unsigned long long)i);
-        if (rd_str(c, &t->name, "name")) return -1;
+        if (rd_str(c, &t->name, "name", 0, 0)) return -1;
         if (t->name.len == 0 || t->name.len > GGUF_MAX_KEY)
             return fail(c, VQ_ERR_FORMAT, "name length %llu (must be 1..%u)", (unsigned long long)t->name.len, GGUF_MAX_KEY);
         snprintf(c->ctx, sizeof c->ctx, "tensor '%s'", vq_gguf_show(t->name, nb, sizeof nb));
