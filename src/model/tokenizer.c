@@ -425,6 +425,7 @@ vq_tokenizer *vq_tokenizer_from_llama2c(const char *path, int vocab_size, vq_err
     t->spm_escape_ws = 0;                 /* llama2.c pieces spell spaces as ' ' */
     snprintf(t->pre, sizeof t->pre, "llama2c");
     if (tok_finish(t, err)) goto fail;
+    add_eog(t, t->bos);   /* llama2.c models emit BOS between stories; run.c stops on it */
     vq_l2c_vocab_free(v);
     return t;
 fail:
