@@ -49,6 +49,9 @@ typedef struct vq_gguf_tensor {
 
 typedef struct vq_gguf vq_gguf;
 
+/* Errors: VQ_ERR_IO (open/mmap), VQ_ERR_FORMAT (corrupt, truncated, inconsistent),
+ * VQ_ERR_UNSUPPORTED (GGUF v1, big-endian files, a tensor type outside the layout table),
+ * VQ_ERR_NOMEM. docs/formats.md lists every check. */
 vq_gguf *vq_gguf_open(const char *path, vq_err *err);                   /* mmap a file */
 vq_gguf *vq_gguf_open_mem(const void *buf, size_t len, const char *name, vq_err *err); /* borrow */
 void     vq_gguf_close(vq_gguf *g);
@@ -57,7 +60,8 @@ uint32_t vq_gguf_version(const vq_gguf *g);
 uint64_t vq_gguf_n_kv(const vq_gguf *g);
 const vq_gguf_kv *vq_gguf_kv_at(const vq_gguf *g, uint64_t i);
 const vq_gguf_kv *vq_gguf_find(const vq_gguf *g, const char *key);    /* NULL when absent */
-/* i-th string of a string array (caller checked kv->arr_type == STRING and i < arr_len) */
+/* i-th string of a string array (caller checked kv->arr_type == STRING and i < arr_len;
+ * otherwise an empty string is returned) */
 vq_str vq_gguf_arr_str(const vq_gguf_kv *kv, uint64_t i);
 
 /* typed getters: return 0 and fill *out, or a status with err naming the key (absent / wrong type).
