@@ -272,11 +272,13 @@ static void scratch_free(tok_scratch *s);
 
 /* ---- encoding ---- */
 
+/* A run of text between special tokens. SentencePiece gives each run its dummy-prefix space: every
+ * run starts the text or follows a special token, where llama.cpp adds one too. */
 static int encode_fragment(const vq_tokenizer *t, tok_scratch *s, const char *p, size_t n,
-                           int at_start, tok_out *o, vq_err *err) {
+                           tok_out *o, vq_err *err) {
     if (n == 0) return 0;
     if (t->kind == TOK_KIND_BPE) return tok_bpe_encode(t, s, p, n, o, err);
-    return tok_spm_encode(t, s, p, n, at_start && t->add_space_prefix, o, err);
+    return tok_spm_encode(t, s, p, n, t->add_space_prefix, o, err);
 }
 
 int vq_tokenize(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
@@ -311,12 +313,12 @@ int vq_tokenize(const vq_tokenizer *t, const char *text, size_t len, int add_bos
             }
         }
         if (hit < 0) { pos++; continue; }
-        if ((rc = encode_fragment(t, &s, text + frag, pos - frag, frag == 0, &o, err))) goto done;
+        if ((rc = encode_fragment(t, &s, text + frag, pos - frag, &o, err))) goto done;
         tok_push(&o, hit);
         pos += t->len[hit];
         frag = pos;
     }
-    rc = encode_fragment(t, &s, text + frag, len - frag, frag == 0, &o, err);
+    rc = encode_fragment(t, &s, text + frag, len - frag, &o, err);
 done:
     scratch_free(&s);
     if (rc) return -1;

@@ -94,6 +94,14 @@ static void check_llama_vocab(const l2c *v) {
             size_t m = vq_detokenize(t, ids, n, out, sizeof out);
             CHECKF(m == strlen(ref[k].s) && memcmp(out, ref[k].s, m) == 0, "decode \"%s\"", ref[k].s);
         }
+        /* after a special token the next run of text gets its dummy prefix again (llama.cpp) */
+        int ids[16];
+        const char *sp = "Once\n</s>\nupon";
+        int n = vq_tokenize(t, sp, strlen(sp), 1, 1, ids, 16, &e);
+        CHECKF(n == 4 && ids[0] == 1 && ids[1] == 403 && ids[2] == 2 && ids[3] == 407, "%d ids", n);
+        n = vq_tokenize(t, sp, strlen(sp), 1, 0, ids, 16, &e);
+        CHECK(n > 4);
+        for (int i = 1; i < n; i++) CHECK(ids[i] != 2);
         char piece[16];
         CHECK(vq_token_bytes(t, 403, 407, 0, piece, sizeof piece) == 5 && memcmp(piece, " upon", 5) == 0);
         CHECK(vq_token_bytes(t, 1, 403, 0, piece, sizeof piece) == 4 && memcmp(piece, "Once", 4) == 0);
