@@ -213,6 +213,21 @@ static void check_round_trips(const vq_tokenizer *t) {
                                  "12\xff" "34", "don\xe2\x80't", "\xf4\x90\x80\x80" };
     for (size_t k = 0; k < VQ_ARRAY_LEN(bad); k++)
         CHECKF(round_trips(t, bad[k], strlen(bad[k])), "invalid input %zu", k);
+    /* random bytes with special-token parsing on, and decoding of arbitrary ids: no crash, and
+     * vq_detokenize reports the full length while writing no more than cap */
+    for (int it = 0; it < 200; it++) {
+        size_t n = 1 + vq_rng_u64(&r) % 200;
+        for (size_t i = 0; i < n; i++) buf[i] = (vq_rng_u64(&r) & 1) ? (char)vq_rng_u64(&r) : "<|im_start>end"[vq_rng_u64(&r) % 14];
+        int ids[512]; vq_err e;
+        int k = vq_tokenize(t, buf, n, 1, 1, ids, 512, &e);
+        CHECK(k >= 1 && k <= 512);
+        for (int i = 0; i < 16; i++) ids[i] = (int)(vq_rng_u64(&r) % 60000) - 5000;
+        char small[8 + 4];
+        memset(small, 0x5A, sizeof small);
+        size_t full = vq_detokenize(t, ids, 16, NULL, 0);
+        size_t got = vq_detokenize(t, ids, 16, small, 8);
+        CHECK(got == full && small[8] == 0x5A && small[11] == 0x5A);
+    }
     /* long runs: whitespace (regex backtracking), one long word, digits */
     size_t big = 200000;
     char *s = malloc(big);
