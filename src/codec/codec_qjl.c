@@ -52,15 +52,26 @@ void vq_qjl_backproject(const vq_qjl *q, const float *a, float *out) {
 }
 
 /* ------------------------------------------------------------------ sign-bit kernels */
+/* scalar reference: branch-free (random sign bits would mispredict every other branch) */
 static float ms_scalar(const float *y, const uint8_t *bits, int n) {
     float s = 0.0f;
-    for (int j = 0; j < n; j++)
-        if ((bits[j >> 3] >> (j & 7)) & 1) s += y[j];
+    for (int j = 0; j < n; j++) {
+        union { float f; uint32_t u; } v = {y[j]};
+        v.u &= 0u - (uint32_t)((bits[j >> 3] >> (j & 7)) & 1);
+        s += v.f;
+    }
     return s;
 }
 
 static void sa_scalar(float *acc, float w, const uint8_t *bits, int n) {
-    for (int j = 0; j < n; j++) acc[j] += ((bits[j >> 3] >> (j & 7)) & 1) ? w : -w;
+    uint32_t wu;
+    memcpy(&wu, &w, 4);
+    for (int j = 0; j < n; j++) {
+        uint32_t t = wu ^ ((uint32_t)(~(bits[j >> 3] >> (j & 7)) & 1) << 31);   /* bit 0 -> -w */
+        float f;
+        memcpy(&f, &t, 4);
+        acc[j] += f;
+    }
 }
 
 /* AVX2: broadcast one byte, test its 8 bits against 1,2,..,128 to get 8 lane masks */
@@ -153,8 +164,9 @@ vq_signed_add_fn vq_signed_add_for(vq_isa isa) {
     return sa_scalar;
 }
 
-vq_masked_sum_fn vq_masked_sum_best(void) { return vq_masked_sum_for(vq_cpu_best_isa()); }
-vq_signed_add_fn vq_signed_add_best(void) { return vq_signed_add_for(vq_cpu_best_isa()); }
+/* vq_cvec_isa: the CPU's best, capped by VQ_CODEC_ISA=scalar|avx2|avx512 (how tests run each path) */
+vq_masked_sum_fn vq_masked_sum_best(void) { return vq_masked_sum_for(vq_cvec_isa()); }
+vq_signed_add_fn vq_signed_add_best(void) { return vq_signed_add_for(vq_cvec_isa()); }
 
 /* ------------------------------------------------------------------ the codec row */
 /* Block: [m/8 bytes: sign bits][scale: |x| as fp16 (default) or fp32]. */

@@ -32,7 +32,7 @@ typedef void (*vq_signed_add_fn)(float *acc, float w, const uint8_t *bits, int n
 
 vq_masked_sum_fn vq_masked_sum_for(vq_isa isa);   /* a kernel this CPU can run for isa <= best */
 vq_signed_add_fn vq_signed_add_for(vq_isa isa);
-vq_masked_sum_fn vq_masked_sum_best(void);          /* = vq_masked_sum_for(vq_cpu_best_isa()) */
+vq_masked_sum_fn vq_masked_sum_best(void);          /* = vq_masked_sum_for(vq_cvec_isa()): honours VQ_CODEC_ISA */
 vq_signed_add_fn vq_signed_add_best(void);
 
 /* sum_j s_j y_j with s_j = +-1 from bits, given T = sum_j y_j:  2 * masked_sum - T */

@@ -4,6 +4,7 @@
 #include <time.h>
 #include "../vq_test.h"
 #include "codec/codec.h"
+#include "codec/codec_vec.h"
 
 static vq_codec_state mk(const char *name, int d, const char *spec, uint64_t seed, vq_status *stp) {
     vq_codec_state st;
@@ -123,12 +124,11 @@ static void unit_pair(vq_rng *r, int d, float *o, float *q, double cosv) {
 }
 
 /* fixed o, q; fresh rotation per trial: mean error within 3 SE of 0 */
-static void check_unbiased(int d, const char *spec, uint64_t seed0, vq_rng *r) {
+static void check_unbiased(int d, const char *spec, int T, uint64_t seed0, vq_rng *r) {
     float *o = malloc(sizeof(float) * d), *q = malloc(sizeof(float) * d);
     unit_pair(r, d, o, q, 0.5);
     for (int i = 0; i < d; i++) o[i] *= 3.0f;   /* |x| = 3 */
     double truth = dotd(o, q, d), s1 = 0, s2 = 0;
-    const int T = 3000;
     uint8_t blk[8192];
     for (int t = 0; t < T; t++) {
         vq_codec_state st = mk("rabitq", d, spec, seed0 + 7919ull * (uint64_t)t, NULL);
@@ -177,6 +177,49 @@ static double rms_err(int d, const char *spec, int T, uint64_t seed0, vq_rng *r,
     return sqrt(s2 / T);
 }
 
+/* measured, not asserted: ns per (row, query) for score and per row for accumulate over 4096 rows */
+static void bench(const char *name, int d, const char *spec, vq_rng *r) {
+    vq_codec_state st = mk(name, d, spec, 1, NULL);
+    const int n = 4096, nq = 3;
+    uint8_t *blk = malloc(st.block_bytes * n);
+    float *x = malloc(sizeof(float) * d), *sc = malloc(sizeof(float) * n * nq), *w = malloc(sizeof(float) * n * nq);
+    for (int i = 0; i < n; i++) {
+        gauss_vec(r, x, d, 1.0);
+        st.codec->encode(&st, x, blk + (size_t)i * st.block_bytes);
+    }
+    void *qs[3];
+    float *acc[3];
+    for (int j = 0; j < nq; j++) {
+        gauss_vec(r, x, d, 1.0);
+        qs[j] = vq_aligned_alloc(st.qstate_bytes + 64);
+        st.codec->prep_query(&st, x, qs[j]);
+        acc[j] = calloc((size_t)st.acc_floats, sizeof(float));
+    }
+    for (int i = 0; i < n * nq; i++) w[i] = 1.0f / n;
+    double t0 = vq_now_s();
+    int reps = 0;
+    do {
+        st.codec->score(&st, nq, (const void *const *)qs, blk, n, sc);
+        reps++;
+    } while (vq_now_s() - t0 < 0.05);
+    double ts = (vq_now_s() - t0) / reps / (n * nq) * 1e9;
+    t0 = vq_now_s();
+    reps = 0;
+    do {
+        st.codec->accumulate(&st, nq, w, blk, n, acc);
+        reps++;
+    } while (vq_now_s() - t0 < 0.05);
+    double ta = (vq_now_s() - t0) / reps / (n * nq) * 1e9;
+    printf("speed %s d=%d %s (%s): score %.1f ns/(row*query), accumulate %.1f ns/(row*query), %zu bytes/row\n", name,
+           d, spec[0] ? spec : "defaults", vq_isa_name(vq_cvec_isa()), ts, ta, st.block_bytes);
+    for (int j = 0; j < nq; j++) {
+        vq_aligned_free(qs[j]);
+        free(acc[j]);
+    }
+    free(blk); free(x); free(sc); free(w);
+    st.codec->fini(&st);
+}
+
 int main(void) {
     uint64_t seed = getenv("VQ_TEST_SEED") ? strtoull(getenv("VQ_TEST_SEED"), NULL, 0)
                                            : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
@@ -201,16 +244,16 @@ int main(void) {
         }
 
     /* unbiased over Haar rotations (the paper's setting); Hadamard reported and checked the same way */
-    check_unbiased(64, "bits=1,scale=f32,rot=dense", seed, &r);
-    check_unbiased(64, "bits=3,scale=f32,rot=dense", seed + 1, &r);
-    check_unbiased(128, "bits=1,scale=f32", seed + 2, &r);
-    check_unbiased(100, "bits=2,scale=f32", seed + 3, &r);
+    check_unbiased(64, "bits=1,scale=f32,rot=dense", 2000, seed, &r);
+    check_unbiased(64, "bits=3,scale=f32,rot=dense", 1000, seed + 1, &r);
+    check_unbiased(128, "bits=1,scale=f32", 3000, seed + 2, &r);
+    check_unbiased(100, "bits=2,scale=f32", 600, seed + 3, &r);
 
     /* error O(1/sqrt(d)): doubling d divides the RMS error by about sqrt(2); the bound holds */
     double prev = 0;
     for (int d = 64; d <= 512; d *= 2) {
         double viol, cm, zsd;
-        double e = rms_err(d, "bits=1,scale=f32", 2000, seed + d, &r, &viol, &cm, &zsd);
+        double e = rms_err(d, "bits=1,scale=f32", 1500, seed + d, &r, &viol, &cm, &zsd);
         printf("rabitq bits=1 d=%d: RMS error %.5f (x sqrt(d) = %.3f), mean <obar,o> %.4f, normalized error sd %.3f, "
                "outside eps0=1.9 bound %.4f\n", d, e, e * sqrt(d), cm, zsd, viol);
         CHECKF(viol < 0.08, "d=%d: %.4f of estimates outside the eps0=1.9 bound (expected ~0.047)", d, viol);
@@ -224,7 +267,7 @@ int main(void) {
     for (int b = 1; b <= 5; b++) {
         char sp[64];
         snprintf(sp, sizeof sp, "bits=%d,scale=f32", b);
-        double e = rms_err(128, sp, 1000, seed + 100 + b, &r, NULL, NULL, NULL);
+        double e = rms_err(128, sp, 600, seed + 100 + b, &r, NULL, NULL, NULL);
         printf("rabitq d=128 bits=%d: RMS error %.5f of <o,q> for unit vectors\n", b, e);
         CHECKF(e < 0.75 * prev, "bits=%d: error %.5f not below 0.75 x %.5f", b, e, prev);
         prev = e;
@@ -284,5 +327,8 @@ int main(void) {
         mk("rabitq", 2000, "", 1, &s);   /* not 2^k and above the dense-rotation limit */
         CHECK(s == VQ_ERR_ARG);
     }
+    bench("rabitq", 64, "", &r);
+    bench("rabitq", 128, "", &r);
+    bench("rabitq", 128, "bits=4", &r);
     return vq_t_done();
 }
