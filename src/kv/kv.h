@@ -47,6 +47,8 @@ size_t vq_kv_page_bytes(const vq_kv *kv);    /* bytes of one page (all KV heads 
 int    vq_kv_page_rows(const vq_kv *kv);     /* rows per page */
 int    vq_kv_pages(const vq_kv *kv, int layer);        /* pages allocated in a layer */
 int    vq_kv_window_rows(const vq_kv *kv);   /* R: rows kept in full precision */
+/* Every codec with its parameters, then the store keys, one per line; returns the length needed. */
+size_t vq_kv_spec_help(char *buf, size_t n);
 struct vq_codec_state;
 const struct vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side);
 #endif

@@ -12,23 +12,33 @@ static const char *STORE_HELP =
     "store keys (any codec): window=0..1048576 (full-precision recent rows), wprec=16|32 "
     "(window precision, default 16), page=1..65536 (rows per page, default 256)";
 
-/* Text listing every codec and its parameters, for error messages. */
-static void list_codecs(char *buf, size_t n) {
+/* Every codec with its parameters, then the store keys (for CLIs and docs). */
+size_t vq_kv_spec_help(char *buf, size_t n) {
     size_t o = 0;
-    buf[0] = 0;
-    for (int i = 0; vq_codec_at(i) && o + 1 < n; i++) {
+    if (n) buf[0] = 0;
+    for (int i = 0; vq_codec_at(i); i++) {
         const vq_codec *c = vq_codec_at(i);
-        int w = snprintf(buf + o, n - o, "%s%s [%s]", i ? "; " : "", c->name, c->params_help);
-        if (w < 0) break;
-        o += (size_t)w;
+        int w = snprintf(buf + VQ_MIN(o, n), n > o ? n - o : 0, "%s: %s\n", c->name, c->params_help);
+        if (w > 0) o += (size_t)w;
     }
+    int w = snprintf(buf + VQ_MIN(o, n), n > o ? n - o : 0, "%s\n", STORE_HELP);
+    if (w > 0) o += (size_t)w;
+    return o;   /* length needed (snprintf style) */
 }
 
+/* Errors name the problem, every codec, and the store keys; a codec's own parameter list comes
+ * with errors about that codec (its init), the full list from vq_kv_spec_help(). */
 static vq_status spec_err(vq_err *err, const char *spec, const char *what) {
-    char list[1024];
-    list_codecs(list, sizeof list);
-    return vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': %s. Known codecs: %s. %s", spec, what, list,
-                      STORE_HELP);
+    char names[300];
+    size_t o = 0;
+    names[0] = 0;
+    for (int i = 0; vq_codec_at(i) && o < sizeof names; i++) {
+        int w = snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "", vq_codec_at(i)->name);
+        if (w > 0) o += (size_t)w;
+    }
+    return vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s': %s. Codecs: %s. Store keys: window=R, "
+                      "wprec=16|32, page=N. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
+                      "(docs/kv-spec.md; parameters of every codec: vq_kv_spec_help)", spec, what, names);
 }
 
 static int parse_int(const char *s, long lo, long hi, int *out) {
@@ -77,7 +87,8 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
     }
     return VQ_OK;
 bad:
-    snprintf(m, sizeof m, "%s=%s is out of range or not an integer", key, val);
+    snprintf(m, sizeof m, "%s=%s is out of range or not an integer (%s)", key, val,
+             !strcmp(key, "window") ? "0..1048576" : !strcmp(key, "wprec") ? "16 or 32" : "1..65536");
     return spec_err(err, spec, m);
 twice:
     snprintf(m, sizeof m, "window given twice with different values");

@@ -9,7 +9,7 @@
 
 /* out[i, qh, :] = softmax_r(q.k_r / sqrt(d) over rows with pos_r <= q_pos[i]) . v_r, in float64.
  * k, v: rows x (H*d); q, out: n_q x (NH*d). A query that sees no row gets zeros. */
-static void ref_attention(int rows, const float *k, const float *v, const int32_t *pos, int H,
+static inline void ref_attention(int rows, const float *k, const float *v, const int32_t *pos, int H,
                           int NH, int d, int n_q, const int *q_pos, const float *q, double *out) {
     const int G = NH / H;
     double *s = malloc(sizeof(double) * (size_t)(rows > 0 ? rows : 1));
@@ -42,7 +42,7 @@ static void ref_attention(int rows, const float *k, const float *v, const int32_
 }
 
 /* largest |a - b| / (max|b| over the same head row + floor) */
-static double rel_err(int n_q, int NH, int d, const float *a, const double *b) {
+static inline double rel_err(int n_q, int NH, int d, const float *a, const double *b) {
     double worst = 0;
     for (int i = 0; i < n_q * NH; i++) {
         double mb = 0, md = 0;
@@ -57,11 +57,11 @@ static double rel_err(int n_q, int NH, int d, const float *a, const double *b) {
     return worst;
 }
 
-static void fill_uniform(vq_rng *r, float *x, size_t n, float amp) {
+static inline void fill_uniform(vq_rng *r, float *x, size_t n, float amp) {
     for (size_t i = 0; i < n; i++) x[i] = amp * (2.0f * vq_rng_uniformf(r) - 1.0f);
 }
 
-static uint64_t test_seed(void) {
+static inline uint64_t test_seed(void) {
     const char *e = getenv("VQ_TEST_SEED");
     if (e && *e) return strtoull(e, NULL, 0);
     return (uint64_t)(vq_now_s() * 1e6) ^ (uint64_t)getpid() * 0x9E3779B97F4A7C15ull;
