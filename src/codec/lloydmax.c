@@ -185,8 +185,8 @@ vq_status vq_lloydmax_build_residual(vq_codebook *cb, const vq_codebook *stage1,
     law_ctx ctx = {VQ_LAW_RESIDUAL, stage1->d, stage1, sqrt(stage1->mse)};
     /* support: |e| <= 1 + max|c| (t in [−1, 1]); mass beyond 12 stage-1 std is negligible */
     double cmax = fabs(stage1->c[0]), sx = 1.0 / sqrt((double)stage1->d);
-    double L = (fmin(1.0, 12 * sx) + cmax) / ctx.sig;
-    return build(cb, &ctx, L, 1 << 17, 1.0, bits, err);
+    double L = fmin((fmin(1.0, 12 * sx) + cmax) / ctx.sig, 48.0);   /* beyond 48 std: < 1e-6 mass */
+    return build(cb, &ctx, L, 1 << 16, 1.0, bits, err);
 }
 
 void vq_lloydmax_quantize(const vq_codebook *cb, const float *x, float inv_scale, int n,

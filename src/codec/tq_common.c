@@ -9,6 +9,7 @@
 #include <immintrin.h>
 #include "codec/tq.h"
 #include "codec/bitpack.h"
+#include "codec/codec_vec.h"
 
 /* ---------------- expand ---------------- */
 static void expand_scalar(const uint8_t *codes, int bits, const float *cent, int d, float scale,
@@ -32,30 +33,39 @@ static void expand_scalar(const uint8_t *codes, int bits, const float *cent, int
 #define T_AVX2 __attribute__((target("avx2,fma")))
 #define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 
+/* 8 codes (bits bytes at p, held in the low bytes of w) -> 8 centroid floats */
+T_AVX2 static inline __attribute__((always_inline)) __m256
+group8_avx2(uint64_t w, const int bits, __m256 tlo, __m256 thi, const float *cent) {
+    const __m256i sh = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 0, bits, 2 * bits, 3 * bits);
+    const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32((int)(uint32_t)w)),
+                                        _mm_set1_epi32((int)(uint32_t)(w >> (4 * bits))), 1);
+    __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(v, sh), mask);
+    if (bits <= 3) return _mm256_permutevar8x32_ps(tlo, idx);
+    if (bits == 4) {
+        __m256 a = _mm256_permutevar8x32_ps(tlo, idx), b = _mm256_permutevar8x32_ps(thi, idx);
+        return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+    }
+    return _mm256_i32gather_ps(cent, idx, 4);
+}
+
+/* Groups whose 8-byte load stays inside the nbytes of packed codes (then exact-size loads). */
+static inline int safe_groups(int d, int bits, int group_bytes) {
+    size_t nbytes = ((size_t)d * bits + 7) / 8;
+    return nbytes >= 8 ? (int)((nbytes - 8) / (size_t)group_bytes) + 1 : 0;
+}
+
 T_AVX2 static inline __attribute__((always_inline)) void
 expand_avx2_b(const uint8_t *codes, const int bits, const float *cent, int d, float scale,
               int add, float *out) {
     const __m256 tlo = _mm256_loadu_ps(cent), thi = _mm256_loadu_ps(cent + 8);
-    const __m256i sh = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 0, bits, 2 * bits, 3 * bits);
-    const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
     const __m256 vs = _mm256_set1_ps(scale);
-    int g = d / 8;
+    int g = d / 8, gs = VQ_MIN(g, safe_groups(d, bits, bits));
     for (int i = 0; i < g; i++) {
         uint64_t w = 0;
-        memcpy(&w, codes + (size_t)i * bits, (size_t)bits);
-        __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32((int)(uint32_t)w)),
-                                            _mm_set1_epi32((int)(uint32_t)(w >> (4 * bits))), 1);
-        __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(v, sh), mask);
-        __m256 c;
-        if (bits <= 3) {
-            c = _mm256_permutevar8x32_ps(tlo, idx);
-        } else if (bits == 4) {
-            __m256 a = _mm256_permutevar8x32_ps(tlo, idx), b = _mm256_permutevar8x32_ps(thi, idx);
-            c = _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
-        } else {
-            c = _mm256_i32gather_ps(cent, idx, 4);
-        }
-        c = _mm256_mul_ps(c, vs);
+        if (i < gs) memcpy(&w, codes + (size_t)i * bits, 8);
+        else memcpy(&w, codes + (size_t)i * bits, (size_t)bits);
+        __m256 c = _mm256_mul_ps(group8_avx2(w, bits, tlo, thi, cent), vs);
         if (add) c = _mm256_add_ps(c, _mm256_loadu_ps(out + 8 * i));
         _mm256_storeu_ps(out + 8 * i, c);
     }
@@ -86,19 +96,17 @@ expand_avx512_b(const uint8_t *codes, const int bits, const float *cent, int d, 
     const __m512i sh = _mm512_setr_epi32(0, bits, 2 * bits, 3 * bits, 0, bits, 2 * bits, 3 * bits,
                                          0, bits, 2 * bits, 3 * bits, 0, bits, 2 * bits, 3 * bits);
     const __m512i mask = _mm512_set1_epi32((1 << bits) - 1);
+    const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512 vs = _mm512_set1_ps(scale);
-    int g = d / 16;
+    int g = d / 16, gs = VQ_MIN(g, safe_groups(d, bits, 2 * bits));
     for (int i = 0; i < g; i++) {   /* 16 codes = 2*bits <= 8 bytes */
         uint64_t w = 0;
-        memcpy(&w, codes + (size_t)i * 2 * bits, (size_t)(2 * bits));
-        __m512i v = _mm512_setr_epi32(
-            (int)(uint32_t)w, (int)(uint32_t)w, (int)(uint32_t)w, (int)(uint32_t)w,
-            (int)(uint32_t)(w >> (4 * bits)), (int)(uint32_t)(w >> (4 * bits)),
-            (int)(uint32_t)(w >> (4 * bits)), (int)(uint32_t)(w >> (4 * bits)),
-            (int)(uint32_t)(w >> (8 * bits)), (int)(uint32_t)(w >> (8 * bits)),
-            (int)(uint32_t)(w >> (8 * bits)), (int)(uint32_t)(w >> (8 * bits)),
-            (int)(uint32_t)(w >> (12 * bits)), (int)(uint32_t)(w >> (12 * bits)),
-            (int)(uint32_t)(w >> (12 * bits)), (int)(uint32_t)(w >> (12 * bits)));
+        if (i < gs) memcpy(&w, codes + (size_t)i * 2 * bits, 8);
+        else memcpy(&w, codes + (size_t)i * 2 * bits, (size_t)(2 * bits));
+        /* quarter k of the lanes gets the 32 bits starting at code 4k */
+        __m128i q = _mm_setr_epi32((int)(uint32_t)w, (int)(uint32_t)(w >> (4 * bits)),
+                                   (int)(uint32_t)(w >> (8 * bits)), (int)(uint32_t)(w >> (12 * bits)));
+        __m512i v = _mm512_permutexvar_epi32(quarter, _mm512_castsi128_si512(q));
         __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(v, sh), mask);
         __m512 c = _mm512_mul_ps(_mm512_permutexvar_ps(idx, tab), vs);
         if (add) c = _mm512_add_ps(c, _mm512_loadu_ps(out + 16 * i));
@@ -199,7 +207,7 @@ vq_status vq_tq_init_common(vq_codec_state *st, vq_tq **out, int kind, int d,
                           c->params_help);
     t->norm32 = nv && strcmp(nv, "f32") == 0;
     t->b1 = kind == VQ_TQ_PROD ? t->bits - 1 : t->bits;
-    t->isa = vq_cpu_best_isa();
+    t->isa = vq_cvec_isa();   /* best the CPU has, capped by VQ_CODEC_ISA (tests) */
     vq_rng rng;
     vq_rng_seed(&rng, seed);
     uint64_t rot_seed = vq_rng_u64(&rng);

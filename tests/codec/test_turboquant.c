@@ -149,7 +149,7 @@ int main(void) {
                 snprintf(spec, sizeof spec, "bits=%d,norm=f32", b);
                 must(&st, &vq_codec_turboquant_mse, ds[t], spec, seed + b);
                 const vq_tq *tq = st.impl;
-                double cs, m = unit_mse(&st, &rng, 3000, &cs), th = tq->cb1.mse * ds[t];
+                double cs, m = unit_mse(&st, &rng, b <= 4 ? 2000 : 600, &cs), th = tq->cb1.mse * ds[t];
                 printf("turboquant_mse d=%d bits=%d: E|u-u^|^2 = %.5f (Lloyd-Max %.5f%s%.3g), cos %.4f, "
                        "%zu B/row\n", ds[t], b, m, th, b <= 4 ? ", paper " : "",
                        b <= 4 ? paper[b - 1] : 0.0, cs, st.block_bytes);
@@ -172,7 +172,7 @@ int main(void) {
 
     /* 2. turboquant_prod: unbiased inner products over fresh rotations and sketches */
     for (int b = 2; b <= 4; b += 2) {
-        int d = 64, trials = 1500;
+        int d = 64, trials = 1000;
         float q[64], k[64];
         gauss_vec(&rng, q, d, 1.0);
         gauss_vec(&rng, k, d, 1.0);
@@ -216,7 +216,7 @@ int main(void) {
         double cos_default = 0, best_other = 0;
         for (size_t v = 0; v < VQ_ARRAY_LEN(var); v++) {
             must(&st, &vq_codec_turboquant_rvq, 128, var[v], seed + 77);
-            double cs, m = unit_mse(&st, &rng, 3000, &cs);
+            double cs, m = unit_mse(&st, &rng, 2000, &cs);
             printf("turboquant_rvq d=128 %-30s: E|u-u^|^2 = %.5f, cos %.4f, %zu B/row (%s)\n", var[v],
                    m, cs, st.block_bytes, st.params);
             if (v == 0) { cos_default = cs; CHECKF(cs >= 0.97, "rvq 2+2 cosine %.4f", cs); }
@@ -234,7 +234,7 @@ int main(void) {
             for (size_t t = 0; t < VQ_ARRAY_LEN(ds); t++)
                 for (int b = 1; b <= 8; b++)
                     for (int isa = VQ_ISA_SCALAR; isa <= (int)vq_cpu_best_isa(); isa++) {
-                        if (t > 0 && b != 2 && b != 3 && b != 4 && b != 8) continue;
+                        if (b == 5 || b == 7 || (t > 0 && b != 2 && b != 3 && b != 4)) continue;
                         snprintf(spec, sizeof spec, "bits=%d%s", b, c == 1 && t == 1 ? ",m=40" : "");
                         must(&st, CODECS[c], ds[t], spec, seed + b);
                         vq_tq_force_isa(&st, (vq_isa)isa);
@@ -336,6 +336,51 @@ int main(void) {
         a.codec->decode(&a, k1, y);
         a.codec->fini(&a); b2.codec->fini(&b2); o.codec->fini(&o);
     }
+
+    /* 8. speed of score/accumulate from codes (printed for the docs; no assertion; not under ASan) */
+#ifndef __SANITIZE_ADDRESS__
+    {
+        enum { NB = 4096, NQ = 3 };
+        const char *specs[] = {"bits=2", "bits=3", "bits=4"};
+        for (size_t c = 0; c < VQ_ARRAY_LEN(CODECS); c++)
+            for (size_t sp = 0; sp < VQ_ARRAY_LEN(specs); sp++) {
+                int d = 64;
+                must(&st, CODECS[c], d, specs[sp], seed);
+                uint8_t *blocks = malloc(st.block_bytes * NB);
+                float x[64], *scores = malloc(sizeof(float) * NB * NQ), *acc[NQ];
+                void *qs[NQ];
+                for (int b = 0; b < NB; b++) { gauss_vec(&rng, x, d, 1.0); st.codec->encode(&st, x, blocks + b * st.block_bytes); }
+                for (int j = 0; j < NQ; j++) {
+                    qs[j] = vq_aligned_alloc(st.qstate_bytes + 64);
+                    acc[j] = calloc((size_t)st.acc_floats, sizeof(float));
+                    gauss_vec(&rng, x, d, 1.0);
+                    st.codec->prep_query(&st, x, qs[j]);
+                }
+                for (int i = 0; i < NB * NQ; i++) scores[i] = 1.0f / NB;
+                char line[256];
+                int o = snprintf(line, sizeof line, "speed %s d=%d %s, %d queries:", CODECS[c]->name, d, specs[sp], NQ);
+                for (int isa = VQ_ISA_SCALAR; isa <= (int)vq_cpu_best_isa(); isa++) {
+                    vq_tq_force_isa(&st, (vq_isa)isa);
+                    double ts = 1e9, ta = 1e9;   /* best of 7: the machine is shared */
+                    for (int rep = 0; rep < 7; rep++) {
+                        double t0 = vq_now_s();
+                        st.codec->score(&st, NQ, (const void *const *)qs, blocks, NB, scores);
+                        ts = fmin(ts, (vq_now_s() - t0) / NB * 1e9);
+                        for (int i = 0; i < NB * NQ; i++) scores[i] = 1.0f / NB;
+                        t0 = vq_now_s();
+                        st.codec->accumulate(&st, NQ, scores, blocks, NB, acc);
+                        ta = fmin(ta, (vq_now_s() - t0) / NB * 1e9);
+                    }
+                    o += snprintf(line + o, sizeof line - o, " %s score %.1f / acc %.1f ns/row;",
+                                  vq_isa_name((vq_isa)isa), ts, ta);
+                }
+                printf("%s\n", line);
+                for (int j = 0; j < NQ; j++) { vq_aligned_free(qs[j]); free(acc[j]); }
+                free(blocks); free(scores);
+                st.codec->fini(&st);
+            }
+    }
+#endif
 
     /* 7. bad parameters and dimensions: VQ_ERR_ARG naming the key / value */
     for (size_t c = 0; c < VQ_ARRAY_LEN(CODECS); c++) {
