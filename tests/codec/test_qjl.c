@@ -111,7 +111,7 @@ static void check_contract(const vq_codec_state *st, vq_rng *r, double xs) {
 }
 
 /* mean and variance of the score error over trials with fresh sketches, against the theory */
-static void check_unbiased(int d, int m, uint64_t seed0, vq_rng *r) {
+static int unbiased_once(int d, int m, uint64_t seed0, vq_rng *r) {
     float *k = malloc(sizeof(float) * d), *q = malloc(sizeof(float) * d), *u = malloc(sizeof(float) * d);
     gauss_vec(r, k, d, 1.0);
     gauss_vec(r, u, d, 1.0);
@@ -137,9 +137,17 @@ static void check_unbiased(int d, int m, uint64_t seed0, vq_rng *r) {
     double theory = (M_PI / 2 * kk * qq - truth * truth) / m;
     printf("qjl d=%d m=%d: truth %.4f, mean error %.5f (SE %.5f), variance %.5f, theory %.5f\n", d, m, truth,
            mean, se, var, theory);
-    CHECKF(fabs(mean) <= 3 * se, "d=%d m=%d: mean error %.5f beyond 3 SE %.5f", d, m, mean, se);
     CHECKF(var > 0.8 * theory && var < 1.2 * theory, "d=%d m=%d: variance %.5f vs theory %.5f", d, m, var, theory);
     free(k); free(q); free(u);
+    return fabs(mean) <= 3 * se;
+}
+
+/* A 3-SE test of an unbiased estimator fails by chance 0.27% of the time; a real bias fails again
+ * on fresh sketches, so one retry with another seed keeps CI quiet without hiding a bias. */
+static void check_unbiased(int d, int m, uint64_t seed0, vq_rng *r) {
+    if (unbiased_once(d, m, seed0, r)) { CHECK(1); return; }
+    printf("qjl d=%d m=%d: mean error beyond 3 SE, retrying once with fresh sketches\n", d, m);
+    CHECKF(unbiased_once(d, m, seed0 ^ 0x9e3779b97f4a7c15ull, r), "d=%d m=%d: mean error beyond 3 SE twice", d, m);
 }
 
 static void check_kernels(vq_rng *r) {

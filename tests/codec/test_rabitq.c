@@ -124,7 +124,7 @@ static void unit_pair(vq_rng *r, int d, float *o, float *q, double cosv) {
 }
 
 /* fixed o, q; fresh rotation per trial: mean error within 3 SE of 0 */
-static void check_unbiased(int d, const char *spec, int T, uint64_t seed0, vq_rng *r) {
+static int unbiased_once(int d, const char *spec, int T, uint64_t seed0, vq_rng *r) {
     float *o = malloc(sizeof(float) * d), *q = malloc(sizeof(float) * d);
     unit_pair(r, d, o, q, 0.5);
     for (int i = 0; i < d; i++) o[i] *= 3.0f;   /* |x| = 3 */
@@ -140,8 +140,16 @@ static void check_unbiased(int d, const char *spec, int T, uint64_t seed0, vq_rn
     }
     double mean = s1 / T, sd = sqrt(s2 / T - mean * mean), se = sd / sqrt(T);
     printf("rabitq d=%d %s: truth %.4f, mean error %+.5f (SE %.5f), error sd %.4f\n", d, spec, truth, mean, se, sd);
-    CHECKF(fabs(mean) <= 3 * se, "d=%d %s: mean error %.5f beyond 3 SE %.5f", d, spec, mean, se);
     free(o); free(q);
+    return fabs(mean) <= 3 * se;
+}
+
+/* A 3-SE test of an unbiased estimator fails by chance 0.27% of the time; a real bias fails again
+ * on fresh rotations, so one retry with another seed keeps CI quiet without hiding a bias. */
+static void check_unbiased(int d, const char *spec, int T, uint64_t seed0, vq_rng *r) {
+    if (unbiased_once(d, spec, T, seed0, r)) { CHECK(1); return; }
+    printf("rabitq d=%d %s: mean error beyond 3 SE, retrying once with fresh rotations\n", d, spec);
+    CHECKF(unbiased_once(d, spec, T, seed0 ^ 0x9e3779b97f4a7c15ull, r), "d=%d %s: mean error beyond 3 SE twice", d, spec);
 }
 
 /* RMS error of the estimate for random unit o, q (cos 0.3). For bits=1 also the paper's analysis:
@@ -149,16 +157,19 @@ static void check_unbiased(int d, const char *spec, int T, uint64_t seed0, vq_rn
  * z = err * c / sqrt(1 - c^2) * sqrt(d - 1) / sqrt(1 - <o,q>^2) is ~N(0,1): its sd (zsd) should be ~1,
  * and the eps0 = 1.9 bound |z| <= 1.9 / sqrt(1 - <o,q>^2) fails for about 2 Phi(-1.99) = 4.7%. */
 static double rms_err(int d, const char *spec, int T, uint64_t seed0, vq_rng *r, double *viol, double *cmean,
-                      double *zsd) {
+                      double *zsd, double *dcos) {
     float *o = malloc(sizeof(float) * d), *q = malloc(sizeof(float) * d);
     uint8_t blk[8192];
     vq_codec_state st = mk("rabitq", d, spec, seed0, NULL);
-    double s2 = 0, nv = 0, cs = 0, z2 = 0;
+    double s2 = 0, nv = 0, cs = 0, z2 = 0, dc = 0;
+    float *oh = malloc(sizeof(float) * d);
     for (int t = 0; t < T; t++) {
         unit_pair(r, d, o, q, 0.3);
         st.codec->encode(&st, o, blk);
         double e = score1(&st, q, blk) - dotd(o, q, d);
         s2 += e * e;
+        st.codec->decode(&st, blk, oh);
+        dc += dotd(o, oh, d) / sqrt(dotd(oh, oh, d));
         if (st.block_bytes == (size_t)((d + 7) / 8) + 4) {   /* bits=1, f32 factor: c = 2 / (f sqrt(d)) */
             float f;
             memcpy(&f, blk + (d + 7) / 8, 4);
@@ -173,6 +184,8 @@ static double rms_err(int d, const char *spec, int T, uint64_t seed0, vq_rng *r,
     if (viol) *viol = nv / T;
     if (cmean) *cmean = cs / T;
     if (zsd) *zsd = sqrt(z2 / T);
+    if (dcos) *dcos = dc / T;
+    free(oh);
     free(o); free(q);
     return sqrt(s2 / T);
 }
@@ -253,7 +266,7 @@ int main(void) {
     double prev = 0;
     for (int d = 64; d <= 512; d *= 2) {
         double viol, cm, zsd;
-        double e = rms_err(d, "bits=1,scale=f32", 1500, seed + d, &r, &viol, &cm, &zsd);
+        double e = rms_err(d, "bits=1,scale=f32", 1500, seed + d, &r, &viol, &cm, &zsd, NULL);
         printf("rabitq bits=1 d=%d: RMS error %.5f (x sqrt(d) = %.3f), mean <obar,o> %.4f, normalized error sd %.3f, "
                "outside eps0=1.9 bound %.4f\n", d, e, e * sqrt(d), cm, zsd, viol);
         CHECKF(viol < 0.08, "d=%d: %.4f of estimates outside the eps0=1.9 bound (expected ~0.047)", d, viol);
@@ -267,8 +280,10 @@ int main(void) {
     for (int b = 1; b <= 5; b++) {
         char sp[64];
         snprintf(sp, sizeof sp, "bits=%d,scale=f32", b);
-        double e = rms_err(128, sp, 600, seed + 100 + b, &r, NULL, NULL, NULL);
-        printf("rabitq d=128 bits=%d: RMS error %.5f of <o,q> for unit vectors\n", b, e);
+        double dcos;
+        double e = rms_err(128, sp, 600, seed + 100 + b, &r, NULL, NULL, NULL, &dcos);
+        printf("rabitq d=128 bits=%d: RMS error %.5f of <o,q> for unit vectors, cosine(x, decode) %.4f\n", b, e, dcos);
+        CHECK(dcos > (b == 1 ? 0.75 : 0.85));
         CHECKF(e < 0.75 * prev, "bits=%d: error %.5f not below 0.75 x %.5f", b, e, prev);
         prev = e;
     }
