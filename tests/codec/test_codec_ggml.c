@@ -1,0 +1,208 @@
+/* test_codec_ggml.c: the llama.cpp arms and KIVI against the formats' definitions: q8_0/q4_0
+ * bytes equal an independent re-implementation of ggml's reference quantizers, hand-made blocks
+ * decode to the documented values, error bounds per element, bits per element, the premise of
+ * rotate=1 (a Hadamard rotation spreads an outlier channel: lower q4_0 error), KIVI's bounds. */
+#include <stdint.h>
+#include "../vq_test.h"
+#include "codec/codec.h"
+
+static vq_codec_state make(const char *name, int d, int side, const char *k, const char *v) {
+    vq_codec_state st;
+    memset(&st, 0, sizeof st);
+    st.codec = vq_codec_find(name);
+    st.side = side;
+    vq_codec_param p[2];
+    int np = 0;
+    if (k) { snprintf(p[0].key, 32, "%s", k); snprintf(p[0].val, 64, "%s", v); np = 1; }
+    vq_err err;
+    if (!st.codec || st.codec->init(&st, d, side, p, np, 42, &err) != VQ_OK) {
+        fprintf(stderr, "init %s: %s\n", name, st.codec ? err.msg : "missing");
+        exit(1);
+    }
+    return st;
+}
+
+/* ggml's quantize_row_q8_0_ref / q4_0_ref, written from their definition */
+static void ref_q8_0(const float *x, uint8_t *y, int d) {
+    for (int b = 0; b < d / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        float s = amax / 127, id = s ? 1 / s : 0;
+        vq_f16 h = vq_f32_to_f16(s);
+        memcpy(y + b * 34, &h, 2);
+        for (int i = 0; i < 32; i++) y[b * 34 + 2 + i] = (uint8_t)(int8_t)roundf(x[b * 32 + i] * id);
+    }
+}
+static void ref_q4_0(const float *x, uint8_t *y, int d) {
+    for (int b = 0; b < d / 32; b++) {
+        float amax = 0, max = 0;
+        for (int i = 0; i < 32; i++)
+            if (amax < fabsf(x[b * 32 + i])) { amax = fabsf(x[b * 32 + i]); max = x[b * 32 + i]; }
+        float s = max / -8, id = s ? 1 / s : 0;
+        vq_f16 h = vq_f32_to_f16(s);
+        memcpy(y + b * 18, &h, 2);
+        for (int j = 0; j < 16; j++) {
+            int a = (int)(int8_t)(x[b * 32 + j] * id + 8.5f), c = (int)(int8_t)(x[b * 32 + 16 + j] * id + 8.5f);
+            a = a > 15 ? 15 : a;
+            c = c > 15 ? 15 : c;
+            y[b * 18 + 2 + j] = (uint8_t)(a | (c << 4));
+        }
+    }
+}
+
+static void test_ggml_bytes(vq_rng *rng) {
+    const int d = 128;
+    vq_codec_state s8 = make("q8_0", d, 0, NULL, NULL), s4 = make("q4_0", d, 1, NULL, NULL);
+    CHECK(s8.block_bytes * 8.0 / d == 8.5 && s4.block_bytes * 8.0 / d == 4.5);
+    float x[128], xh[128];
+    uint8_t a[200], b[200];
+    int same8 = 1, same4 = 1;
+    double worst8 = 0, worst4 = 0;
+    for (int t = 0; t < 500; t++) {
+        /* 0.05 .. 150: keeps the fp16 scale normal (subnormal scales lose relative precision) */
+        float amp = (float)exp(vq_rng_uniform(rng) * 8 - 3);
+        for (int i = 0; i < d; i++) x[i] = amp * (float)vq_rng_gauss(rng);
+        if (t % 50 == 0) for (int i = 0; i < 32; i++) x[i] = 0;   /* an all-zero block */
+        s8.codec->encode(&s8, x, a);
+        ref_q8_0(x, b, d);
+        same8 &= memcmp(a, b, s8.block_bytes) == 0;
+        s8.codec->decode(&s8, a, xh);
+        for (int i = 0; i < d; i++) {
+            vq_f16 h; memcpy(&h, a + (i / 32) * 34, 2);
+            double sc = vq_f16_to_f32(h);
+            /* fp16 scale rounding adds up to 127 * 2^-11 relative to the half-step bound */
+            worst8 = fmax(worst8, fabs(x[i] - xh[i]) / (sc * (0.5 + 127.0 / 2048) + 1e-30));
+        }
+        s4.codec->encode(&s4, x, a);
+        ref_q4_0(x, b, d);
+        same4 &= memcmp(a, b, s4.block_bytes) == 0;
+        s4.codec->decode(&s4, a, xh);
+        for (int i = 0; i < d; i++) {
+            vq_f16 h; memcpy(&h, a + (i / 32) * 18, 2);
+            double sc = fabs(vq_f16_to_f32(h));
+            worst4 = fmax(worst4, fabs(x[i] - xh[i]) / (sc * (1.0 + 8.0 / 2048) + 1e-30));
+        }
+    }
+    CHECK(same8);
+    CHECK(same4);
+    CHECKF(worst8 <= 1.0, "q8_0 error %.3f of the bound", worst8);
+    CHECKF(worst4 <= 1.0, "q4_0 error %.3f of the bound", worst4);
+    /* a hand-made q4_0 block: scale 0.5, byte j = j | (15 - j) << 4 */
+    uint8_t blk[18 * 4] = {0};
+    for (int bl = 0; bl < 4; bl++) {
+        vq_f16 h = vq_f32_to_f16(0.5f);
+        memcpy(blk + bl * 18, &h, 2);
+        for (int j = 0; j < 16; j++) blk[bl * 18 + 2 + j] = (uint8_t)(j | ((15 - j) << 4));
+    }
+    s4.codec->decode(&s4, blk, xh);
+    int ok = 1;
+    for (int j = 0; j < 16; j++) ok &= xh[j] == 0.5f * (j - 8) && xh[16 + j] == 0.5f * (7 - j);
+    CHECK(ok);
+    /* a hand-made q8_0 block: scale 0.25, code i - 16 */
+    uint8_t b8[34 * 4] = {0};
+    for (int bl = 0; bl < 4; bl++) {
+        vq_f16 h = vq_f32_to_f16(0.25f);
+        memcpy(b8 + bl * 34, &h, 2);
+        for (int i = 0; i < 32; i++) b8[bl * 34 + 2 + i] = (uint8_t)(int8_t)(i - 16);
+    }
+    s8.codec->decode(&s8, b8, xh);
+    ok = 1;
+    for (int i = 0; i < 32; i++) ok &= xh[i] == 0.25f * (i - 16);
+    CHECK(ok);
+    s8.codec->fini(&s8);
+    s4.codec->fini(&s4);
+}
+
+/* rotate=1: with one outlier channel per row, rotated q4_0 has lower error than plain q4_0
+ * (the rotation spreads the outlier over all channels of the block) */
+static void test_rotate_premise(vq_rng *rng) {
+    const int d = 128, n = 400;
+    vq_codec_state p = make("q4_0", d, 0, NULL, NULL), r = make("q4_0", d, 0, "rotate", "1");
+    float x[128], xh[128];
+    uint8_t blk[256];
+    double ep = 0, er = 0, n2 = 0;
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < d; i++) x[i] = (float)vq_rng_gauss(rng);
+        x[7] = 20.0f;   /* an outlier channel, as in real keys */
+        for (int i = 0; i < d; i++) n2 += x[i] * x[i];
+        p.codec->encode(&p, x, blk);
+        p.codec->decode(&p, blk, xh);
+        for (int i = 0; i < d; i++) ep += (x[i] - xh[i]) * (x[i] - xh[i]);
+        r.codec->encode(&r, x, blk);
+        r.codec->decode(&r, blk, xh);
+        for (int i = 0; i < d; i++) er += (x[i] - xh[i]) * (x[i] - xh[i]);
+    }
+    printf("q4_0 relative MSE with an outlier channel: plain %.5f, rotate=1 %.5f\n", ep / n2, er / n2);
+    CHECKF(er < 0.7 * ep, "rotation did not help: %.5f vs %.5f", er / n2, ep / n2);
+    /* without outliers, rotation keeps the norm: decoded norm within 2%% */
+    for (int i = 0; i < d; i++) x[i] = (float)vq_rng_gauss(rng);
+    vq_codec_state r8 = make("q8_0", d, 0, "rotate", "1");
+    r8.codec->encode(&r8, x, blk);
+    r8.codec->decode(&r8, blk, xh);
+    double a = 0, b = 0;
+    for (int i = 0; i < d; i++) { a += x[i] * x[i]; b += xh[i] * xh[i]; }
+    CHECK_NEAR(sqrt(b / a), 1.0, 0.02);
+    p.codec->fini(&p); r.codec->fini(&r); r8.codec->fini(&r8);
+}
+
+/* KIVI: keys per channel over G tokens, values per token in groups of G channels */
+static void test_kivi(vq_rng *rng) {
+    const int d = 64;
+    for (int bits = 2; bits <= 4; bits += 2) {
+        char bv[4];
+        snprintf(bv, sizeof bv, "%d", bits);
+        vq_codec_state k = make("kivi", d, 0, "bits", bv), v = make("kivi", d, 1, "bits", bv);
+        const int G = k.rows_per_block;
+        CHECK(G == 32 && v.rows_per_block == 1 && k.fp_window == 128);
+        CHECK_NEAR(k.block_bytes * 8.0 / (G * d), bits + 32.0 / G, 1e-12);   /* b + two fp16 per channel / G */
+        CHECK_NEAR(v.block_bytes * 8.0 / d, bits + 32.0 / 32, 1e-12);          /* b + two fp16 per group */
+        float *x = malloc(sizeof(float) * G * d), *xh = malloc(sizeof(float) * G * d);
+        uint8_t *blk = malloc(k.block_bytes);
+        for (int i = 0; i < G * d; i++) x[i] = (float)vq_rng_gauss(rng) * (i % d == 3 ? 30.0f : 1.0f);
+        for (int r = 0; r < G; r++) x[r * d + 5] = 1.25f;   /* a constant channel: exact */
+        k.codec->encode(&k, x, blk);
+        k.codec->decode(&k, blk, xh);
+        double worst = 0;
+        for (int c = 0; c < d; c++) {
+            float lo = x[c], hi = x[c];
+            for (int r = 0; r < G; r++) { lo = fminf(lo, x[r * d + c]); hi = fmaxf(hi, x[r * d + c]); }
+            double step = (hi - lo) / ((1 << bits) - 1);
+            for (int r = 0; r < G; r++)
+                worst = fmax(worst, fabs(x[r * d + c] - xh[r * d + c]) / (step * 0.5 * 1.01 + fabs(lo) * 1e-3 + 1e-6));
+        }
+        CHECKF(worst <= 1.0, "kivi K bits=%d: error %.3f of the per-channel bound", bits, worst);
+        int exact = 1;
+        for (int r = 0; r < G; r++) exact &= xh[r * d + 5] == 1.25f;
+        CHECK(exact);
+        /* the outlier channel does not hurt the other channels (per-channel scales) */
+        double other = 0;
+        for (int r = 0; r < G; r++) other = fmax(other, fabs(x[r * d + 10] - xh[r * d + 10]));
+        CHECKF(other < 2.0, "kivi K: channel 10 error %.3f", other);
+        uint8_t *vb = malloc(v.block_bytes);
+        v.codec->encode(&v, x, vb);
+        v.codec->decode(&v, vb, xh);
+        worst = 0;
+        for (int g = 0; g < d / 32; g++) {
+            float lo = x[g * 32], hi = x[g * 32];
+            for (int c = g * 32; c < g * 32 + 32; c++) { lo = fminf(lo, x[c]); hi = fmaxf(hi, x[c]); }
+            double step = (hi - lo) / ((1 << bits) - 1);
+            for (int c = g * 32; c < g * 32 + 32; c++)
+                worst = fmax(worst, fabs(x[c] - xh[c]) / (step * 0.5 * 1.01 + fabs(lo) * 1e-3 + 1e-6));
+        }
+        CHECKF(worst <= 1.0, "kivi V bits=%d: error %.3f of the per-group bound", bits, worst);
+        k.codec->fini(&k); v.codec->fini(&v);
+        free(x); free(xh); free(blk); free(vb);
+    }
+}
+
+int main(void) {
+    const char *e = getenv("VQ_TEST_SEED");
+    uint64_t seed = e && *e ? strtoull(e, NULL, 0) : (uint64_t)(vq_now_s() * 1e6);
+    printf("seed %llu (set VQ_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    vq_rng rng;
+    vq_rng_seed(&rng, seed);
+    test_ggml_bytes(&rng);
+    test_rotate_premise(&rng);
+    test_kivi(&rng);
+    return vq_t_done();
+}
