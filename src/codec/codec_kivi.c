@@ -32,6 +32,8 @@ static vq_status kivi_init(vq_codec_state *st, int d, int side, const vq_codec_p
     if (!s) s = vq_codec_param_int(c, p, np, "residual", 0, 1048576, 128, &R, err);
     if (s) return s;
     const int chunk = 16 * 8 / bits;   /* elements per 16-byte chunk */
+    if (d > 4096)
+        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: head_dim %d above 4096", d);
     if (d % chunk)
         return vq_err_set(err, VQ_ERR_ARG, "codec kivi: head_dim %d must be a multiple of %d for "
                           "bits=%d", d, chunk, bits);
@@ -69,6 +71,7 @@ static inline void code_put(uint8_t *row, int b, int i, int v) {
     row[ch * 16 + r % 16] |= (uint8_t)(v << (b * (r / 16)));
 }
 static inline float h2f(const uint8_t *p) { vq_f16 h; memcpy(&h, p, 2); return vq_f16_to_f32(h); }
+T2 static inline float h2f_hw(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }
 static inline void f2h(uint8_t *p, float f) { vq_f16 h = vq_f32_to_f16(f); memcpy(p, &h, 2); }
 
 /* min/max over n values at stride; stores fp16 scale and min; returns them rounded */
@@ -166,13 +169,35 @@ T2 static float dot_codes_256(const float *qs, const uint8_t *row, int d, int b)
     return _mm_cvtss_f32(s);
 }
 
+/* qs[c] = q[c] * scale[c]; returns q . min (header: fp16 scale[d], fp16 min[d]) */
+static float fold_scalar(const float *q, const uint8_t *B, int d, float *qs) {
+    float qm = 0;
+    for (int c = 0; c < d; c++) {
+        qs[c] = q[c] * h2f(B + 2 * c);
+        qm += q[c] * h2f(B + 2 * d + 2 * c);
+    }
+    return qm;
+}
+T2 static float fold_f16c(const float *q, const uint8_t *B, int d, float *qs) {
+    __m256 m = _mm256_setzero_ps();
+    for (int c = 0; c < d; c += 8) {   /* d is a multiple of 32 */
+        __m256 vq = _mm256_loadu_ps(q + c);
+        __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(B + 2 * c)));
+        __m256 mn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(B + 2 * d + 2 * c)));
+        _mm256_storeu_ps(qs + c, _mm256_mul_ps(vq, sc));
+        m = _mm256_fmadd_ps(vq, mn, m);
+    }
+    float t[8];
+    _mm256_storeu_ps(t, m);
+    return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+}
+
 static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst,
                        const uint8_t *blocks, int n_blocks, float *scores) {
     const kivi *k = st->impl;
     const int d = k->d, b = k->bits, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
     const vq_isa isa = vq_cvec_isa();
-    float *qs = malloc((size_t)d * sizeof(float));   /* per call; d floats */
-    if (!qs) { for (size_t i = 0; i < (size_t)n_q * n_rows; i++) scores[i] = 0; return; }
+    float qs[4096];   /* the query folded with one block's scales (d <= 4096, checked at init) */
     for (int blk = 0; blk < n_blocks; blk++) {
         const uint8_t *B = blocks + (size_t)blk * st->block_bytes;
         for (int j = 0; j < n_q; j++) {
@@ -184,11 +209,7 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                 out[0] = s;
                 continue;
             }
-            float qm = 0;
-            for (int c = 0; c < d; c++) {
-                qs[c] = q[c] * h2f(B + 2 * c);
-                qm += q[c] * h2f(B + 2 * d + 2 * c);
-            }
+            float qm = isa == VQ_ISA_SCALAR ? fold_scalar(q, B, d, qs) : fold_f16c(q, B, d, qs);
             for (int r = 0; r < rpb; r++) {
                 const uint8_t *row = B + k->hdr + (size_t)r * k->row_bytes;
                 float s = isa == VQ_ISA_AVX512 ? dot_codes_512(qs, row, d, b)
@@ -198,7 +219,6 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
             }
         }
     }
-    free(qs);
 }
 
 /* ---- values: per row, expand each 16-lane vector of codes (one group's scale and min) in
@@ -212,7 +232,7 @@ T5 static void vacc_512(const kivi *k, const uint8_t *B, int n_q, const float *w
         for (int t = 0; t < per; t++) {
             const int c0 = ch * E + 16 * t, g = c0 / k->G;
             __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, b * t), m)),
-                                       _mm512_set1_ps(h2f(B + 4 * g)), _mm512_set1_ps(h2f(B + 4 * g + 2)));
+                                       _mm512_set1_ps(h2f_hw(B + 4 * g)), _mm512_set1_ps(h2f_hw(B + 4 * g + 2)));
             for (int j = 0; j < n_q; j++) {
                 const float wj = w[(size_t)j * wstride];
                 if (wj == 0.0f) continue;
@@ -231,7 +251,7 @@ T2 static void vacc_256(const kivi *k, const uint8_t *B, int n_q, const float *w
             for (int t = 0; t < per; t++) {
                 const int c0 = ch * E + 16 * t + 8 * hlf, g = c0 / k->G;
                 __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x, b * t), m)),
-                                           _mm256_set1_ps(h2f(B + 4 * g)), _mm256_set1_ps(h2f(B + 4 * g + 2)));
+                                           _mm256_set1_ps(h2f_hw(B + 4 * g)), _mm256_set1_ps(h2f_hw(B + 4 * g + 2)));
                 for (int j = 0; j < n_q; j++) {
                     const float wj = w[(size_t)j * wstride];
                     if (wj == 0.0f) continue;

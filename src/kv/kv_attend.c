@@ -3,6 +3,7 @@
  * codes, an online softmax in float32 turns scores into weights (causal by true position), the
  * codec accumulates V codes in its own domain, and finish maps back once per query head.
  * Rows still in the full-precision window are scored and summed directly. */
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,21 +27,131 @@ typedef struct sm {            /* online-softmax state of nv query vectors */
     float *m, *l, *acc, *accw;
 } sm;
 
+/* ---- the softmax's two passes over a block of scores, scalar and SIMD ----
+ * mask_max: S[r] = pos[r] <= qp ? S[r] * scale : -inf, returns the max.
+ * exp_sum:  S[r] = exp(S[r] - m) (-inf -> 0), returns the sum. expf on the SIMD paths is a
+ * Cephes-style polynomial (about 2 ulp): the tests hold attention to 1e-5 of float64. */
+static float mask_max_scalar(float *S, const int32_t *pos, int n, int qp, float scale) {
+    float mx = -INFINITY;
+    for (int r = 0; r < n; r++) {
+        if (pos[r] <= qp) { S[r] *= scale; mx = S[r] > mx ? S[r] : mx; }
+        else S[r] = -INFINITY;
+    }
+    return mx;
+}
+static float exp_sum_scalar(float *S, int n, float m) {
+    float sum = 0;
+    for (int r = 0; r < n; r++) {
+        float w = S[r] == -INFINITY ? 0.0f : expf(S[r] - m);
+        S[r] = w;
+        sum += w;
+    }
+    return sum;
+}
+#define T2 __attribute__((target("avx2,fma,f16c")))
+#define T5 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+T5 static float mask_max_512(float *S, const int32_t *pos, int n, int qp, float scale) {
+    __m512 mx = _mm512_set1_ps(-INFINITY), vs = _mm512_set1_ps(scale), ninf = mx;
+    __m512i vq = _mm512_set1_epi32(qp);
+    for (int r = 0; r < n; r += 16) {
+        __mmask16 t = n - r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - r)) - 1);
+        __m512 s = _mm512_maskz_loadu_ps(t, S + r);
+        __mmask16 vis = _mm512_mask_cmple_epi32_mask(t, _mm512_maskz_loadu_epi32(t, pos + r), vq);
+        s = _mm512_mask_mul_ps(ninf, vis, s, vs);
+        mx = _mm512_max_ps(mx, s);
+        _mm512_mask_storeu_ps(S + r, t, s);
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+T5 static __m512 exp512(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.3f);
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(x, lo);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_maskz_scalef_ps((__mmask16)~tiny, p, n);
+}
+T5 static float exp_sum_512(float *S, int n, float m) {
+    __m512 sum = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
+    for (int r = 0; r < n; r += 16) {
+        __mmask16 t = n - r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - r)) - 1);
+        __m512 w = exp512(_mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), t, S + r), vm));
+        sum = _mm512_add_ps(sum, w);
+        _mm512_mask_storeu_ps(S + r, t, w);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+T2 static float mask_max_256(float *S, const int32_t *pos, int n, int qp, float scale) {
+    __m256 mx = _mm256_set1_ps(-INFINITY), vs = _mm256_set1_ps(scale), ninf = mx;
+    __m256i vq = _mm256_set1_epi32(qp);
+    int r = 0;
+    for (; r + 8 <= n; r += 8) {
+        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(S + r), vs);
+        __m256 hide = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(pos + r)), vq));
+        s = _mm256_blendv_ps(s, ninf, hide);
+        mx = _mm256_max_ps(mx, s);
+        _mm256_storeu_ps(S + r, s);
+    }
+    float t[8], m = -INFINITY;
+    _mm256_storeu_ps(t, mx);
+    for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
+    float tail = mask_max_scalar(S + r, pos + r, n - r, qp, scale);
+    return tail > m ? tail : m;
+}
+T2 static __m256 exp256(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^n through the exponent field: n >= -126 after the clamp */
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+T2 static float exp_sum_256(float *S, int n, float m) {
+    __m256 sum = _mm256_setzero_ps(), vm = _mm256_set1_ps(m);
+    int r = 0;
+    for (; r + 8 <= n; r += 8) {
+        __m256 w = exp256(_mm256_sub_ps(_mm256_loadu_ps(S + r), vm));
+        sum = _mm256_add_ps(sum, w);
+        _mm256_storeu_ps(S + r, w);
+    }
+    float t[8];
+    _mm256_storeu_ps(t, sum);
+    return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7])) + exp_sum_scalar(S + r, n - r, m);
+}
+
 /* scores S[j*rows + r] -> weights in place; keeps m (running max), l (sum) and rescales the
- * accumulators whenever a query's max grows. Rows with pos > the query's position weigh 0. */
-static void softmax_update(sm *s, float *S, int rows, const int32_t *pos, int pos_start,
-                           int pos_cap, const int *q_pos) {
+ * accumulators whenever a query's max grows. Rows with pos > the query's position weigh 0.
+ * pos: rows positions in order (pages) or a ring (window: pos_cap > 0, copied out first). */
+static void softmax_update(sm *s, float *S, int rows, const int32_t *pos, const int *q_pos) {
+    const vq_isa isa = vq_cvec_isa();
     for (int j = 0; j < s->nv; j++) {
         const int qp = q_pos[j / s->G];
         float *Sj = S + (size_t)j * rows;
-        float mx = -INFINITY;
-        for (int r = 0; r < rows; r++) {
-            int32_t p = pos_cap ? pos[(pos_start + r) % pos_cap] : pos[r];
-            if (p <= qp) { Sj[r] *= s->scale; if (Sj[r] > mx) mx = Sj[r]; }
-            else Sj[r] = -INFINITY;
-        }
+        float mx = isa == VQ_ISA_AVX512 ? mask_max_512(Sj, pos, rows, qp, s->scale)
+                 : isa == VQ_ISA_AVX2   ? mask_max_256(Sj, pos, rows, qp, s->scale)
+                                        : mask_max_scalar(Sj, pos, rows, qp, s->scale);
         if (mx == -INFINITY) {   /* nothing visible in this block */
-            for (int r = 0; r < rows; r++) Sj[r] = 0.0f;
+            memset(Sj, 0, (size_t)rows * sizeof(float));
             continue;
         }
         if (mx > s->m[j]) {
@@ -53,13 +164,9 @@ static void softmax_update(sm *s, float *S, int rows, const int32_t *pos, int po
             }
             s->m[j] = mx;
         }
-        float sum = 0, m = s->m[j];
-        for (int r = 0; r < rows; r++) {
-            float w = Sj[r] == -INFINITY ? 0.0f : expf(Sj[r] - m);
-            Sj[r] = w;
-            sum += w;
-        }
-        s->l[j] += sum;
+        s->l[j] += isa == VQ_ISA_AVX512 ? exp_sum_512(Sj, rows, s->m[j])
+                 : isa == VQ_ISA_AVX2   ? exp_sum_256(Sj, rows, s->m[j])
+                                        : exp_sum_scalar(Sj, rows, s->m[j]);
     }
 }
 
@@ -75,7 +182,8 @@ static int run_task(const task *t) {
     const int acc_stride = (int)(al64((size_t)sv->acc_floats * sizeof(float)) / sizeof(float));
     size_t need = nv * qsb + al64(nv * sizeof(void *)) * 2 + al64((size_t)nv * smax * sizeof(float)) +
                   2 * al64(nv * sizeof(float)) + (size_t)nv * acc_stride * sizeof(float) +
-                  al64((size_t)nv * d * sizeof(float)) + al64((size_t)d * sizeof(float));
+                  al64((size_t)nv * d * sizeof(float)) + al64((size_t)d * sizeof(float)) +
+                  al64((size_t)VQ_MAX(wc, 1) * sizeof(int32_t));
     uint8_t *mem = vq_aligned_alloc(need);
     if (!mem) return 1;
     uint8_t *p = mem;
@@ -88,7 +196,8 @@ static int run_task(const task *t) {
     s.l = (float *)(void *)p; p += al64(nv * sizeof(float));
     s.acc = (float *)(void *)p; p += (size_t)nv * acc_stride * sizeof(float);
     s.accw = (float *)(void *)p; p += al64((size_t)nv * d * sizeof(float));
-    float *tmp = (float *)(void *)p;
+    float *tmp = (float *)(void *)p; p += al64((size_t)d * sizeof(float));
+    int32_t *wpos = (int32_t *)(void *)p;
 
     const int *qpos = t->q_pos + t->q0;
     int maxpos = INT32_MIN;
@@ -107,7 +216,7 @@ static int run_task(const task *t) {
         if (rows <= 0 || L->page_minpos[pg] > maxpos) continue;
         const uint8_t *page = L->pages[pg];
         sk->codec->score(sk, nv, qptr, page + kv->off_k[t->h], rows / kv->rpb[0], S);
-        softmax_update(&s, S, rows, (const int32_t *)(const void *)page, 0, 0, qpos);
+        softmax_update(&s, S, rows, (const int32_t *)(const void *)page, qpos);
         sv->codec->accumulate(sv, nv, S, page + kv->off_v[t->h], rows / kv->rpb[1], accptr);
     }
 
@@ -122,7 +231,8 @@ static int run_task(const task *t) {
                                             : vq_cvec_dot(qrow, (const float *)L->win_k + row, d);
             }
         }
-        softmax_update(&s, S, wc, L->win_pos, L->win_start, kv->win_cap, qpos);
+        for (int r = 0; r < wc; r++) wpos[r] = L->win_pos[(L->win_start + r) % kv->win_cap];
+        softmax_update(&s, S, wc, wpos, qpos);
         for (int r = 0; r < wc; r++) {
             size_t row = (size_t)((L->win_start + r) % kv->win_cap) * w + hoff;
             for (int j = 0; j < nv; j++) {
