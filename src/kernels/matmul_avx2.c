@@ -55,6 +55,7 @@ static inline __attribute__((always_inline)) float hsum8(__m256 v) {
             float *yt = Y + (size_t)t0 * ldy;                                                  \
             for (int r = 0; r < nrows; r++) {                                                  \
                 const uint8_t *w = W + (size_t)r * ws;                                         \
+                if (t0 == 0) vq_prefetch_row(W, ws, r, nrows);                                 \
                 switch (tn) {                                                                  \
                 case 1: name##_row(w, x, k, yt + r, ldy, 1); break;                            \
                 case 2: name##_row(w, x, k, yt + r, ldy, 2); break;                            \

@@ -47,6 +47,7 @@ static inline __attribute__((always_inline)) __m512 ld_bf16(const uint8_t *p, __
             float *yt = Y + (size_t)t0 * ldy;                                                  \
             for (int r = 0; r < nrows; r++) {                                                  \
                 const uint8_t *w = W + (size_t)r * ws;                                         \
+                if (t0 == 0) vq_prefetch_row(W, ws, r, nrows);                                 \
                 switch (tn) {                                                                  \
                 case 1: name##_row(w, x, k, yt + r, ldy, 1); break;                            \
                 case 2: name##_row(w, x, k, yt + r, ldy, 2); break;                            \
