@@ -46,14 +46,16 @@ static void mse_prep(const vq_codec_state *st, const float *q, void *qs) {
 static void mse_score(const vq_codec_state *st, int n_q, const void *const *qs,
                       const uint8_t *blocks, int n_blocks, float *scores) {
     const vq_tq *t = st->impl;
-    const vq_isa isa = t->isa;
-    float c[VQ_TQ_MAX_D] __attribute__((aligned(64)));
+    float res[64];
     for (int r = 0; r < n_blocks; r++) {
         const uint8_t *b = blocks + (size_t)r * st->block_bytes;
         float nrm = vq_tq_get_norm(t, b);
-        vq_tq_expand(t, b + t->off_codes1, t->bits, t->cent1, 1.0f, 0, c);
-        for (int j = 0; j < n_q; j++)
-            scores[(size_t)j * n_blocks + r] = nrm * vq_cvec_dot_isa(isa, (const float *)qs[j], c, t->d);
+        for (int j0 = 0; j0 < n_q; j0 += 64) {   /* one pass over the codes per 64 queries */
+            int m = VQ_MIN(64, n_q - j0);
+            vq_tq_dot_codes(t->isa, b + t->off_codes1, t->bits, t->cent1, NULL, 0.0f, t->cent1,
+                            t->d, (const float *const *)(qs + j0), m, res);
+            for (int j = 0; j < m; j++) scores[(size_t)(j0 + j) * n_blocks + r] = nrm * res[j];
+        }
     }
 }
 

@@ -94,17 +94,21 @@ static void prod_prep(const vq_codec_state *st, const float *q, void *qs) {
 static void prod_score(const vq_codec_state *st, int n_q, const void *const *qs,
                        const uint8_t *blocks, int n_blocks, float *scores) {
     const vq_tq *t = st->impl;
-    const int d = t->d, m = t->m;
-    float c[VQ_TQ_MAX_D] __attribute__((aligned(64))), z[VQ_TQ_MAX_D] __attribute__((aligned(64)));
-    for (int r = 0; r < n_blocks; r++) {
-        const uint8_t *b = blocks + (size_t)r * st->block_bytes;
-        float nrm = vq_tq_get_norm(t, b), g = qjl_gain(t, vq_tq_get_h(b + t->hdr_bytes));
-        if (t->b1) vq_tq_expand(t, b + t->off_codes1, t->b1, t->cent1, 1.0f, 0, c);
-        vq_tq_expand_isa(t->isa, b + t->off_signs, 1, t->cent2, m, 1.0f, 0, z);
-        for (int j = 0; j < n_q; j++) {
-            const float *qr = qs[j], *sq = qr + d;
-            float a = t->b1 ? vq_cvec_dot_isa(t->isa, qr, c, d) : 0.0f;
-            scores[(size_t)j * n_blocks + r] = nrm * (a + g * vq_cvec_dot_isa(t->isa, sq, z, m));
+    const float *qr[64], *sq[64];
+    float ra[64], rb[64];
+    for (int j0 = 0; j0 < n_q; j0 += 64) {          /* [Πq (d)] [SΠq (m)] per query */
+        int m = VQ_MIN(64, n_q - j0);
+        for (int j = 0; j < m; j++) { qr[j] = qs[j0 + j]; sq[j] = qr[j] + t->d; }
+        for (int r = 0; r < n_blocks; r++) {
+            const uint8_t *b = blocks + (size_t)r * st->block_bytes;
+            float nrm = vq_tq_get_norm(t, b), g = qjl_gain(t, vq_tq_get_h(b + t->hdr_bytes));
+            if (t->b1)
+                vq_tq_dot_codes(t->isa, b + t->off_codes1, t->b1, t->cent1, NULL, 0.0f, t->cent1,
+                                t->d, qr, m, ra);
+            vq_tq_dot_codes(t->isa, b + t->off_signs, 1, t->cent2, NULL, 0.0f, t->cent2, t->m, sq,
+                            m, rb);
+            for (int j = 0; j < m; j++)
+                scores[(size_t)(j0 + j) * n_blocks + r] = nrm * ((t->b1 ? ra[j] : 0.0f) + g * rb[j]);
         }
     }
 }

@@ -96,13 +96,16 @@ static void rvq_prep(const vq_codec_state *st, const float *q, void *qs) {
 static void rvq_score(const vq_codec_state *st, int n_q, const void *const *qs,
                       const uint8_t *blocks, int n_blocks, float *scores) {
     const vq_tq *t = st->impl;
-    float c[VQ_TQ_MAX_D] __attribute__((aligned(64)));
+    float res[64];
     for (int r = 0; r < n_blocks; r++) {
         const uint8_t *b = blocks + (size_t)r * st->block_bytes;
-        float nrm = vq_tq_get_norm(t, b);
-        rvq_expand(t, b, c);
-        for (int j = 0; j < n_q; j++)
-            scores[(size_t)j * n_blocks + r] = nrm * vq_cvec_dot_isa(t->isa, (const float *)qs[j], c, t->d);
+        float nrm = vq_tq_get_norm(t, b), s2 = rvq_scale(t, b);
+        for (int j0 = 0; j0 < n_q; j0 += 64) {
+            int m = VQ_MIN(64, n_q - j0);
+            vq_tq_dot_codes(t->isa, b + t->off_codes1, t->bits, t->cent1, b + t->off_codes2, s2,
+                            t->cent2, t->d, (const float *const *)(qs + j0), m, res);
+            for (int j = 0; j < m; j++) scores[(size_t)(j0 + j) * n_blocks + r] = nrm * res[j];
+        }
     }
 }
 

@@ -59,6 +59,12 @@ void vq_tq_expand(const vq_tq *t, const uint8_t *codes, int bits, const float *c
 void vq_tq_expand_isa(vq_isa isa, const uint8_t *codes, int bits, const float *cent, int d,
                       float scale, int add, float *out);
 
+/* res[j] = q_j · (cent1[c1_i] + s2·cent2[c2_i])_i for j < nq, over n codes of `bits` each (c2 may
+ * be NULL: then only cent1). One pass over the codes for all queries; SIMD when n % 8 == 0. */
+void vq_tq_dot_codes(vq_isa isa, const uint8_t *c1, int bits, const float *cent1,
+                     const uint8_t *c2, float s2, const float *cent2, int n,
+                     const float *const *q, int nq, float *res);
+
 /* Tests: pin the kernel variant of a configured state (call before any concurrent use). */
 void vq_tq_force_isa(vq_codec_state *st, vq_isa isa);
 #endif

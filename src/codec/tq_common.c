@@ -89,26 +89,32 @@ T_AVX2 static void expand_avx2(const uint8_t *codes, int bits, const float *cent
     }
 }
 
-T_AVX512 static inline __attribute__((always_inline)) void
-expand_avx512_b(const uint8_t *codes, const int bits, const float *cent, int d, float scale,
-                int add, float *out) {
-    const __m512 tab = _mm512_loadu_ps(cent);
+/* 16 codes (2*bits <= 8 bytes in w) -> 16 centroid floats, for bits <= 4 (16-entry table) */
+T_AVX512 static inline __attribute__((always_inline)) __m512
+group16_avx512(uint64_t w, const int bits, __m512 tab) {
     const __m512i sh = _mm512_setr_epi32(0, bits, 2 * bits, 3 * bits, 0, bits, 2 * bits, 3 * bits,
                                          0, bits, 2 * bits, 3 * bits, 0, bits, 2 * bits, 3 * bits);
     const __m512i mask = _mm512_set1_epi32((1 << bits) - 1);
     const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    /* quarter k of the lanes gets the 32 bits starting at code 4k */
+    __m128i q = _mm_setr_epi32((int)(uint32_t)w, (int)(uint32_t)(w >> (4 * bits)),
+                               (int)(uint32_t)(w >> (8 * bits)), (int)(uint32_t)(w >> (12 * bits)));
+    __m512i v = _mm512_permutexvar_epi32(quarter, _mm512_castsi128_si512(q));
+    __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(v, sh), mask);
+    return _mm512_permutexvar_ps(idx, tab);
+}
+
+T_AVX512 static inline __attribute__((always_inline)) void
+expand_avx512_b(const uint8_t *codes, const int bits, const float *cent, int d, float scale,
+                int add, float *out) {
+    const __m512 tab = _mm512_loadu_ps(cent);
     const __m512 vs = _mm512_set1_ps(scale);
     int g = d / 16, gs = VQ_MIN(g, safe_groups(d, bits, 2 * bits));
     for (int i = 0; i < g; i++) {   /* 16 codes = 2*bits <= 8 bytes */
         uint64_t w = 0;
         if (i < gs) memcpy(&w, codes + (size_t)i * 2 * bits, 8);
         else memcpy(&w, codes + (size_t)i * 2 * bits, (size_t)(2 * bits));
-        /* quarter k of the lanes gets the 32 bits starting at code 4k */
-        __m128i q = _mm_setr_epi32((int)(uint32_t)w, (int)(uint32_t)(w >> (4 * bits)),
-                                   (int)(uint32_t)(w >> (8 * bits)), (int)(uint32_t)(w >> (12 * bits)));
-        __m512i v = _mm512_permutexvar_epi32(quarter, _mm512_castsi128_si512(q));
-        __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(v, sh), mask);
-        __m512 c = _mm512_mul_ps(_mm512_permutexvar_ps(idx, tab), vs);
+        __m512 c = _mm512_mul_ps(group16_avx512(w, bits, tab), vs);
         if (add) c = _mm512_add_ps(c, _mm512_loadu_ps(out + 16 * i));
         _mm512_storeu_ps(out + 16 * i, c);
     }
@@ -143,6 +149,121 @@ void vq_tq_expand(const vq_tq *t, const uint8_t *codes, int bits, const float *c
     if (t->isa == VQ_ISA_AVX512) expand_avx512(codes, bits, cent, t->d, scale, add, out);
     else if (t->isa == VQ_ISA_AVX2) expand_avx2(codes, bits, cent, t->d, scale, add, out);
     else expand_scalar(codes, bits, cent, t->d, scale, add, out);
+}
+
+/* ---------------- fused dot: codes -> q_j . (cent1[c1] + s2 cent2[c2]) ---------------- */
+/* One pass over the codes of a row serves every query of the GQA group: each group of 8 (16)
+ * codes becomes centroid floats in a register and is multiplied into one accumulator per query. */
+#define TQ_MAXQ 4   /* queries per pass: accumulators stay in registers */
+
+static void dotc_scalar(const uint8_t *c1, int b1, const float *cent1, const uint8_t *c2,
+                        float s2, const float *cent2, int n, const float *const *q, int nq,
+                        float *res) {
+    float c[VQ_TQ_MAX_D];
+    expand_scalar(c1, b1, cent1, n, 1.0f, 0, c);
+    if (c2) expand_scalar(c2, b1, cent2, n, s2, 1, c);
+    for (int j = 0; j < nq; j++) {
+        float a = 0;
+        for (int i = 0; i < n; i++) a += q[j][i] * c[i];
+        res[j] = a;
+    }
+}
+
+T_AVX2 static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+T_AVX2 static inline __attribute__((always_inline)) void
+dotc_avx2_b(const uint8_t *c1, const int b, const float *cent1, const uint8_t *c2, float s2,
+            const float *cent2, int n, const float *const *q, const int nq, float *res) {
+    const __m256 t1l = _mm256_loadu_ps(cent1), t1h = _mm256_loadu_ps(cent1 + 8);
+    const __m256 t2l = _mm256_loadu_ps(cent2), t2h = _mm256_loadu_ps(cent2 + 8);
+    const __m256 vs2 = _mm256_set1_ps(s2);
+    __m256 acc[TQ_MAXQ];
+    for (int j = 0; j < nq; j++) acc[j] = _mm256_setzero_ps();
+    int g = n / 8, gs = VQ_MIN(g, safe_groups(n, b, b));
+    for (int i = 0; i < g; i++) {
+        uint64_t w = 0, w2 = 0;
+        if (i < gs) memcpy(&w, c1 + (size_t)i * b, 8);
+        else memcpy(&w, c1 + (size_t)i * b, (size_t)b);
+        __m256 c = group8_avx2(w, b, t1l, t1h, cent1);
+        if (c2) {
+            if (i < gs) memcpy(&w2, c2 + (size_t)i * b, 8);
+            else memcpy(&w2, c2 + (size_t)i * b, (size_t)b);
+            c = _mm256_fmadd_ps(group8_avx2(w2, b, t2l, t2h, cent2), vs2, c);
+        }
+        for (int j = 0; j < nq; j++) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q[j] + 8 * i), c, acc[j]);
+    }
+    for (int j = 0; j < nq; j++) res[j] = hsum8(acc[j]);
+}
+
+#define DOTC_NQ(F, B) switch (nq) { \
+    case 1: F(c1, B, cent1, c2, s2, cent2, n, q, 1, res); break; \
+    case 2: F(c1, B, cent1, c2, s2, cent2, n, q, 2, res); break; \
+    case 3: F(c1, B, cent1, c2, s2, cent2, n, q, 3, res); break; \
+    default: F(c1, B, cent1, c2, s2, cent2, n, q, 4, res); break; }
+
+T_AVX2 static void dotc_avx2(const uint8_t *c1, int b, const float *cent1, const uint8_t *c2,
+                             float s2, const float *cent2, int n, const float *const *q, int nq,
+                             float *res) {
+    switch (b) {   /* constant width and query count: everything specialises */
+    case 1: DOTC_NQ(dotc_avx2_b, 1) break;
+    case 2: DOTC_NQ(dotc_avx2_b, 2) break;
+    case 3: DOTC_NQ(dotc_avx2_b, 3) break;
+    case 4: DOTC_NQ(dotc_avx2_b, 4) break;
+    default: DOTC_NQ(dotc_avx2_b, 8) break;
+    }
+}
+
+T_AVX512 static inline __attribute__((always_inline)) void
+dotc_avx512_b(const uint8_t *c1, const int b, const float *cent1, const uint8_t *c2, float s2,
+              const float *cent2, int n, const float *const *q, const int nq, float *res) {
+    const __m512 t1 = _mm512_loadu_ps(cent1), t2 = _mm512_loadu_ps(cent2);
+    const __m512 vs2 = _mm512_set1_ps(s2);
+    __m512 acc[TQ_MAXQ];
+    for (int j = 0; j < nq; j++) acc[j] = _mm512_setzero_ps();
+    int g = n / 16, gs = VQ_MIN(g, safe_groups(n, b, 2 * b));
+    for (int i = 0; i < g; i++) {
+        uint64_t w = 0, w2 = 0;
+        if (i < gs) memcpy(&w, c1 + (size_t)i * 2 * b, 8);
+        else memcpy(&w, c1 + (size_t)i * 2 * b, (size_t)(2 * b));
+        __m512 c = group16_avx512(w, b, t1);
+        if (c2) {
+            if (i < gs) memcpy(&w2, c2 + (size_t)i * 2 * b, 8);
+            else memcpy(&w2, c2 + (size_t)i * 2 * b, (size_t)(2 * b));
+            c = _mm512_fmadd_ps(group16_avx512(w2, b, t2), vs2, c);
+        }
+        for (int j = 0; j < nq; j++) acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q[j] + 16 * i), c, acc[j]);
+    }
+    for (int j = 0; j < nq; j++) res[j] = _mm512_reduce_add_ps(acc[j]);
+}
+
+T_AVX512 static void dotc_avx512(const uint8_t *c1, int b, const float *cent1, const uint8_t *c2,
+                                 float s2, const float *cent2, int n, const float *const *q,
+                                 int nq, float *res) {
+    switch (b) {
+    case 1: DOTC_NQ(dotc_avx512_b, 1) break;
+    case 2: DOTC_NQ(dotc_avx512_b, 2) break;
+    case 3: DOTC_NQ(dotc_avx512_b, 3) break;
+    default: DOTC_NQ(dotc_avx512_b, 4) break;
+    }
+}
+
+void vq_tq_dot_codes(vq_isa isa, const uint8_t *c1, int bits, const float *cent1,
+                     const uint8_t *c2, float s2, const float *cent2, int n,
+                     const float *const *q, int nq, float *res) {
+    for (int j0 = 0; j0 < nq; j0 += TQ_MAXQ) {
+        int m = VQ_MIN(TQ_MAXQ, nq - j0);
+        if (isa == VQ_ISA_AVX512 && bits <= 4 && n % 16 == 0)
+            dotc_avx512(c1, bits, cent1, c2, s2, cent2, n, q + j0, m, res + j0);
+        else if (isa >= VQ_ISA_AVX2 && (bits <= 4 || bits == 8) && n % 8 == 0)
+            dotc_avx2(c1, bits, cent1, c2, s2, cent2, n, q + j0, m, res + j0);
+        else
+            dotc_scalar(c1, bits, cent1, c2, s2, cent2, n, q + j0, m, res + j0);
+    }
 }
 
 /* ---------------- norms and small scalars ---------------- */

@@ -7,9 +7,11 @@
 #include <time.h>
 #include "codec/codec.h"
 #include "codec/tq.h"
+#include "codec/codec_vec.h"
 #include "../vq_test.h"
 
 extern const vq_codec vq_codec_turboquant_mse, vq_codec_turboquant_prod, vq_codec_turboquant_rvq;
+extern const vq_codec vq_codec_f16;   /* speed baseline only */
 static const vq_codec *const CODECS[] = {&vq_codec_turboquant_mse, &vq_codec_turboquant_prod,
                                          &vq_codec_turboquant_rvq};
 
@@ -52,12 +54,14 @@ static double dotd(const float *a, const float *b, int d) {
     return s;
 }
 
-/* E‖u − û‖² over nv random unit vectors (and mean cosine of x̂ with x) */
+/* E‖u − û‖² over nv random unit vectors (and mean cosine of x̂ with x); g_se: its standard error
+ * (the error of the outermost Lloyd-Max cells is heavy-tailed, so tolerances use it at 5+ bits) */
+static double g_se;
 static double unit_mse(const vq_codec_state *st, vq_rng *r, int nv, double *cosine) {
     int d = st->d;
     float x[VQ_TQ_MAX_D], y[VQ_TQ_MAX_D];
     uint8_t *blk = malloc(st->block_bytes);
-    double se = 0, sc = 0;
+    double se = 0, sc = 0, se2 = 0;
     for (int v = 0; v < nv; v++) {
         gauss_vec(r, x, d, 1.0);
         double n = sqrt(dotd(x, x, d));
@@ -67,10 +71,12 @@ static double unit_mse(const vq_codec_state *st, vq_rng *r, int nv, double *cosi
         double e = 0;
         for (int i = 0; i < d; i++) e += (double)(x[i] - y[i]) * (x[i] - y[i]);
         se += e;
+        se2 += e * e;
         sc += dotd(x, y, d) / sqrt(dotd(y, y, d) + 1e-30);
     }
     free(blk);
     if (cosine) *cosine = sc / nv;
+    g_se = sqrt(fmax(se2 / nv - (se / nv) * (se / nv), 0) / nv);
     return se / nv;
 }
 
@@ -153,7 +159,8 @@ int main(void) {
                 printf("turboquant_mse d=%d bits=%d: E|u-u^|^2 = %.5f (Lloyd-Max %.5f%s%.3g), cos %.4f, "
                        "%zu B/row\n", ds[t], b, m, th, b <= 4 ? ", paper " : "",
                        b <= 4 ? paper[b - 1] : 0.0, cs, st.block_bytes);
-                CHECKF(fabs(m - th) < 0.05 * th, "d=%d b=%d mse %.5f vs %.5f", ds[t], b, m, th);
+                CHECKF(fabs(m - th) < fmax(0.05 * th, 4 * g_se), "d=%d b=%d mse %.6f vs %.6f (se %.2g)",
+                       ds[t], b, m, th, g_se);
                 if (b <= 4 && ds[t] == 128)
                     CHECKF(fabs(m - paper[b - 1]) < 0.2 * paper[b - 1], "paper b=%d", b);
                 st.codec->fini(&st);
@@ -177,7 +184,7 @@ int main(void) {
         gauss_vec(&rng, q, d, 1.0);
         gauss_vec(&rng, k, d, 1.0);
         for (int i = 0; i < d; i++) k[i] += 0.5f * q[i];     /* a key that matters to q */
-        double truth = dotd(q, k, d), s1 = 0, s2 = 0, m1 = 0;
+        double truth = dotd(q, k, d), s1 = 0, s2 = 0, m1 = 0, m2 = 0;
         snprintf(spec, sizeof spec, "bits=%d,norm=f32", b);
         for (int tr = 0; tr < trials; tr++) {
             vq_codec_state p, m;
@@ -197,13 +204,15 @@ int main(void) {
             m.codec->prep_query(&m, q, qs);
             m.codec->score(&m, 1, &qp, blk, 1, &sc);
             m1 += sc - truth;
+            m2 += (sc - truth) * (sc - truth);
             p.codec->fini(&p);
             m.codec->fini(&m);
             snprintf(spec, sizeof spec, "bits=%d,norm=f32", b);
         }
         double mean = s1 / trials, sd = sqrt(s2 / trials - mean * mean), se = sd / sqrt(trials);
         printf("turboquant_prod bits=%d d=%d: q.k=%.4f, mean error %.5f (se %.5f, sd %.4f); "
-               "mse-only mean error %.5f\n", b, d, truth, mean, se, sd, m1 / trials);
+               "mse-only mean error %.5f, rms %.4f\n", b, d, truth, mean, se, sd, m1 / trials,
+               sqrt(m2 / trials));
         CHECKF(fabs(mean) < 3 * se, "bits=%d bias %.5f > 3 se %.5f", b, mean, se);
     }
 
@@ -342,10 +351,12 @@ int main(void) {
     {
         enum { NB = 4096, NQ = 3 };
         const char *specs[] = {"bits=2", "bits=3", "bits=4"};
-        for (size_t c = 0; c < VQ_ARRAY_LEN(CODECS); c++)
+        for (size_t c = 0; c <= VQ_ARRAY_LEN(CODECS); c++)
             for (size_t sp = 0; sp < VQ_ARRAY_LEN(specs); sp++) {
                 int d = 64;
-                must(&st, CODECS[c], d, specs[sp], seed);
+                const vq_codec *cc = c < VQ_ARRAY_LEN(CODECS) ? CODECS[c] : &vq_codec_f16;
+                if (cc == &vq_codec_f16 && sp) break;
+                must(&st, cc, d, cc == &vq_codec_f16 ? "" : specs[sp], seed);
                 uint8_t *blocks = malloc(st.block_bytes * NB);
                 float x[64], *scores = malloc(sizeof(float) * NB * NQ), *acc[NQ];
                 void *qs[NQ];
@@ -358,9 +369,11 @@ int main(void) {
                 }
                 for (int i = 0; i < NB * NQ; i++) scores[i] = 1.0f / NB;
                 char line[256];
-                int o = snprintf(line, sizeof line, "speed %s d=%d %s, %d queries:", CODECS[c]->name, d, specs[sp], NQ);
+                int o = snprintf(line, sizeof line, "speed %s d=%d %s, %d queries:", cc->name, d,
+                                 cc == &vq_codec_f16 ? "" : specs[sp], NQ);
                 for (int isa = VQ_ISA_SCALAR; isa <= (int)vq_cpu_best_isa(); isa++) {
-                    vq_tq_force_isa(&st, (vq_isa)isa);
+                    if (cc == &vq_codec_f16 && isa != (int)vq_cvec_isa()) continue;
+                    if (cc != &vq_codec_f16) vq_tq_force_isa(&st, (vq_isa)isa);
                     double ts = 1e9, ta = 1e9;   /* best of 7: the machine is shared */
                     for (int rep = 0; rep < 7; rep++) {
                         double t0 = vq_now_s();
