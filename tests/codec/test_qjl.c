@@ -75,8 +75,10 @@ static void check_contract(const vq_codec_state *st, vq_rng *r, double xs) {
     int bad = 0;
     for (int j = 0; j < nq; j++)
         for (int i = 0; i < n; i++) {
-            double ref = dotd(q + j * d, xh + i * d, d), mag = 0;
-            for (int t = 0; t < d; t++) mag += fabs((double)q[j * d + t] * xh[i * d + t]);
+            /* scale of float rounding: |q||x_hat| (codecs sum in a rotated or sketch domain, where
+             * the terms can be far larger than q . x_hat itself, e.g. a one-hot x_hat) */
+            double ref = dotd(q + j * d, xh + i * d, d);
+            double mag = sqrt(dotd(q + j * d, q + j * d, d) * dotd(xh + i * d, xh + i * d, d));
             if (fabs(sc[j * n + i] - ref) > 1e-5 * mag + 1e-30) bad++;
         }
     CHECKF(bad == 0, "%s: %d scores differ from q.decode beyond 1e-5 relative", st->codec->name, bad);
@@ -99,7 +101,7 @@ static void check_contract(const vq_codec_state *st, vq_rng *r, double xs) {
             double ref = 0, mag = 0;
             for (int i = 0; i < n; i++) {
                 ref += (double)w[j * n + i] * xh[i * d + t];
-                mag += fabs((double)w[j * n + i] * xh[i * d + t]);
+                mag += fabs((double)w[j * n + i]) * sqrt(dotd(xh + i * d, xh + i * d, d));
             }
             if (fabs(out[t] - ref) > 1e-5 * mag + 1e-4 * 1e-5 * xs) bad++;
         }
