@@ -484,7 +484,7 @@ static int cmd_tokenize(int argc, char **argv) {
     int *ids = tokenize_all(m, text, bos, special, &n);
     for (int i = 0; i < n; i++) {
         char buf[256];
-        size_t nb = vq_token_bytes(m->tok, -1, ids[i], 1, buf, sizeof buf - 1);
+        size_t nb = vq_token_bytes(m->tok, i ? ids[i - 1] : -1, ids[i], 1, buf, sizeof buf - 1);
         buf[nb] = 0;
         printf("%d\t", ids[i]);
         json_str(stdout, buf);

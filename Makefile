@@ -1,0 +1,45 @@
+# Thin wrapper over CMake/CTest. The two commands a fresh machine needs:
+#   make generate   set up (Debian packages, default model), build, generate text
+#   make test       set up, build Release and ASan+UBSan, run every test, run the bounded fuzzer
+BUILD ?= build
+JOBS ?= 2
+PROMPT ?= The history of the printing press
+FUZZ_SECONDS ?= 60
+
+.PHONY: all setup build generate test test-release test-asan fuzz bench clean
+
+all: build
+
+setup:
+	bash scripts/setup-deps.sh
+	bash scripts/fetch_model.sh
+
+build:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
+generate: setup build
+	./$(BUILD)/veloxquant generate -m models/SmolLM2-135M-Instruct.Q4_1.gguf -p "$(PROMPT)" -n 64 --temp 0 --verbose
+
+test-release: build
+	ctest --test-dir $(BUILD) --output-on-failure
+
+test-asan:
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVQ_SANITIZE=ON >/dev/null
+	cmake --build build-asan -j$(JOBS)
+	VQ_SANITIZER_BUILD=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir build-asan --output-on-failure
+
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh
+
+test: setup
+	$(MAKE) test-release
+	$(MAKE) test-asan
+	$(MAKE) fuzz
+
+bench: build
+	./$(BUILD)/veloxquant bench --ctx 128,2048,8192 --kv f16 --reps 5
+
+clean:
+	rm -rf $(BUILD) build-asan build-fuzz

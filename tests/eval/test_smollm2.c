@@ -1,0 +1,158 @@
+/* test_smollm2.c: the engine on SmolLM2-135M-Instruct against an independent numpy forward
+ * pass (tests/fixtures/smollm2_logits.txt, smollm2_wikitext_ppl.txt; tests/fixtures/README.md
+ * says how they were made). Our matmuls quantize activations to int8 per block of 32 (as
+ * llama.cpp does), so logits agree to a tolerance, not bit for bit; the tolerance is stated here. */
+#include "eval/eval.h"
+#include "../vq_test.h"
+
+#define LOGIT_TOL 0.35      /* max |ours - numpy f64| over the checked logits */
+#define LOGIT_MEAN_TOL 0.08 /* mean |ours - numpy| over the checked logits */
+#define MAX_IDS 256
+
+static void check_logits(const vq_model *m, const char *path) {
+    FILE *f = fopen(path, "r");
+    CHECKF(f != NULL, "cannot open %s", path);
+    if (!f) return;
+    char *line = malloc(1 << 20);
+    int ids[MAX_IDS], n = 0, V = m->cfg.vocab_size, pos = -1;
+    float *logits = NULL;
+    char name[64] = "";
+    double worst = 0, sum_abs = 0; long n_cmp = 0;
+    while (fgets(line, 1 << 20, f)) {
+        char *p = line;
+        if (!strncmp(p, "case ", 5)) { sscanf(p + 5, "%63s", name); free(logits); logits = NULL; }
+        else if (!strncmp(p, "ids ", 4)) {
+            p += 4;
+            n = (int)strtol(p, &p, 10);
+            CHECK(n > 0 && n <= MAX_IDS);
+            for (int i = 0; i < n; i++) ids[i] = (int)strtol(p, &p, 10);
+            vq_err err; vq_err_clear(&err);
+            vq_kv_dims d = vq_model_kv_dims(m, 512);
+            vq_kv *kv = vq_kv_create("f32", &d, 1, &err);
+            vq_fwd *fw = vq_fwd_create(m, n, &err);
+            logits = malloc((size_t)n * V * sizeof(float));
+            CHECKF(kv && fw && vq_forward(m, fw, kv, ids, n, 0, logits, n, &err) == VQ_OK, "%s", err.msg);
+            vq_fwd_destroy(fw);
+            vq_kv_destroy(kv);
+        } else if (!strncmp(p, "pos ", 4)) pos = atoi(p + 4);
+        else if ((!strncmp(p, "top ", 4) || !strncmp(p, "samples ", 8)) && logits) {
+            int is_top = p[0] == 't';
+            p += is_top ? 4 : 8;
+            int k = (int)strtol(p, &p, 10);
+            const float *lg = logits + (size_t)pos * V;
+            for (int j = 0; j < k; j++) {
+                int id = (int)strtol(p, &p, 10);
+                double want = strtod(p, &p);
+                double diff = fabs(lg[id] - want);
+                worst = VQ_MAX(worst, diff); sum_abs += diff; n_cmp++;
+                if (is_top && j == 0)
+                    CHECKF(vq_argmax(lg, V) == id, "case %s pos %d: argmax %d, numpy %d", name, pos, vq_argmax(lg, V), id);
+            }
+        } else if (!strncmp(p, "greedy ", 7)) {
+            /* continue greedily; compare while numpy's top-1 margin is clear of the tolerance */
+            p += 7;
+            int k = (int)strtol(p, &p, 10), want[64];
+            for (int j = 0; j < k && j < 64; j++) want[j] = (int)strtol(p, &p, 10);
+            char *mline = malloc(1 << 16);
+            double margin[64] = { 0 };
+            if (fgets(mline, 1 << 16, f) && !strncmp(mline, "greedy_margin ", 14)) {
+                char *q = mline + 14;
+                strtol(q, &q, 10);
+                for (int j = 0; j < k && j < 64; j++) margin[j] = strtod(q, &q);
+            }
+            free(mline);
+            vq_err err; vq_err_clear(&err);
+            vq_kv_dims d = vq_model_kv_dims(m, 512);
+            vq_kv *kv = vq_kv_create("f16", &d, 1, &err);
+            vq_fwd *fw = vq_fwd_create(m, n, &err);
+            float *lg = malloc((size_t)V * sizeof(float));
+            vq_forward(m, fw, kv, ids, n, 0, lg, 1, &err);
+            int compared = 0;
+            for (int j = 0; j < k; j++) {
+                int got = vq_argmax(lg, V);
+                if (margin[j] < 2 * LOGIT_TOL) break;   /* a near-tie may flip; stop comparing */
+                CHECKF(got == want[j], "case %s greedy step %d: %d, numpy %d", name, j, got, want[j]);
+                compared++;
+                if (got != want[j]) break;
+                vq_forward(m, fw, kv, &got, 1, n + j, lg, 1, &err);
+            }
+            printf("case %s: greedy tokens equal numpy's for the first %d steps (until a margin < %.2f)\n", name, compared, 2 * LOGIT_TOL);
+            CHECK(compared >= 1);
+            free(lg);
+            vq_fwd_destroy(fw);
+            vq_kv_destroy(kv);
+        }
+    }
+    printf("logits vs numpy: %ld compared, max |diff| %.4f, mean |diff| %.4f\n", n_cmp, worst, sum_abs / VQ_MAX(n_cmp, 1));
+    CHECK(n_cmp > 300);
+    CHECKF(worst <= LOGIT_TOL, "max |diff| %.4f > %.2f", worst, LOGIT_TOL);
+    CHECKF(sum_abs / VQ_MAX(n_cmp, 1) <= LOGIT_MEAN_TOL, "mean |diff| %.4f > %.2f", sum_abs / n_cmp, LOGIT_MEAN_TOL);
+    free(logits);
+    free(line);
+    fclose(f);
+}
+
+static void check_wikitext(const vq_model *m, const char *ids_path, const char *ref_path, int slow_ok) {
+    FILE *f = fopen(ids_path, "r");
+    CHECKF(f != NULL, "cannot open %s", ids_path);
+    if (!f) return;
+    int *ids = malloc(8192 * sizeof(int)), n = 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        char *p = line, *e;
+        for (;;) {
+            long v = strtol(p, &e, 10);
+            if (e == p || n == 8192) break;
+            ids[n++] = (int)v; p = e;
+        }
+    }
+    fclose(f);
+    CHECKF(n == 8192, "read %d ids", n);
+    double ref_nll = 0; long ref_n = 0;
+    f = fopen(ref_path, "r");
+    CHECK(f != NULL);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "total all ", 10)) sscanf(line + 10, "%ld %lf", &ref_n, &ref_nll);
+    if (f) fclose(f);
+    CHECK(ref_n == 8176);
+    vq_ppl_params pp = { .ctx = 512, .mode = VQ_PPL_PREFILL, .batch = 64, .kv_seed = 1 };
+    vq_ppl_acc acc = { 0 };
+    vq_err err; vq_err_clear(&err);
+    CHECKF(vq_perplexity_windows(m, "f16", ids, n, &pp, NULL, NULL, &acc, &err) == VQ_OK, "%s", err.msg);
+    double nll = acc.nll_sum / acc.n_scored;
+    printf("wikitext-2 8192 tokens ctx 512 prefill: scored %ld, ppl %.4f, numpy %.4f (%.3f%%), %.1f tok/s\n",
+           acc.n_scored, exp(nll), exp(ref_nll), 100 * (exp(nll) / exp(ref_nll) - 1), acc.n_tokens / acc.seconds);
+    CHECK(acc.n_scored == ref_n);
+    CHECKF(fabs(exp(nll) / exp(ref_nll) - 1) <= 0.005, "ppl %.4f vs numpy %.4f: more than 0.5%% apart", exp(nll), exp(ref_nll));
+    if (slow_ok) {   /* decode mode, 2 windows: every prediction reads the cache */
+        vq_ppl_params pd = pp; pd.mode = VQ_PPL_DECODE; pd.max_tokens = 1024;
+        vq_ppl_acc ad = { 0 }, ap = { 0 };
+        pp.max_tokens = 1024;
+        CHECK(vq_perplexity_windows(m, "f16", ids, n, &pd, NULL, NULL, &ad, &err) == VQ_OK);
+        CHECK(vq_perplexity_windows(m, "f16", ids, n, &pp, NULL, NULL, &ap, &err) == VQ_OK);
+        printf("first 2 windows: decode nll %.6f, prefill nll %.6f\n", ad.nll_sum / ad.n_scored, ap.nll_sum / ap.n_scored);
+        CHECK_NEAR(ad.nll_sum / ad.n_scored, ap.nll_sum / ap.n_scored, 2e-3);
+    }
+    free(ids);
+}
+
+int main(void) {
+    char mp[1024], p1[1024], p2[1024];
+    vq_t_model(mp, sizeof mp);
+    vq_err err; vq_err_clear(&err);
+    vq_model *m = vq_model_load(mp, NULL, &err);
+    CHECKF(m != NULL, "load: %s", err.msg);
+    if (!m) return vq_t_done();
+    CHECK(m->cfg.n_layers == 30 && m->cfg.dim == 576 && m->cfg.n_heads == 9 && m->cfg.n_kv_heads == 3 &&
+          m->cfg.head_dim == 64 && m->cfg.vocab_size == 49152 && m->cfg.rope_base == 100000.0f);
+    snprintf(p1, sizeof p1, "%s/tests/fixtures/smollm2_logits.txt", VQ_SOURCE_DIR);
+    check_logits(m, p1);
+    int sanitized = getenv("VQ_SANITIZER_BUILD") != NULL;
+    snprintf(p1, sizeof p1, "%s/tests/fixtures/smollm2_wikitext_8k_ids.txt", VQ_SOURCE_DIR);
+    snprintf(p2, sizeof p2, "%s/tests/fixtures/smollm2_wikitext_ppl.txt", VQ_SOURCE_DIR);
+    if (sanitized) printf("sanitizer build: WikiText-2 perplexity left to the Release run\n");
+    else if (!getenv("VQ_LOGITS_ONLY")) check_wikitext(m, p1, p2, 1);
+    vq_model_free(m);
+    return vq_t_done();
+}
