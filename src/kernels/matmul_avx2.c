@@ -1,7 +1,11 @@
 /* matmul_avx2.c: AVX2+FMA+F16C row kernels. Compiled for that target here only, so the library
  * builds without -march flags and matmul.c calls these only when the CPU has AVX2.
  * Float types: 8-wide FMA (F16 through F16C); int8 types: kq256.inc with maddubs+madd. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC target("avx2,fma,f16c")
+#endif
 #include "kernels/kernels_impl.h"
 #include <immintrin.h>
 
@@ -143,3 +147,7 @@ void vq_q8act_quantize_avx2(const float *x, int cols, void *base) {
         isum[b] = sum;
     }
 }
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

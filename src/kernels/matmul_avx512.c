@@ -1,7 +1,11 @@
 /* matmul_avx512.c: AVX-512 row kernels. Float types run 16 wide with masked tails; the int8
  * types use kq512.inc (vpdpbusd on zmm, two blocks per instruction), chosen only when the CPU
  * reports avx512vnni. Compiled for the target here only; matmul.c dispatches at run time. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))), apply_to = function)
+#else
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#endif
 #include "kernels/kernels_impl.h"
 #include <immintrin.h>
 
@@ -119,3 +123,7 @@ void vq_q8act_quantize_avx512(const float *x, int cols, void *base) {
         isum[b] = sum;
     }
 }
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

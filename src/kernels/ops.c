@@ -2,7 +2,11 @@
  * dot/axpy, rotary embedding and the fast Walsh-Hadamard transform. rmsnorm, softmax, swiglu
  * and rope keep llama2.c's exact float arithmetic (no FMA contraction) so the stories260K
  * reference output is reproduced byte for byte. */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 #include "kernels/kernels_impl.h"
 #include <math.h>
 #include <immintrin.h>
