@@ -13,7 +13,11 @@ struct vq_fwd {
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
     int *pos;
     size_t bytes;
+    vq_fwd_tap tap;
+    void *tap_user;
 };
+
+void vq_fwd_set_tap(vq_fwd *f, vq_fwd_tap tap, void *user) { f->tap = tap; f->tap_user = user; }
 
 vq_fwd *vq_fwd_create(const vq_model *m, int max_batch, vq_err *err) {
     const vq_model_config *c = &m->cfg;
@@ -88,6 +92,7 @@ vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens,
             vq_rope(f->q + (size_t)t * qd, c->n_heads, c->head_dim, c->rope_dim, f->pos[t], c->rope_base, c->rope_neox);
             vq_rope(f->k + (size_t)t * kvd, c->n_kv_heads, c->head_dim, c->rope_dim, f->pos[t], c->rope_base, c->rope_neox);
         }
+        if (f->tap) f->tap(f->tap_user, l, n, f->pos, f->q, f->k, f->v);
         vq_status s = vq_kv_append(kv, l, pos0, n, f->k, f->v, err);
         if (s) return s;
         s = vq_kv_attend(kv, l, n, f->pos, f->q, f->att, err);

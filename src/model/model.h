@@ -48,6 +48,13 @@ vq_fwd *vq_fwd_create(const vq_model *m, int max_batch, vq_err *err);
 void    vq_fwd_destroy(vq_fwd *f);
 size_t  vq_fwd_bytes(const vq_fwd *f);
 
+/* Measurement tap: when set, called in every layer with the batch's rows after RoPE
+ * (q: n x n_heads*head_dim, k and v: n x n_kv_heads*head_dim), before they reach the cache.
+ * Used by kv-fidelity to feed real activations to codecs; NULL (default) costs nothing. */
+typedef void (*vq_fwd_tap)(void *user, int layer, int n, const int *pos, const float *q,
+                           const float *k, const float *v);
+void vq_fwd_set_tap(vq_fwd *f, vq_fwd_tap tap, void *user);
+
 /* Kv dims this model needs for a context of n_ctx tokens. */
 vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx);
 
