@@ -1,9 +1,31 @@
 /* codec_f32.c: the uncompressed reference codec: a block is one row of d float32, the query
  * state is the query itself, the accumulator is the output. Every other codec is measured
  * against this one (32 bits per element). */
+#include <immintrin.h>
 #include <string.h>
 #include "codec/codec.h"
+#define VQ_CODEC_VEC_AVX512_HSUM
 #include "codec/codec_vec.h"
+
+#define T5 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+
+/* AVX-512, d % 16 == 0: 16 rows per query at once, one transpose-add reduction for the 16 */
+T5 static void score16_512(int d, int n_q, const void *const *qs, const float *rows, int n_rows,
+                           float *scores) {
+    for (int j = 0; j < n_q; j++) {
+        const float *q = qs[j];
+        for (int r0 = 0; r0 + 16 <= n_rows; r0 += 16) {
+            __m512 a[16];
+            for (int r = 0; r < 16; r++) a[r] = _mm512_setzero_ps();
+            for (int c = 0; c < d; c += 16) {
+                __m512 vq = _mm512_loadu_ps(q + c);
+                for (int r = 0; r < 16; r++)
+                    a[r] = _mm512_fmadd_ps(vq, _mm512_loadu_ps(rows + (size_t)(r0 + r) * d + c), a[r]);
+            }
+            _mm512_storeu_ps(scores + (size_t)j * n_rows + r0, vq_hsum16x16_512(a));
+        }
+    }
+}
 
 static vq_status f32_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
                           uint64_t seed, vq_err *err) {
@@ -30,7 +52,12 @@ static void f32_score(const vq_codec_state *st, int n_q, const void *const *qs,
                       const uint8_t *blocks, int n_blocks, float *scores) {
     const int d = st->d;
     const vq_isa isa = vq_cvec_isa();
-    for (int r = 0; r < n_blocks; r++) {
+    int r = 0;
+    if (isa == VQ_ISA_AVX512 && d % 16 == 0) {
+        score16_512(d, n_q, qs, (const float *)(const void *)blocks, n_blocks, scores);
+        r = n_blocks / 16 * 16;
+    }
+    for (; r < n_blocks; r++) {
         const float *k = (const float *)(const void *)(blocks + (size_t)r * st->block_bytes);
         for (int j = 0; j < n_q; j++)
             scores[(size_t)j * n_blocks + r] = vq_cvec_dot_isa(isa, (const float *)qs[j], k, d);

@@ -12,6 +12,8 @@
 #include <string.h>
 #include "codec/codec.h"
 #include "kernels/kernels.h"
+#define VQ_CODEC_VEC_AVX512_HSUM
+#include "codec/codec_vec.h"
 
 #define VQ_GGML_T2 __attribute__((target("avx2,fma,f16c")))
 #define VQ_GGML_T5 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
@@ -102,50 +104,75 @@ VQ_GGML_T2 VQ_GGML_INL float vq_ggml_hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* AVX-512 scores: per query, 16 rows at once (one transpose-add reduction for the 16), the
+ * rows' tail one at a time */
 VQ_GGML_T5 VQ_GGML_INL void vq_ggml_score512(int d, size_t bb, int n_q, const void *const *qs,
                                              const uint8_t *rows, int n_rows, float *scores,
                                              vq_dec512 dec) {
     const int nb = d / 32;
     const size_t rb = (size_t)nb * bb;
-    for (int j0 = 0; j0 < n_q; j0 += VQ_GGML_QB) {
-        const int nj = VQ_MIN(VQ_GGML_QB, n_q - j0);
-        for (int r = 0; r < n_rows; r++) {
-            const uint8_t *row = rows + (size_t)r * rb;
-            __m512 a[VQ_GGML_QB];
-            for (int j = 0; j < VQ_GGML_QB; j++) a[j] = _mm512_setzero_ps();
+    const int n16 = n_rows / 16 * 16;
+    for (int j = 0; j < n_q; j++) {
+        const float *q = qs[j];
+        for (int r0 = 0; r0 < n16; r0 += 16) {
+            __m512 a[16];
+            for (int r = 0; r < 16; r++) a[r] = _mm512_setzero_ps();
             for (int b = 0; b < nb; b++) {
-                __m512 c0, c1;
-                dec(row + (size_t)b * bb, &c0, &c1);
-                for (int j = 0; j < nj; j++) {
-                    const float *q = (const float *)qs[j0 + j] + b * 32;
-                    a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q), c0, a[j]);
-                    a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16), c1, a[j]);
+                const __m512 q0 = _mm512_loadu_ps(q + b * 32), q1 = _mm512_loadu_ps(q + b * 32 + 16);
+                for (int r = 0; r < 16; r++) {
+                    __m512 c0, c1;
+                    dec(rows + (size_t)(r0 + r) * rb + (size_t)b * bb, &c0, &c1);
+                    a[r] = _mm512_fmadd_ps(q0, c0, a[r]);
+                    a[r] = _mm512_fmadd_ps(q1, c1, a[r]);
                 }
             }
-            for (int j = 0; j < nj; j++) scores[(size_t)(j0 + j) * n_rows + r] = vq_ggml_hsum512(a[j]);
+            _mm512_storeu_ps(scores + (size_t)j * n_rows + r0, vq_hsum16x16_512(a));
+        }
+        for (int r = n16; r < n_rows; r++) {
+            __m512 a = _mm512_setzero_ps();
+            for (int b = 0; b < nb; b++) {
+                __m512 c0, c1;
+                dec(rows + (size_t)r * rb + (size_t)b * bb, &c0, &c1);
+                a = _mm512_fmadd_ps(_mm512_loadu_ps(q + b * 32), c0, a);
+                a = _mm512_fmadd_ps(_mm512_loadu_ps(q + b * 32 + 16), c1, a);
+            }
+            scores[(size_t)j * n_rows + r] = vq_ggml_hsum512(a);
         }
     }
 }
+/* AVX-512 sums: per query and 64 output lanes (two blocks), the accumulator stays in registers
+ * across all rows; an odd last block goes alone */
 VQ_GGML_T5 VQ_GGML_INL void vq_ggml_acc512(int d, size_t bb, int n_q, const float *w,
                                            const uint8_t *rows, int n_rows, float *const *acc,
                                            vq_dec512 dec) {
     const int nb = d / 32;
     const size_t rb = (size_t)nb * bb;
-    for (int r = 0; r < n_rows; r++) {
-        const uint8_t *row = rows + (size_t)r * rb;
-        int any = 0;
-        for (int j = 0; j < n_q; j++) any |= w[(size_t)j * n_rows + r] != 0.0f;
-        if (!any) continue;
-        for (int b = 0; b < nb; b++) {
-            __m512 c0, c1;
-            dec(row + (size_t)b * bb, &c0, &c1);
-            for (int j = 0; j < n_q; j++) {
-                const float wj = w[(size_t)j * n_rows + r];
-                if (wj == 0.0f) continue;
-                float *y = acc[j] + b * 32;
-                __m512 vw = _mm512_set1_ps(wj);
-                _mm512_storeu_ps(y, _mm512_fmadd_ps(vw, c0, _mm512_loadu_ps(y)));
-                _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(vw, c1, _mm512_loadu_ps(y + 16)));
+    for (int j = 0; j < n_q; j++) {
+        const float *wj = w + (size_t)j * n_rows;
+        for (int b = 0; b < nb; b += 2) {
+            const int two = b + 1 < nb;
+            float *y = acc[j] + b * 32;
+            __m512 a0 = _mm512_loadu_ps(y), a1 = _mm512_loadu_ps(y + 16);
+            __m512 a2 = two ? _mm512_loadu_ps(y + 32) : _mm512_setzero_ps();
+            __m512 a3 = two ? _mm512_loadu_ps(y + 48) : _mm512_setzero_ps();
+            for (int r = 0; r < n_rows; r++) {
+                if (wj[r] == 0.0f) continue;
+                const __m512 vw = _mm512_set1_ps(wj[r]);
+                __m512 c0, c1;
+                dec(rows + (size_t)r * rb + (size_t)b * bb, &c0, &c1);
+                a0 = _mm512_fmadd_ps(vw, c0, a0);
+                a1 = _mm512_fmadd_ps(vw, c1, a1);
+                if (two) {
+                    dec(rows + (size_t)r * rb + (size_t)(b + 1) * bb, &c0, &c1);
+                    a2 = _mm512_fmadd_ps(vw, c0, a2);
+                    a3 = _mm512_fmadd_ps(vw, c1, a3);
+                }
+            }
+            _mm512_storeu_ps(y, a0);
+            _mm512_storeu_ps(y + 16, a1);
+            if (two) {
+                _mm512_storeu_ps(y + 32, a2);
+                _mm512_storeu_ps(y + 48, a3);
             }
         }
     }

@@ -1,13 +1,21 @@
 /* bench_kv_attend.c: decode-step attention speed per codec (one query row, GQA group of the
- * SmolLM2 shape: 9 q heads / 3 kv heads, head_dim 64) at several context lengths, with the bytes
- * of codes each step reads. Not a CTest test; build and run:
+ * SmolLM2 shape: 9 q heads / 3 kv heads, head_dim 64) at several context lengths (thread CPU time), with the
+ * bytes of codes each step reads. Not a CTest test; build and run:
  *   cc -O2 -fopenmp -Iinclude -Isrc tests/kv/bench_kv_attend.c -Lbuild-kv -lvq_kv -lvq_codec \
  *      -lvq_kernels -lvq_core -lm -o /tmp/bench_kv && OMP_NUM_THREADS=1 /tmp/bench_kv [specs...] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "kv/kv.h"
 #include "codec/codec.h"
+
+/* thread CPU time: robust on a loaded machine (time spent descheduled is not counted) */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 int main(int argc, char **argv) {
     const char *def[] = {"f32", "f16", "q8_0", "q4_0", "q4_0:rotate=1", "kivi:residual=0",
@@ -38,11 +46,11 @@ int main(int argc, char **argv) {
                                     (double)sv->block_bytes / sv->rows_per_block);
             int pos = ctxs[c];
             int reps = 0;
-            double t0 = vq_now_s(), t;
+            double t0 = cpu_s(), t;
             do {
                 vq_kv_attend(kv, 0, 1, &pos, q, o, &err);
                 reps++;
-                t = vq_now_s() - t0;
+                t = cpu_s() - t0;
             } while (t < 0.3);
             double us = t / reps * 1e6, bytes = row_bytes * ctxs[c];
             printf("%-26s %6d %10.1f %12.0f %10.2f %8.2f\n", specs[s], ctxs[c], us, bytes,
