@@ -26,6 +26,19 @@ void vq_matmul(float *Y, const void *W, uint32_t type, const float *X, int n, in
 void vq_matmul_isa(vq_isa isa, float *Y, const void *W, uint32_t type, const float *X,
                    int n, int rows, int cols);
 vq_isa vq_kernels_isa(void);                        /* the variant chosen at start-up */
+
+/* Several products of the same X (q/k/v, or gate/up): Yj = X·Wjᵀ for every job, X quantized
+ * once and all jobs' rows shared out among the threads in one parallel region. Each job
+ * computes exactly what vq_matmul would (same bits). Y layout as vq_matmul: Y[t*rows + r]. */
+typedef struct vq_matmul_job {
+    float *Y;
+    const void *W;
+    uint32_t type;            /* vq_ggml_type; jobs may mix types */
+    int rows;
+} vq_matmul_job;
+void vq_matmul_many(const vq_matmul_job *jobs, int njobs, const float *X, int n, int cols);
+void vq_matmul_many_isa(vq_isa isa, const vq_matmul_job *jobs, int njobs, const float *X,
+                        int n, int cols);
 /* 1 when vq_matmul handles (type, cols): a type with a row kernel and cols a multiple of its
  * block. vq_matmul fills Y with NaN for anything else rather than reading out of bounds. */
 int vq_matmul_supported(uint32_t type, int cols);

@@ -196,72 +196,105 @@ int vq_matmul_supported(uint32_t type, int cols) {
 }
 
 #define STACK_ACT 32768
+#define MAX_JOBS 16
 
-void vq_matmul_isa(vq_isa isa, float *Y, const void *W, uint32_t type, const float *X,
-                   int n, int rows, int cols) {
-    if (n <= 0 || rows <= 0) return;
-    const vq_kern_row *k = NULL;
-    for (size_t i = 0; i < VQ_ARRAY_LEN(kern_rows); i++)
-        if (kern_rows[i].type == type) k = &kern_rows[i];
-    size_t wstride = vq_wtype_row_bytes(type, cols);
-    if (!k || wstride == 0 || cols <= 0) {       /* misuse: make it visible, never crash */
-        for (size_t i = 0; i < (size_t)n * rows; i++) Y[i] = NAN;
+/* One call of any number of jobs sharing X: X is quantized once, and all jobs' row chunks are
+ * shared out in one parallel region (one fork/join instead of one per matrix). */
+static void run_jobs(vq_isa isa, const vq_matmul_job *jobs, int njobs, const float *X, int n, int cols) {
+    if (n <= 0 || njobs <= 0) return;
+    if (njobs > MAX_JOBS) {
+        run_jobs(isa, jobs, MAX_JOBS, X, n, cols);
+        run_jobs(isa, jobs + MAX_JOBS, njobs - MAX_JOBS, X, n, cols);
         return;
     }
     if (isa > vq_cpu_best_isa()) isa = vq_cpu_best_isa();   /* never run what the CPU lacks */
-    vq_rows_fn fn = pick(k, isa);
+    int nthreads = omp_get_max_threads();
+    vq_rows_fn fn[MAX_JOBS];
+    size_t wstride[MAX_JOBS];
+    int quant[MAX_JOBS], ch[MAX_JOBS], first[MAX_JOBS + 1];
+    int any_quant = 0, nchunks = 0;
+    for (int j = 0; j < njobs; j++) {
+        const vq_kern_row *k = NULL;
+        for (size_t i = 0; i < VQ_ARRAY_LEN(kern_rows); i++)
+            if (kern_rows[i].type == jobs[j].type) k = &kern_rows[i];
+        int rows = jobs[j].rows;
+        wstride[j] = vq_wtype_row_bytes(jobs[j].type, cols);
+        first[j] = nchunks;
+        fn[j] = NULL; quant[j] = 0; ch[j] = 1;
+        if (rows <= 0) continue;
+        if (!k || wstride[j] == 0 || cols <= 0) {   /* misuse: make it visible, never crash */
+            for (size_t i = 0; i < (size_t)n * rows; i++) jobs[j].Y[i] = NAN;
+            continue;
+        }
+        fn[j] = pick(k, isa);
+        quant[j] = k->quantized;
+        any_quant |= k->quantized;
+        int c = chunk_rows(rows, nthreads);
+        if ((rows + c - 1) / c < nthreads && rows >= 2 * nthreads)   /* small: use every thread */
+            c = (rows + nthreads - 1) / nthreads;
+        ch[j] = c;
+        nchunks += (rows + c - 1) / c;
+    }
+    first[njobs] = nchunks;
+    if (nchunks == 0) return;
 
-    const void *xa = X;
-    size_t xstride = (size_t)cols * sizeof(float);
-    int kdim = cols;
+    int nb = cols / VQ_QK;
+    size_t qstride = vq_q8act_stride(nb);
     _Alignas(64) uint8_t stack_buf[STACK_ACT];
     void *heap = NULL;
-    if (k->quantized) {
-        int nb = cols / VQ_QK;
-        xstride = vq_q8act_stride(nb);
-        size_t need = xstride * (size_t)n;
-        void *buf = stack_buf;
-        if (need > sizeof stack_buf) {
-            heap = vq_aligned_alloc(need);
-            if (!heap) {   /* out of memory: do it token by token with the stack buffer */
-                for (int t = 0; t < n; t++)
-                    vq_matmul_isa(isa, Y + (size_t)t * rows, W, type, X + (size_t)t * cols, 1, rows, cols);
-                return;
+    uint8_t *qa = stack_buf;
+    if (any_quant && qstride * (size_t)n > sizeof stack_buf) {
+        heap = vq_aligned_alloc(qstride * (size_t)n);
+        if (!heap) {   /* out of memory: token by token with the stack buffer */
+            vq_matmul_job one[MAX_JOBS];
+            for (int t = 0; t < n; t++) {
+                for (int j = 0; j < njobs; j++) {
+                    one[j] = jobs[j];
+                    one[j].Y = jobs[j].Y + (size_t)t * jobs[j].rows;
+                }
+                run_jobs(isa, one, njobs, X + (size_t)t * cols, 1, cols);
             }
-            buf = heap;
+            return;
         }
-        xa = buf;
-        kdim = nb;
-    }
-    int nthreads = omp_get_max_threads();
-    int ch = chunk_rows(rows, nthreads);
-    int nchunks = (rows + ch - 1) / ch;
-    if (nchunks < nthreads && rows >= 2 * nthreads) {   /* small matrices: still use every thread */
-        ch = (rows + nthreads - 1) / nthreads;
-        nchunks = (rows + ch - 1) / ch;
+        qa = heap;
     }
     void (*quantize)(const float *, int, void *) =
         isa == VQ_ISA_AVX512 ? vq_q8act_quantize_avx512 :
         isa == VQ_ISA_AVX2 ? vq_q8act_quantize_avx2 : vq_q8act_quantize;
-    const uint8_t *Wb = W;
-    int quant = k->quantized;
-    uint8_t *qa = (uint8_t *)xa;
-    #pragma omp parallel if (nchunks > 1 || (quant && n > 8))
+    #pragma omp parallel if (nchunks > 1 || (any_quant && n > 8))
     {
-        if (quant) {
+        if (any_quant) {
             #pragma omp for schedule(static)
             for (int t = 0; t < n; t++)
-                quantize(X + (size_t)t * cols, cols, qa + (size_t)t * xstride);
+                quantize(X + (size_t)t * cols, cols, qa + (size_t)t * qstride);
         }
         #pragma omp for schedule(static)
         for (int c = 0; c < nchunks; c++) {
-            int r0 = c * ch, nr = VQ_MIN(ch, rows - r0);
-            fn(Wb + (size_t)r0 * wstride, wstride, nr, xa, xstride, n, kdim, Y + r0, rows);
+            int j = 0;
+            while (c >= first[j + 1]) j++;
+            int r0 = (c - first[j]) * ch[j], nr = VQ_MIN(ch[j], jobs[j].rows - r0);
+            const void *xa = quant[j] ? (const void *)qa : (const void *)X;
+            size_t xs = quant[j] ? qstride : (size_t)cols * sizeof(float);
+            fn[j]((const uint8_t *)jobs[j].W + (size_t)r0 * wstride[j], wstride[j], nr, xa, xs, n,
+                  quant[j] ? nb : cols, jobs[j].Y + r0, jobs[j].rows);
         }
     }
     vq_aligned_free(heap);
 }
 
+void vq_matmul_isa(vq_isa isa, float *Y, const void *W, uint32_t type, const float *X,
+                   int n, int rows, int cols) {
+    vq_matmul_job job = {Y, W, type, rows};
+    run_jobs(isa, &job, 1, X, n, cols);
+}
+
 void vq_matmul(float *Y, const void *W, uint32_t type, const float *X, int n, int rows, int cols) {
     vq_matmul_isa(vq_kernels_isa(), Y, W, type, X, n, rows, cols);
+}
+
+void vq_matmul_many(const vq_matmul_job *jobs, int njobs, const float *X, int n, int cols) {
+    run_jobs(vq_kernels_isa(), jobs, njobs, X, n, cols);
+}
+void vq_matmul_many_isa(vq_isa isa, const vq_matmul_job *jobs, int njobs, const float *X, int n, int cols) {
+    run_jobs(isa, jobs, njobs, X, n, cols);
 }

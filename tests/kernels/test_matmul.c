@@ -206,6 +206,48 @@ static void check_quantizers(vq_rng *rng) {
     vq_aligned_free(ref); vq_aligned_free(got);
 }
 
+/* vq_matmul_many gives each job exactly vq_matmul's bits, mixed types, misuse per job */
+static void check_many(vq_rng *rng) {
+    const int cols = 576;
+    const uint32_t types[5] = {VQ_TYPE_Q4_1, VQ_TYPE_Q4_1, VQ_TYPE_Q8_0, VQ_TYPE_F32, 12345};
+    const int rows[5] = {200, 67, 33, 19, 5};
+    void *W[5]; float *Ya[5], *Yb[5];
+    const int n = 17;
+    float *X = malloc(sizeof(float) * n * cols);
+    for (int i = 0; i < n * cols; i++) X[i] = (float)vq_rng_gauss(rng);
+    vq_matmul_job jobs[6];
+    for (int j = 0; j < 5; j++) {
+        size_t rb = j < 4 ? vq_wtype_row_bytes(types[j], cols) : 64;
+        W[j] = malloc(rb * rows[j]);
+        for (size_t i = 0; i < rb * rows[j]; i++) ((uint8_t *)W[j])[i] = (uint8_t)vq_rng_u64(rng);
+        if (types[j] != VQ_TYPE_F32 && j < 4)   /* finite, modest scales */
+            for (size_t o = 0; o < rb * rows[j]; o += vq_wtype_get(types[j])->block_bytes) {
+                vq_f16 h = vq_f32_to_f16(0.01f);
+                memcpy((uint8_t *)W[j] + o, &h, 2);
+                if (types[j] == VQ_TYPE_Q4_1) memcpy((uint8_t *)W[j] + o + 2, &h, 2);
+            }
+        if (types[j] == VQ_TYPE_F32)
+            for (int i = 0; i < rows[j] * cols; i++) ((float *)W[j])[i] = (float)vq_rng_gauss(rng);
+        Ya[j] = malloc(sizeof(float) * n * rows[j]);
+        Yb[j] = malloc(sizeof(float) * n * rows[j]);
+        jobs[j] = (vq_matmul_job){Yb[j], W[j], types[j], rows[j]};
+    }
+    jobs[5] = (vq_matmul_job){NULL, NULL, VQ_TYPE_Q4_1, 0};   /* empty job: ignored */
+    for (int th = 1; th <= 2; th++)
+        for (int nn = 1; nn <= n; nn += 8) {
+            omp_set_num_threads(th);
+            for (int j = 0; j < 5; j++) vq_matmul(Ya[j], W[j], types[j], X, nn, rows[j], cols);
+            vq_matmul_many(jobs, 6, X, nn, cols);
+            for (int j = 0; j < 4; j++)
+                CHECKF(memcmp(Ya[j], Yb[j], sizeof(float) * nn * rows[j]) == 0,
+                       "matmul_many job %d (%s) n=%d threads=%d differs from vq_matmul", j,
+                       vq_wtype_get(types[j])->name, nn, th);
+            CHECK(isnan(Yb[4][0]) && isnan(Yb[4][nn * rows[4] - 1]));
+        }
+    for (int j = 0; j < 5; j++) { free(W[j]); free(Ya[j]); free(Yb[j]); }
+    free(X);
+}
+
 int main(void) {
     uint64_t seed = 20261129;
     const char *se = getenv("VQ_TEST_SEED");
@@ -221,6 +263,7 @@ int main(void) {
            __builtin_cpu_supports("avx512vnni") ? "vpdpbusd (VNNI)" : "maddubs (AVX2 kernels)");
 
     check_quantizers(&rng);
+    check_many(&rng);
     const int ns[] = {1, 3, 17};
     for (size_t ti = 0; ti < VQ_ARRAY_LEN(TYPES); ti++) {
         uint32_t type = TYPES[ti];
