@@ -228,22 +228,33 @@ static void polar_encode(const vq_codec_state *st, const float *x, uint8_t *bloc
         put_radius(block + im->radii_off + (size_t)i * (im->scale_f32 ? 4 : 2), im->scale_f32, r[i] * nrm);
 }
 
+/* One code of a level (bit stream as in bitpack.h); the common widths without the generic path. */
+static inline unsigned code_at(int bits, const uint8_t *p, int i) {
+    if (bits == 2) return (p[i >> 2] >> ((i & 3) * 2)) & 3u;
+    if (bits == 4) return (p[i >> 1] >> ((i & 1) * 4)) & 15u;
+    if (bits == 8) return p[i];
+    return vq_bitpack_get(bits, p, (size_t)i);
+}
+
 /* From the block, the level-1 radii (D/2 of them) and level-1 codes: walk the angle tree top-down. */
 static void level1(const polar_impl *im, const uint8_t *block, float *r, uint8_t *c1) {
-    float t[POLAR_MAX_D / 2];
-    uint8_t codes[POLAR_MAX_D / 2];
+    float buf[2][POLAR_MAX_D / 2];
     const int rb = im->scale_f32 ? 4 : 2;
-    for (int i = 0; i < im->n_radii; i++) r[i] = get_radius(block + im->radii_off + (size_t)i * rb, im->scale_f32);
+    float *cur = im->L >= 2 ? buf[im->L & 1] : r;
+    for (int i = 0; i < im->n_radii; i++) cur[i] = get_radius(block + im->radii_off + (size_t)i * rb, im->scale_f32);
     for (int l = im->L; l >= 2; l--) {
         const polar_level *v = &im->lv[l];
-        vq_bitpack_unpack(v->bits, block + v->off, (size_t)v->n_angles, codes);
+        const uint8_t *p = block + v->off;
+        float *nxt = l == 2 ? r : buf[(l - 1) & 1];
         for (int i = 0; i < v->n_angles; i++) {
-            t[2 * i] = r[i] * v->cs[codes[i]];
-            t[2 * i + 1] = r[i] * v->sn[codes[i]];
+            unsigned c = code_at(v->bits, p, i);
+            nxt[2 * i] = cur[i] * v->cs[c];
+            nxt[2 * i + 1] = cur[i] * v->sn[c];
         }
-        memcpy(r, t, sizeof(float) * 2 * (size_t)v->n_angles);
+        cur = nxt;
     }
-    vq_bitpack_unpack(im->lv[1].bits, block + im->lv[1].off, (size_t)im->lv[1].n_angles, c1);
+    const polar_level *v1 = &im->lv[1];
+    for (int i = 0; i < v1->n_angles; i++) c1[i] = (uint8_t)code_at(v1->bits, block + v1->off, i);
 }
 
 /* the row in rotated coordinates (D floats) */
