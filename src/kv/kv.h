@@ -16,7 +16,15 @@ typedef struct vq_kv_dims {
 
 typedef struct vq_kv vq_kv;
 
-/* Unknown codec, parameter or value: NULL, err lists what is known/allowed. */
+/* Spec grammar (docs/kv-spec.md has the full reference):
+ *   spec  := part (';' part)*
+ *   part  := ['k=' | 'v='] codec [':' key=val (',' key=val)*]  |  key=val (',' key=val)*
+ * One codec part without k=/v= serves both sides; inside it k=B / v=B are the K / V bits and
+ * bits=B both ("turboquant_mse:k=4,v=3"). Per-side codecs: "k=turboquant_mse:bits=4;v=q8_0".
+ * Store keys in any part: window=R (R most recent rows kept in full precision, for any codec;
+ * default: the codec's own, e.g. KIVI residual, else 0), wprec=16|32 (window precision, default
+ * 16), page=N (rows per page, default 256). Append rejects NaN/inf and |x| > 65504 (VQ_ERR_ARG).
+ * Unknown codec, parameter or value: NULL, err lists what is known/allowed. */
 vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err);
 void   vq_kv_destroy(vq_kv *kv);
 void   vq_kv_clear(vq_kv *kv);             /* drop every row, keep the allocation policy */

@@ -4,6 +4,50 @@
 #include "../vq_test.h"
 #include "kv/kv.h"
 #include "kv_ref.h"
+#include <omp.h>
+
+/* attends on different layers from several threads at once give the same bits as one at a
+ * time, and the store's own threading does not change the bits either */
+static void test_concurrency(vq_rng *rng) {
+    const char *specs[] = {"q4_0:rotate=1;window=8", "kivi:residual=16", "f16"};
+    for (size_t si = 0; si < VQ_ARRAY_LEN(specs); si++) {
+        vq_kv_dims dims = {.n_layers = 6, .n_heads = 9, .n_kv_heads = 3, .head_dim = 64, .max_ctx = 700};
+        vq_err err;
+        vq_kv *kv = vq_kv_create(specs[si], &dims, vq_rng_u64(rng), &err);
+        CHECKF(kv != NULL, "%s: %s", specs[si], err.msg);
+        if (!kv) continue;
+        const int w = 3 * 64, n = 600, nq = 40, qw = 9 * 64;
+        float *k = malloc(sizeof(float) * n * w), *v = malloc(sizeof(float) * n * w);
+        float *q = malloc(sizeof(float) * nq * qw);
+        float *o1 = malloc(sizeof(float) * 6 * nq * qw), *o2 = malloc(sizeof(float) * 6 * nq * qw);
+        float *o3 = malloc(sizeof(float) * 6 * nq * qw);
+        int qp[40];
+        for (int i = 0; i < nq; i++) qp[i] = 560 + i;
+        fill_uniform(rng, q, (size_t)nq * qw, 1);
+        for (int l = 0; l < 6; l++) {
+            fill_uniform(rng, k, (size_t)n * w, 1);
+            fill_uniform(rng, v, (size_t)n * w, 1);
+            CHECK(vq_kv_append(kv, l, 0, n, k, v, &err) == VQ_OK);
+        }
+        int nt = omp_get_max_threads();
+        omp_set_num_threads(1);
+        for (int l = 0; l < 6; l++) vq_kv_attend(kv, l, nq, qp, q, o1 + (size_t)l * nq * qw, &err);
+        omp_set_num_threads(nt > 1 ? nt : 2);
+        for (int l = 0; l < 6; l++) vq_kv_attend(kv, l, nq, qp, q, o2 + (size_t)l * nq * qw, &err);
+        int bad = 0;
+#pragma omp parallel for num_threads(3) reduction(+ : bad)
+        for (int l = 0; l < 6; l++) {
+            vq_err e2;
+            bad += vq_kv_attend(kv, l, nq, qp, q, o3 + (size_t)l * nq * qw, &e2) != VQ_OK;
+        }
+        omp_set_num_threads(nt);
+        CHECK(bad == 0);
+        CHECKF(memcmp(o1, o2, sizeof(float) * 6 * nq * qw) == 0, "%s: threads change the result", specs[si]);
+        CHECKF(memcmp(o1, o3, sizeof(float) * 6 * nq * qw) == 0, "%s: concurrent attends differ", specs[si]);
+        vq_kv_destroy(kv);
+        free(k); free(v); free(q); free(o1); free(o2); free(o3);
+    }
+}
 
 static void run_case(vq_rng *rng, const char *spec, int L, int NH, int H, int d, int rows_target,
                      int n_q) {
@@ -80,5 +124,6 @@ int main(void) {
             int nq = 1 + (int)(vq_rng_u64(&rng) % 40);
             run_case(&rng, specs[s], 2, shapes[g][0], shapes[g][1], shapes[g][2], rows, nq);
         }
+    test_concurrency(&rng);
     return vq_t_done();
 }
