@@ -112,19 +112,33 @@ int main(int argc, char **argv) {
     void *Wo = vq_aligned_alloc(ob);
     fill(Wo, ob, VQ_TYPE_Q8_0, &rng);
     total += ob;
-    for (int th = 1; th <= 2; th++) {
-        omp_set_num_threads(th);
-        double per = 1e9;
-        for (int r = 0; r < 30; r++) {   /* best of 30 steps */
-            double t0 = vq_now_s();
-            for (int l = 0; l < L; l++)
-                for (int m = 0; m < 7; m++) vq_matmul(Y, Wl[l][m], VQ_TYPE_Q4_1, X, n, lm[m].rows, lm[m].cols);
-            vq_matmul(Y, Wo, VQ_TYPE_Q8_0, X, n, 49152, 576);
-            per = VQ_MIN(per, vq_now_s() - t0);
+    float *Y2 = vq_aligned_alloc(sizeof(float) * 1536 * (size_t)n), *Y3 = vq_aligned_alloc(sizeof(float) * 1536 * (size_t)n);
+    for (int many = 0; many < 2; many++)
+        for (int th = 1; th <= 2; th++) {
+            omp_set_num_threads(th);
+            double per = 1e9;
+            for (int r = 0; r < 30; r++) {   /* best of 30 steps */
+                double t0 = vq_now_s();
+                for (int l = 0; l < L; l++) {
+                    if (many) {   /* q,k,v in one call; gate,up in one call */
+                        vq_matmul_job qkv[3] = {{Y, Wl[l][0], VQ_TYPE_Q4_1, 576}, {Y2, Wl[l][1], VQ_TYPE_Q4_1, 192},
+                                                {Y3, Wl[l][2], VQ_TYPE_Q4_1, 192}};
+                        vq_matmul_many(qkv, 3, X, n, 576);
+                        vq_matmul(Y, Wl[l][3], VQ_TYPE_Q4_1, X, n, 576, 576);
+                        vq_matmul_job gu[2] = {{Y2, Wl[l][4], VQ_TYPE_Q4_1, 1536}, {Y3, Wl[l][5], VQ_TYPE_Q4_1, 1536}};
+                        vq_matmul_many(gu, 2, X, n, 576);
+                        vq_matmul(Y, Wl[l][6], VQ_TYPE_Q4_1, X, n, 576, 1536);
+                    } else {
+                        for (int m = 0; m < 7; m++) vq_matmul(Y, Wl[l][m], VQ_TYPE_Q4_1, X, n, lm[m].rows, lm[m].cols);
+                    }
+                }
+                vq_matmul(Y, Wo, VQ_TYPE_Q8_0, X, n, 49152, 576);
+                per = VQ_MIN(per, vq_now_s() - t0);
+            }
+            printf("decode-step matmuls%s (%d thr): %.3f ms for %.1f MB of weights = %.2f GB/s, %.0f steps/s\n",
+                   many ? " with matmul_many" : "", th, per * 1e3, total / 1e6, total / per / 1e9, 1.0 / per);
         }
-        printf("decode-step matmuls (%d thr): %.3f ms for %.1f MB of weights = %.2f GB/s, %.0f steps/s\n",
-               th, per * 1e3, total / 1e6, total / per / 1e9, 1.0 / per);
-    }
+    vq_aligned_free(Y2); vq_aligned_free(Y3);
     uint8_t *big = vq_aligned_alloc(total);
     memset(big, 1, total);
     for (int th = 1; th <= 2; th++) {
