@@ -146,6 +146,7 @@ static vq_status polar_init(vq_codec_state *st, int d, int side, const vq_codec_
     /* qstate: rotated query (D floats), then the level-1 table T[i][k] = q'_2i cos t_k + q'_2i+1 sin t_k */
     st->qstate_bytes = ((size_t)D + (size_t)(D / 2) * (1u << b1)) * sizeof(float);
     st->acc_floats = D;   /* rotated coordinates */
+    st->state_bytes = sizeof *im + (size_t)D * sizeof(float);   /* codebook tables + Hadamard signs */
     snprintf(st->params, sizeof st->params, "bits=%d,deep=%d,levels=%d,scale=%s", b1, bd, L, f32 ? "f32" : "f16");
     return VQ_OK;
 }

@@ -234,6 +234,7 @@ static vq_status qjl_init(vq_codec_state *st, int d, int side, const vq_codec_pa
     st->block_bytes = im->sign_bytes + (f32 ? 4 : 2);
     st->qstate_bytes = ((size_t)m + 1) * sizeof(float);   /* S q, then sum_j (S q)_j */
     st->acc_floats = m;                                    /* V sums live in the sketch domain */
+    st->state_bytes = sizeof *im + (size_t)m * (size_t)d * sizeof(float);   /* the sketch S */
     snprintf(st->params, sizeof st->params, "m=%d,scale=%s", m, f32 ? "f32" : "f16");
     return VQ_OK;
 }

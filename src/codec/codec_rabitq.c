@@ -46,6 +46,12 @@ static float get_scale(const uint8_t *p, int f32) {
     return vq_f16_to_f32(h);
 }
 
+/* bytes a rotation holds (rotation.c: Hadamard keeps d signs, dense keeps P and its transpose) */
+static size_t rotation_bytes(const vq_rotation *r) {
+    size_t d = (size_t)vq_rotation_dim(r);
+    return vq_rotation_kind(r) == VQ_ROT_DENSE ? 2 * d * d * sizeof(float) : d * sizeof(float);
+}
+
 static vq_status rabitq_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
                              uint64_t seed, vq_err *err) {
     const vq_codec *c = &vq_codec_rabitq;
@@ -84,6 +90,7 @@ static vq_status rabitq_init(vq_codec_state *st, int d, int side, const vq_codec
     st->block_bytes = (size_t)bits * im->plane_bytes + (f32 ? 4 : 2);
     st->qstate_bytes = ((size_t)im->dp + 1) * sizeof(float);   /* P q (zero-padded to dp), sum of it */
     st->acc_floats = im->dp;                                   /* rotated coordinates */
+    st->state_bytes = sizeof *im + rotation_bytes(im->rot);
     snprintf(st->params, sizeof st->params, "bits=%d,scale=%s,rot=%s", bits, f32 ? "f32" : "f16",
              kind == VQ_ROT_AUTO ? "auto" : kind == VQ_ROT_DENSE ? "dense" : "hadamard");
     return VQ_OK;

@@ -199,6 +199,7 @@ int main(void) {
         /* d=64: 32x4 + 16x2 + 8x2 + 4x2 bits = 23 bytes + 4 fp16 radii; d=128: 46 + 8 radii */
         CHECK(a.block_bytes == 31 && b.block_bytes == 62);
         CHECK(strcmp(a.params, "bits=4,deep=2,levels=4,scale=f16") == 0);
+        CHECK(a.state_bytes >= 64 * sizeof(float));
         printf("polar default: d=64 %zu bytes/row (%.3f bits/element), d=128 %zu bytes/row (%.3f), params %s\n",
                a.block_bytes, a.block_bytes * 8.0 / 64, b.block_bytes, b.block_bytes * 8.0 / 128, a.params);
         a.codec->fini(&a);

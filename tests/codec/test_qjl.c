@@ -233,6 +233,7 @@ int main(void) {
     CHECK(vq_codec_find("qjl") != NULL);
     vq_codec_state st = mk("qjl", 64, "", seed, NULL);
     CHECK(st.block_bytes == 16 + 2 && st.acc_floats == 128 && strcmp(st.params, "m=128,scale=f16") == 0);
+    CHECK(st.state_bytes >= 128 * 64 * sizeof(float));   /* the sketch matrix is counted */
     printf("qjl d=64 default: %zu bytes/row (%.2f bits/element), params %s\n", st.block_bytes,
            st.block_bytes * 8.0 / 64, st.params);
     check_contract(&st, &r, 1.0);

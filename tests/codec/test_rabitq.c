@@ -252,6 +252,7 @@ int main(void) {
     CHECK(vq_codec_find("rabitq") != NULL);
     vq_codec_state st = mk("rabitq", 64, "", seed, NULL);
     CHECK(st.block_bytes == 8 + 2 && strcmp(st.params, "bits=1,scale=f16,rot=auto") == 0);
+    CHECK(st.state_bytes >= 64 * sizeof(float));   /* the rotation is counted */
     printf("rabitq d=64 default: %zu bytes/row, params %s\n", st.block_bytes, st.params);
     st.codec->fini(&st);
 
