@@ -239,8 +239,8 @@ def cmd_logits(a):
 
 
 def wiki_ids(tok, path, n):
-    with open(path, "r", encoding="utf-8") as f:
-        text = f.read()
+    with open(path, "rb") as f:          # bytes as they are: the file has CRLF line ends, keep them
+        text = f.read().decode("utf-8")
     ids = tokenize(tok, text)
     if len(ids) < n:
         raise SystemExit(f"{path}: only {len(ids)} tokens, need {n}")
@@ -256,7 +256,7 @@ def cmd_ppl(a):
     n_total = len(ids)
     ids = ids[:n_need]
     with open(a.ids_out, "w") as f:
-        f.write(f"# WikiText-2 raw test ({os.path.basename(a.text)}, {n_chars} chars read as is), tokenized whole\n")
+        f.write(f"# WikiText-2 raw test ({os.path.basename(a.text)}, {n_chars} chars, bytes read as is, CRLF kept), tokenized whole\n")
         f.write(f"# with the HF tokenizers BPE built from the GGUF vocab (no BOS, add_bos_token=False): {n_total} tokens;\n")
         f.write(f"# these are the first {n_need}, one per line. Produced by tools/reference/smollm2_numpy.py ppl.\n")
         f.write("\n".join(map(str, ids)) + "\n")
