@@ -25,7 +25,8 @@ size_t vq_wtype_row_bytes(uint32_t type, int64_t n); /* 0 when n is not a multip
 void vq_matmul(float *Y, const void *W, uint32_t type, const float *X, int n, int rows, int cols);
 void vq_matmul_isa(vq_isa isa, float *Y, const void *W, uint32_t type, const float *X,
                    int n, int rows, int cols);
-vq_isa vq_kernels_isa(void);                        /* the variant chosen at start-up */
+vq_isa vq_kernels_isa(void);   /* the variant chosen at start-up; env VQ_ISA=scalar|avx2|avx512
+                                  * may lower it (never above what the CPU has) */
 
 /* Several products of the same X (q/k/v, or gate/up): Yj = X·Wjᵀ for every job, X quantized
  * once and all jobs' rows shared out among the threads in one parallel region. Each job

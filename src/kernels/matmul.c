@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+#include <stdatomic.h>
 
 /* ---- activation quantization (one implementation for every ISA, so all see equal codes) ---- */
 void vq_q8act_quantize(const float *x, int cols, void *base) {
@@ -159,7 +160,23 @@ static const vq_kern_row kern_rows[] = {
     {VQ_TYPE_Q4_1, 1, {vq_rows_q4_1_scalar, vq_rows_q4_1_avx2, NULL}},
 };
 
-vq_isa vq_kernels_isa(void) { return vq_cpu_best_isa(); }
+/* The best ISA the CPU has, or a lower one named by the environment variable VQ_ISA
+ * (scalar | avx2 | avx512) for A/B runs; decided on first use and read-only after (an atomic,
+ * so racing first calls agree: both compute the same value). */
+vq_isa vq_kernels_isa(void) {
+    static _Atomic int chosen = -1;
+    int v = atomic_load_explicit(&chosen, memory_order_relaxed);
+    if (v >= 0) return (vq_isa)v;
+    vq_isa best = vq_cpu_best_isa(), isa = best;
+    const char *e = getenv("VQ_ISA");
+    if (e) {
+        for (int i = 0; i <= (int)VQ_ISA_AVX512; i++)
+            if (strcmp(e, vq_isa_name((vq_isa)i)) == 0) isa = (vq_isa)i;
+        if (isa > best) isa = best;
+    }
+    atomic_store_explicit(&chosen, (int)isa, memory_order_relaxed);
+    return isa;
+}
 
 static int cpu_has_vnni(void) {
     __builtin_cpu_init();
