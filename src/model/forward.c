@@ -82,9 +82,12 @@ vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens,
         const vq_layer_weights *L = &m->layers[l];
         for (int t = 0; t < n; t++)
             vq_rmsnorm(f->xb + (size_t)t * dim, f->x + (size_t)t * dim, L->attn_norm, dim, c->norm_eps);
-        matmul(f->q, &L->wq, f->xb, n);
-        matmul(f->k, &L->wk, f->xb, n);
-        matmul(f->v, &L->wv, f->xb, n);
+        {   /* q, k, v share one quantization of xb and one parallel region */
+            vq_matmul_job j[3] = { { f->q, L->wq.data, L->wq.type, L->wq.rows },
+                                   { f->k, L->wk.data, L->wk.type, L->wk.rows },
+                                   { f->v, L->wv.data, L->wv.type, L->wv.rows } };
+            vq_matmul_many(j, 3, f->xb, n, dim);
+        }
         add_bias(f->q, L->bq, n, qd);
         add_bias(f->k, L->bk, n, kvd);
         add_bias(f->v, L->bv, n, kvd);
@@ -102,8 +105,11 @@ vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens,
 
         for (int t = 0; t < n; t++)
             vq_rmsnorm(f->xb + (size_t)t * dim, f->x + (size_t)t * dim, L->ffn_norm, dim, c->norm_eps);
-        matmul(f->hb, &L->w_gate, f->xb, n);
-        matmul(f->hb2, &L->w_up, f->xb, n);
+        {
+            vq_matmul_job j[2] = { { f->hb, L->w_gate.data, L->w_gate.type, L->w_gate.rows },
+                                   { f->hb2, L->w_up.data, L->w_up.type, L->w_up.rows } };
+            vq_matmul_many(j, 2, f->xb, n, dim);
+        }
         vq_swiglu(f->hb, f->hb2, n * c->hidden_dim);
         matmul(f->xb, &L->w_down, f->hb, n);
         for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
