@@ -12,6 +12,8 @@
 #include "eval/eval.h"
 #include "kernels/kernels.h"
 #include "model/chat.h"
+#include "eval/bench_kernels.h"
+#include "eval/kv_fidelity.h"
 
 #define DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -496,6 +498,112 @@ static int cmd_tokenize(int argc, char **argv) {
     return 0;
 }
 
+
+/* ---------------------------------------------------- bench-kernels / kv-fidelity (src/eval) */
+static const char *bench_kernels_help =
+    "usage: veloxquant bench-kernels [options]\n"
+    "Decode-attention time of one step (1 KV head, GQA group of 3 query heads) and encode rate per\n"
+    "KV codec, through the real store, against f16 and a measured memcpy ceiling.\n"
+    "  --n LIST           rows in the cache (default 1024,4096,16384,65536)\n"
+    "  --dims LIST        head_dim values (default 64,128)\n"
+    "  --kv SPEC          an arm (repeatable; default: every codec + turboquant_mse:k=4,v=4, q4_0:rotate=1);\n"
+    "                     f16 is always the first arm (the baseline)\n"
+    "  --reps N           repeats, arms interleaved (default 5)\n"
+    "  --pool-mb MB       each arm rotates over caches holding >= MB MiB (default 512)\n"
+    "  --split            also time score and accumulate apart through the codec table\n"
+    "  -t, --threads N    threads for attention (default 1: single-threaded)\n"
+    "  -s, --seed N       data seed\n"
+    "      --json         every raw repeat as JSON\n";
+
+static int parse_int_list(const char *flag, const char *s, int *out, int cap, long lo, long hi) {
+    int n = 0;
+    char *list = strdup(s), *save = NULL;
+    if (!list) die("out of memory");
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == cap) die("%s: at most %d values", flag, cap);
+        out[n++] = (int)parse_long(flag, t, lo, hi);
+    }
+    free(list);
+    if (!n) die("%s: empty list", flag);
+    return n;
+}
+
+static void bk_progress(const char *what, void *user) {
+    (void)user;
+    fprintf(stderr, "bench-kernels: %s\n", what);
+}
+
+static int cmd_bench_kernels(int argc, char **argv) {
+    opts o; defaults(&o);
+    int ns[16] = { 1024, 4096, 16384, 65536 }, n_ns = 4, dims[8] = { 64, 128 }, n_dims = 2, split = 0;
+    long pool_mb = 512;
+    o.threads = 1;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (common_opt(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(bench_kernels_help, stdout); return 0; }
+        else if (!strcmp(a, "--n")) { if (!v) die("--n needs a list"); n_ns = parse_int_list(a, v, ns, 16, 1, 1 << 22); i++; }
+        else if (!strcmp(a, "--dims")) { if (!v) die("--dims needs a list"); n_dims = parse_int_list(a, v, dims, 8, 1, 4096); i++; }
+        else if (!strcmp(a, "--reps")) { o.reps = (int)parse_long(a, v, 1, 1000); i++; }
+        else if (!strcmp(a, "--pool-mb")) { pool_mb = parse_long(a, v, 1, 1 << 20); i++; }
+        else if (!strcmp(a, "--split")) split = 1;
+        else die("bench-kernels: unknown option '%s' (see veloxquant bench-kernels --help)", a);
+    }
+    vq_bk_params p = { ns, n_ns, dims, n_dims, o.kv_list, o.n_kv, o.reps, o.threads,
+                       (size_t)pool_mb << 20, split, o.seed ? o.seed : 0x5eed };
+    vq_bk_result r;
+    vq_err err; vq_err_clear(&err);
+    vq_status s = vq_bench_kernels(&p, &r, bk_progress, NULL, &err);
+    if (s) { vq_bench_kernels_free(&r); die("%s", err.msg); }
+    vq_bench_kernels_print(stdout, &r, o.json);
+    vq_bench_kernels_free(&r);
+    return 0;
+}
+
+static const char *kv_fidelity_help =
+    "usage: veloxquant kv-fidelity -m FILE -f TEXT --kv SPEC... [options]\n"
+    "Runs the model over the first N tokens with an f32 cache, capturing every layer's q, k, v after\n"
+    "RoPE; then, per KV spec, feeds those rows to a cache of that spec (layer by layer) and reports\n"
+    "key cosine, attention-weight KL vs exact, attention-output relative error and bits per element.\n"
+    "  -m, --model FILE   model (default " DEFAULT_MODEL ")\n"
+    "      --tokenizer F  tokenizer for llama2.c checkpoints\n"
+    "  -f, --file TEXT    text file (default ../shared/data/wikitext-2-raw-test.txt)\n"
+    "      --kv SPEC      a spec to measure (repeatable; default: every codec)\n"
+    "      --tokens N     tokens (default 512)\n"
+    "      --per-layer    print every layer\n"
+    "  -t, --threads N    threads\n"
+    "  -s, --seed N       cache seed\n"
+    "      --json         every layer of every spec as JSON\n";
+
+static int cmd_kv_fidelity(int argc, char **argv) {
+    opts o; defaults(&o);
+    o.file = "../shared/data/wikitext-2-raw-test.txt";
+    int n_tokens = 512, per_layer = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (common_opt(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(kv_fidelity_help, stdout); return 0; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!v) die("%s needs a file", a); o.file = v; i++; }
+        else if (!strcmp(a, "--tokens")) { n_tokens = (int)parse_long(a, v, 2, 1 << 16); i++; }
+        else if (!strcmp(a, "--per-layer")) per_layer = 1;
+        else die("kv-fidelity: unknown option '%s' (see veloxquant kv-fidelity --help)", a);
+    }
+    vq_model *m = load_model(&o);
+    char *text = read_text(o.file);
+    int n_tok;
+    int *tok = tokenize_all(m, text, vq_tok_add_bos_default(m->tok), 0, &n_tok);
+    free(text);
+    if (n_tok < n_tokens) die("kv-fidelity: %s has %d tokens, --tokens asks for %d", o.file, n_tok, n_tokens);
+    vq_err err; vq_err_clear(&err);
+    vq_kvfid_capture *cap = vq_kvfid_capture_run(m, tok, n_tokens, &err);
+    if (!cap) die("%s", err.msg);
+    vq_kvfid_report(stdout, m, cap, o.kv_list, o.n_kv, o.seed ? o.seed : 1, per_layer, o.json);
+    vq_kvfid_capture_free(cap);
+    free(tok);
+    vq_model_free(m);
+    return 0;
+}
+
 static const char *main_help =
     "usage: veloxquant <command> [options]   (veloxquant <command> --help for each)\n"
     "VeloxQuant: LLM inference on the CPU with a really compressed KV cache.\n"
@@ -504,7 +612,9 @@ static const char *main_help =
     "  perplexity   perplexity of a text (decode or prefill mode, several KV arms)\n"
     "  bench        prefill/decode throughput at several context fills\n"
     "  info         print a model's configuration\n"
-    "  tokenize     print the token ids of a text\n";
+    "  tokenize     print the token ids of a text\n"
+    "  bench-kernels  decode-attention and encode speed per KV codec (vs f16, vs memcpy)\n"
+    "  kv-fidelity  per-layer key cosine, attention KL and output error of KV codecs on real rows\n";
 
 int main(int argc, char **argv) {
     if (argc < 2) { fputs(main_help, stderr); return 2; }
@@ -516,6 +626,8 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "bench")) return cmd_bench(argc, argv);
     if (!strcmp(c, "info")) return cmd_info(argc, argv);
     if (!strcmp(c, "tokenize")) return cmd_tokenize(argc, argv);
+    if (!strcmp(c, "bench-kernels")) return cmd_bench_kernels(argc, argv);
+    if (!strcmp(c, "kv-fidelity")) return cmd_kv_fidelity(argc, argv);
     fprintf(stderr, "veloxquant: unknown command '%s'\n%s", c, main_help);
     return 2;
 }

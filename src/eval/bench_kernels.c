@@ -1,0 +1,448 @@
+/* bench_kernels.c: decode-attention (one step, GQA group of 3) and encode speed per KV codec,
+ * measured through the real store (vq_kv_append / vq_kv_attend), arms interleaved per repeat,
+ * inputs rotated over a pool of caches whose bytes exceed the LLC, with a memcpy ceiling. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codec/codec.h"
+#include "eval/bench_kernels.h"
+#include "kernels/kernels.h"
+#include "kv/kv.h"
+
+#define BK_NQ 16          /* distinct query sets, rotated with the caches */
+#define BK_MAX_POOL 65536
+
+static const char *const bk_extras[] = { "turboquant_mse:k=4,v=4", "q4_0:rotate=1" };
+
+/* CPU time of the calling thread: on a loaded machine, time spent descheduled is not counted
+ * (memory stalls are). The primary clock when single-threaded; wall time is kept beside it. */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double load1(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double l = -1;
+    if (f) { if (fscanf(f, "%lf", &l) != 1) l = -1; fclose(f); }
+    return l;
+}
+
+static int has_spec(char **s, int n, const char *x) {
+    for (int i = 0; i < n; i++) if (!strcmp(s[i], x)) return 1;
+    return 0;
+}
+
+/* f16 first (the baseline), then the given specs, or every table row plus the extras. */
+static vq_status make_specs(const vq_bk_params *p, vq_bk_result *r, vq_err *err) {
+    int cap = 2 + (p->n_specs ? p->n_specs : vq_codec_count() + (int)VQ_ARRAY_LEN(bk_extras));
+    char **s = calloc((size_t)cap, sizeof *s);
+    if (!s) return vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory");
+    int n = 0;
+    s[n++] = strdup("f16");
+    if (p->n_specs) {
+        for (int i = 0; i < p->n_specs; i++) if (!has_spec(s, n, p->specs[i])) s[n++] = strdup(p->specs[i]);
+    } else {
+        for (int i = 0; i < vq_codec_count(); i++)
+            if (!has_spec(s, n, vq_codec_at(i)->name)) s[n++] = strdup(vq_codec_at(i)->name);
+        for (size_t i = 0; i < VQ_ARRAY_LEN(bk_extras); i++)
+            if (!has_spec(s, n, bk_extras[i])) s[n++] = strdup(bk_extras[i]);
+    }
+    for (int i = 0; i < n; i++) if (!s[i]) return vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory");
+    r->specs = (const char **)s;
+    r->n_specs = n;
+    return VQ_OK;
+}
+
+/* memcpy and read-only sweeps over buffers of copy_bytes (larger than the LLC). */
+static void measure_copy(vq_bk_result *r, int from, int reps, void *a, void *b) {
+    size_t n = r->copy_bytes;
+    for (int i = 0; i < reps; i++) {
+        double w0 = vq_now_s(), t0 = cpu_s();
+        memcpy(b, a, n);
+        double t1 = cpu_s(), w1 = vq_now_s();
+        const uint64_t *u = a;
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t j = 0; j + 4 <= n / 8; j += 4) { s0 += u[j]; s1 += u[j + 1]; s2 += u[j + 2]; s3 += u[j + 3]; }
+        double t2 = cpu_s();
+        volatile uint64_t sink = s0 ^ s1 ^ s2 ^ s3;
+        (void)sink;
+        r->copy_bps[from + i] = (double)n / (t1 - t0);
+        r->copy_wall_bps[from + i] = (double)n / (w1 - w0);
+        r->read_bps[from + i] = (double)n / (t2 - t1);
+        memset(a, i + 1, 4096);   /* the next copy is not of identical bytes */
+    }
+}
+
+typedef struct bk_pool {
+    vq_kv **kv;
+    int n;
+} bk_pool;
+
+/* Score (prep_query + score over the K codes) and accumulate (over the V codes + finish) apart,
+ * through the codec table on pools of encoded blocks, 256-row chunks as the store's pages. */
+static vq_status split_config(const vq_bk_params *p, vq_bk_arm *arms, bk_pool *pools, int na, int N,
+                              int d, const float *K, const float *V, const float *Q, vq_err *err) {
+    uint8_t **kb = calloc((size_t)na, sizeof *kb), **vb = calloc((size_t)na, sizeof *vb);
+    int *np = calloc((size_t)na, sizeof *np);
+    vq_status s = VQ_OK;
+    if (!kb || !vb || !np) { s = vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory"); goto out; }
+    for (int a = 0; a < na && !s; a++) {
+        if (!arms[a].ok) continue;
+        const vq_codec_state *sk = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_K);
+        const vq_codec_state *sv = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_V);
+        size_t per = (size_t)(N / sk->rows_per_block) * sk->block_bytes + (size_t)(N / sv->rows_per_block) * sv->block_bytes;
+        np[a] = (int)VQ_MIN(BK_MAX_POOL, VQ_MAX((size_t)p->reps, (p->pool_bytes + per - 1) / VQ_MAX(per, 1)));
+        kb[a] = vq_aligned_alloc((size_t)np[a] * (N / sk->rows_per_block) * sk->block_bytes + 64);
+        vb[a] = vq_aligned_alloc((size_t)np[a] * (N / sv->rows_per_block) * sv->block_bytes + 64);
+        if (!kb[a] || !vb[a]) { s = vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: split pool of %d x %zu bytes", np[a], per); break; }
+        for (int i = 0; i < np[a]; i++) {
+            size_t off = (size_t)((i * 7919L) % N) * d;
+            int nbk = N / sk->rows_per_block, nbv = N / sv->rows_per_block;
+            uint8_t *kp = kb[a] + (size_t)i * nbk * sk->block_bytes, *vp = vb[a] + (size_t)i * nbv * sv->block_bytes;
+            for (int b = 0; b < nbk; b++) sk->codec->encode(sk, K + off + (size_t)b * sk->rows_per_block * d, kp + (size_t)b * sk->block_bytes);
+            for (int b = 0; b < nbv; b++) sv->codec->encode(sv, V + off + (size_t)b * sv->rows_per_block * d, vp + (size_t)b * sv->block_bytes);
+        }
+    }
+    if (s) goto out;
+    const int G = VQ_BK_GROUP, CH = 256;
+    int maxrows = CH, maxacc = d;
+    for (int a = 0; a < na; a++) {
+        if (!arms[a].ok) continue;
+        const vq_codec_state *sk = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_K);
+        const vq_codec_state *sv = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_V);
+        maxrows = VQ_MAX(maxrows, VQ_MAX(sk->rows_per_block, sv->rows_per_block));
+        maxacc = VQ_MAX(maxacc, sv->acc_floats);
+    }
+    float *scores = vq_aligned_alloc(sizeof(float) * G * maxrows), *w = vq_aligned_alloc(sizeof(float) * G * maxrows);
+    float *acc = vq_aligned_alloc(sizeof(float) * G * (maxacc + 16)), *o = vq_aligned_alloc(sizeof(float) * G * d);
+    if (!scores || !w || !acc || !o) { s = vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory"); goto out2; }
+    for (int i = 0; i < G * maxrows; i++) w[i] = 1.0f / (1 + i % 97);
+    for (int rep = 0; rep < p->reps; rep++)
+        for (int a = 0; a < na; a++) {
+            if (!arms[a].ok) continue;
+            const vq_codec_state *sk = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_K);
+            const vq_codec_state *sv = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_V);
+            int ck = VQ_MAX(1, CH / sk->rows_per_block), cv = VQ_MAX(1, CH / sv->rows_per_block);
+            int nbk = N / sk->rows_per_block, nbv = N / sv->rows_per_block;
+            size_t qsb = (sk->qstate_bytes + 63) & ~(size_t)63;
+            uint8_t *qs = vq_aligned_alloc(qsb * G + 64);
+            if (!qs) { s = vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory"); goto out2; }
+            const void *qp[VQ_BK_GROUP];
+            float *accp[VQ_BK_GROUP];
+            for (int h = 0; h < G; h++) { qp[h] = qs + h * qsb; accp[h] = acc + (size_t)h * (sv->acc_floats + 16); }
+            double ts = 0, tv = 0;
+            for (int i = 0; i < np[a]; i++) {
+                const float *q = Q + (size_t)((i + rep) % BK_NQ) * G * d;
+                const uint8_t *kp = kb[a] + (size_t)i * nbk * sk->block_bytes, *vp = vb[a] + (size_t)i * nbv * sv->block_bytes;
+                double t0 = cpu_s();
+                for (int h = 0; h < G; h++) sk->codec->prep_query(sk, q + h * d, qs + h * qsb);
+                for (int b = 0; b < nbk; b += ck)
+                    sk->codec->score(sk, G, qp, kp + (size_t)b * sk->block_bytes, VQ_MIN(ck, nbk - b), scores);
+                double t1 = cpu_s();
+                memset(acc, 0, sizeof(float) * G * (sv->acc_floats + 16));
+                for (int b = 0; b < nbv; b += cv)
+                    sv->codec->accumulate(sv, G, w, vp + (size_t)b * sv->block_bytes, VQ_MIN(cv, nbv - b), accp);
+                for (int h = 0; h < G; h++) sv->codec->finish(sv, accp[h], o + h * d);
+                double t2 = cpu_s();
+                ts += t1 - t0;
+                tv += t2 - t1;
+            }
+            vq_aligned_free(qs);
+            arms[a].score_s[rep] = ts / np[a];
+            arms[a].accum_s[rep] = tv / np[a];
+        }
+out2:
+    vq_aligned_free(scores); vq_aligned_free(w); vq_aligned_free(acc); vq_aligned_free(o);
+out:
+    for (int a = 0; kb && vb && a < na; a++) { vq_aligned_free(kb[a]); vq_aligned_free(vb[a]); }
+    free(kb); free(vb); free(np);
+    return s;
+}
+
+/* One (N, d): build every arm's pool (interleaved, appends timed), time one decode step per
+ * cache per repeat (arms interleaved), then optionally the split. */
+static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int N, int d,
+                            vq_bk_progress cb, void *user, vq_err *err) {
+    const int G = VQ_BK_GROUP;
+    vq_status s = VQ_OK;
+    float *K = malloc(sizeof(float) * 2 * (size_t)N * d), *V = malloc(sizeof(float) * 2 * (size_t)N * d);
+    float *Q = malloc(sizeof(float) * BK_NQ * G * d), *O = malloc(sizeof(float) * G * d);
+    bk_pool *pools = calloc((size_t)na, sizeof *pools);
+    double *enc_t = calloc((size_t)na * p->reps, sizeof(double)), *enc_rows = calloc((size_t)na * p->reps, sizeof(double));
+    if (!K || !V || !Q || !O || !pools || !enc_t || !enc_rows) { s = vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory (N=%d d=%d)", N, d); goto out; }
+    vq_rng rng;
+    vq_rng_seed(&rng, p->seed ^ ((uint64_t)N << 20) ^ (uint64_t)d);
+    for (size_t i = 0; i < 2 * (size_t)N * d; i++) { K[i] = (float)vq_rng_gauss(&rng); V[i] = (float)vq_rng_gauss(&rng); }
+    for (int i = 0; i < BK_NQ * G * d; i++) Q[i] = (float)vq_rng_gauss(&rng);
+    vq_kv_dims dims = { 1, G, 1, d, N };
+    /* first cache of each arm: its bytes size the pool */
+    int maxp = 0;
+    for (int a = 0; a < na; a++) {
+        vq_err e; vq_err_clear(&e);
+        vq_kv *kv = vq_kv_create(arms[a].spec, &dims, p->seed + a, &e);
+        if (kv && vq_kv_append(kv, 0, 0, N, K, V, &e) != VQ_OK) { vq_kv_destroy(kv); kv = NULL; }
+        if (!kv) { arms[a].ok = 0; snprintf(arms[a].why, sizeof arms[a].why, "%.250s", e.msg); continue; }
+        arms[a].ok = 1;
+        arms[a].kv_bytes = vq_kv_bytes(kv);
+        arms[a].bits = vq_kv_bits_per_elem(kv);
+        snprintf(arms[a].norm, sizeof arms[a].norm, "%s", vq_kv_spec(kv));
+        size_t pb = arms[a].kv_bytes;
+        arms[a].pool = (int)VQ_MIN(BK_MAX_POOL, VQ_MAX((size_t)p->reps, (p->pool_bytes + pb - 1) / pb));
+        pools[a].kv = calloc((size_t)arms[a].pool, sizeof(vq_kv *));
+        if (!pools[a].kv) { vq_kv_destroy(kv); s = vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory"); goto out; }
+        vq_kv_destroy(kv);
+        maxp = VQ_MAX(maxp, arms[a].pool);
+    }
+    if (cb) { char m[128]; snprintf(m, sizeof m, "N=%d d=%d: building pools (up to %d caches per arm)", N, d, maxp); cb(m, user); }
+    for (int i = 0; i < maxp && !s; i++)
+        for (int a = 0; a < na; a++) {
+            if (!arms[a].ok || i >= arms[a].pool) continue;
+            size_t off = (size_t)((i * 7919L) % N) * d;
+            vq_kv *kv = vq_kv_create(arms[a].spec, &dims, p->seed + a, err);
+            if (!kv) { s = err->code; break; }
+            double t0 = cpu_s();
+            s = vq_kv_append(kv, 0, 0, N, K + off, V + off, err);
+            double t1 = cpu_s();
+            pools[a].kv[pools[a].n++] = kv;
+            if (s) break;
+            enc_t[(size_t)a * p->reps + i % p->reps] += t1 - t0;
+            enc_rows[(size_t)a * p->reps + i % p->reps] += N;
+        }
+    if (s) goto out;
+    for (int a = 0; a < na; a++)
+        for (int r = 0; arms[a].ok && r < p->reps; r++)
+            arms[a].encode_rps[r] = enc_rows[(size_t)a * p->reps + r] / enc_t[(size_t)a * p->reps + r];
+    if (cb) { char m[128]; snprintf(m, sizeof m, "N=%d d=%d: timing attention", N, d); cb(m, user); }
+    for (int rep = 0; rep < p->reps && !s; rep++)
+        for (int a = 0; a < na; a++) {
+            if (!arms[a].ok) continue;
+            int pos = N;
+            double w0 = vq_now_s(), t0 = cpu_s();
+            for (int i = 0; i < pools[a].n && !s; i++)
+                s = vq_kv_attend(pools[a].kv[i], 0, 1, &pos, Q + (size_t)((i + rep) % BK_NQ) * G * d, O, err);
+            double t1 = cpu_s(), w1 = vq_now_s();
+            if (s) break;
+            arms[a].attend_s[rep] = ((p->threads == 1 ? t1 - t0 : w1 - w0)) / pools[a].n;
+            arms[a].attend_wall_s[rep] = (w1 - w0) / pools[a].n;
+        }
+    if (s) goto out;
+    if (p->split) {
+        for (int a = 0; a < na; a++)   /* free the store pools but the first (its codec states) */
+            for (; pools[a].n > 1; pools[a].n--) vq_kv_destroy(pools[a].kv[pools[a].n - 1]);
+        if (cb) { char m[128]; snprintf(m, sizeof m, "N=%d d=%d: score/accumulate apart", N, d); cb(m, user); }
+        s = split_config(p, arms, pools, na, N, d, K, V, Q, err);
+    }
+out:
+    for (int a = 0; pools && a < na; a++) {
+        for (int i = 0; i < pools[a].n; i++) vq_kv_destroy(pools[a].kv[i]);
+        free(pools[a].kv);
+    }
+    free(pools); free(K); free(V); free(Q); free(O); free(enc_t); free(enc_rows);
+    return s;
+}
+
+vq_status vq_bench_kernels(const vq_bk_params *p, vq_bk_result *r, vq_bk_progress cb, void *user,
+                           vq_err *err) {
+    memset(r, 0, sizeof *r);
+    if (p->reps < 1 || p->n_ns < 1 || p->n_dims < 1 || p->threads < 1)
+        return vq_err_set(err, VQ_ERR_ARG, "bench-kernels: reps %d, %d sizes, %d dims, threads %d: each must be >= 1",
+                          p->reps, p->n_ns, p->n_dims, p->threads);
+    vq_status s = make_specs(p, r, err);
+    if (s) return s;
+    r->reps = p->reps;
+    r->threads = p->threads;
+    r->pool_bytes = p->pool_bytes;
+    r->copy_bytes = VQ_MAX(p->pool_bytes, (size_t)64 << 20);
+    vq_cpu_describe(r->machine, sizeof r->machine);
+    snprintf(r->isa, sizeof r->isa, "%s", vq_isa_name(vq_kernels_isa()));
+    r->load1_before = load1();
+    r->n_arms = p->n_ns * p->n_dims * r->n_specs;
+    r->arms = calloc((size_t)r->n_arms, sizeof *r->arms);
+    r->copy_bps = calloc(2 * (size_t)p->reps, sizeof(double));
+    r->read_bps = calloc(2 * (size_t)p->reps, sizeof(double));
+    r->copy_wall_bps = calloc(2 * (size_t)p->reps, sizeof(double));
+    if (!r->arms || !r->copy_bps || !r->read_bps || !r->copy_wall_bps) return vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory");
+    for (int i = 0; i < r->n_arms; i++) {
+        vq_bk_arm *a = &r->arms[i];
+        a->n = p->ns[i / (p->n_dims * r->n_specs)];
+        a->d = p->dims[(i / r->n_specs) % p->n_dims];
+        a->spec = r->specs[i % r->n_specs];
+        a->attend_s = calloc((size_t)p->reps, sizeof(double));
+        a->attend_wall_s = calloc((size_t)p->reps, sizeof(double));
+        a->encode_rps = calloc((size_t)p->reps, sizeof(double));
+        if (p->split) { a->score_s = calloc((size_t)p->reps, sizeof(double)); a->accum_s = calloc((size_t)p->reps, sizeof(double)); }
+        if (!a->attend_s || !a->attend_wall_s || !a->encode_rps || (p->split && (!a->score_s || !a->accum_s)))
+            return vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory");
+    }
+    int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(p->threads);
+    void *ca = malloc(r->copy_bytes), *cbuf = malloc(r->copy_bytes);
+    if (!ca || !cbuf) { free(ca); free(cbuf); omp_set_num_threads(saved_threads);
+        return vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: memcpy buffers of %zu bytes", r->copy_bytes); }
+    memset(ca, 1, r->copy_bytes);
+    memset(cbuf, 2, r->copy_bytes);
+    if (cb) cb("memcpy ceiling (before)", user);
+    measure_copy(r, 0, p->reps, ca, cbuf);
+    free(cbuf);   /* not held while the pools are */
+    for (int ni = 0; ni < p->n_ns && !s; ni++)
+        for (int di = 0; di < p->n_dims && !s; di++) {
+            vq_bk_arm *arms = &r->arms[(ni * p->n_dims + di) * r->n_specs];
+            s = run_config(p, arms, r->n_specs, p->ns[ni], p->dims[di], cb, user, err);
+        }
+    cbuf = malloc(r->copy_bytes);
+    if (cbuf) {
+        memset(cbuf, 2, r->copy_bytes);
+        if (cb) cb("memcpy ceiling (after)", user);
+        measure_copy(r, p->reps, p->reps, ca, cbuf);
+    }
+    free(ca); free(cbuf);
+    r->load1_after = load1();
+    omp_set_num_threads(saved_threads);
+    return s;
+}
+
+void vq_bench_kernels_free(vq_bk_result *r) {
+    for (int i = 0; r->arms && i < r->n_arms; i++) {
+        free(r->arms[i].attend_s); free(r->arms[i].attend_wall_s); free(r->arms[i].encode_rps);
+        free(r->arms[i].score_s); free(r->arms[i].accum_s);
+    }
+    free(r->arms);
+    for (int i = 0; r->specs && i < r->n_specs; i++) free((void *)r->specs[i]);
+    free(r->specs);
+    free(r->copy_bps); free(r->read_bps); free(r->copy_wall_bps);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---------------------------------------------------------------- output */
+typedef struct bk_stat { double med, min, max; } bk_stat;
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static bk_stat stat_of(const double *v, int n) {
+    bk_stat s = { 0, 0, 0 };
+    double *t = malloc(sizeof(double) * (size_t)VQ_MAX(n, 1));
+    int m = 0;
+    for (int i = 0; t && i < n; i++) if (v[i] > 0 && isfinite(v[i])) t[m++] = v[i];
+    if (m) {
+        qsort(t, (size_t)m, sizeof *t, cmp_d);
+        s.med = m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2]);
+        s.min = t[0];
+        s.max = t[m - 1];
+    }
+    free(t);
+    return s;
+}
+
+static void json_s(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+static void json_arr(FILE *f, const double *v, int n) {
+    fputc('[', f);
+    for (int i = 0; v && i < n; i++) fprintf(f, "%s%.9g", i ? ", " : "", v[i]);
+    fputc(']', f);
+}
+
+void vq_bench_kernels_print(FILE *f, const vq_bk_result *r, int json) {
+    int R = r->reps;
+    bk_stat cp = stat_of(r->copy_bps, 2 * R), rd = stat_of(r->read_bps, 2 * R);
+    if (json) {
+        fprintf(f, "{\"machine\": ");
+        json_s(f, r->machine);
+        fprintf(f, ", \"isa\": \"%s\", \"threads\": %d, \"group\": %d, \"reps\": %d, \"pool_bytes\": %zu, "
+                   "\"load1_before\": %.2f, \"load1_after\": %.2f, \"copy_bytes\": %zu, \"copy_bps\": ",
+                r->isa, r->threads, VQ_BK_GROUP, R, r->pool_bytes, r->load1_before, r->load1_after, r->copy_bytes);
+        json_arr(f, r->copy_bps, 2 * R);
+        fprintf(f, ", \"read_bps\": ");
+        json_arr(f, r->read_bps, 2 * R);
+        fprintf(f, ", \"copy_wall_bps\": ");
+        json_arr(f, r->copy_wall_bps, 2 * R);
+        fprintf(f, ", \"attend_clock\": \"%s\", \"arms\": [", r->threads == 1 ? "thread_cpu" : "wall");
+        for (int i = 0; i < r->n_arms; i++) {
+            const vq_bk_arm *a = &r->arms[i];
+            fprintf(f, "%s\n {\"kv\": ", i ? "," : "");
+            json_s(f, a->spec);
+            fprintf(f, ", \"n\": %d, \"d\": %d, \"ok\": %s", a->n, a->d, a->ok ? "true" : "false");
+            if (!a->ok) { fprintf(f, ", \"why\": "); json_s(f, a->why); fputc('}', f); continue; }
+            fprintf(f, ", \"normalized\": ");
+            json_s(f, a->norm);
+            fprintf(f, ", \"pool\": %d, \"kv_bytes\": %zu, \"bits_per_elem\": %.4f, \"attend_s\": ", a->pool, a->kv_bytes, a->bits);
+            json_arr(f, a->attend_s, R);
+            fprintf(f, ", \"attend_wall_s\": ");
+            json_arr(f, a->attend_wall_s, R);
+            fprintf(f, ", \"encode_rows_per_s\": ");
+            json_arr(f, a->encode_rps, R);
+            if (a->score_s) {
+                fprintf(f, ", \"score_s\": "); json_arr(f, a->score_s, R);
+                fprintf(f, ", \"accumulate_s\": "); json_arr(f, a->accum_s, R);
+            }
+            fputc('}', f);
+        }
+        fprintf(f, "]}\n");
+        return;
+    }
+    fprintf(f, "machine: %s\nkernels %s, %d thread(s), GQA group %d (1 KV head, %d query heads, one decode step), "
+               "%d repeats interleaved, each arm's pool of caches >= %.0f MiB\n",
+            r->machine, r->isa, r->threads, VQ_BK_GROUP, VQ_BK_GROUP, R, r->pool_bytes / 1048576.0);
+    bk_stat cw = stat_of(r->copy_wall_bps, 2 * R);
+    fprintf(f, "clock: %s (us/step, GB/s, %%copy, encode, split); wall-clock us/step in the 'wall' column\n",
+            r->threads == 1 ? "thread CPU time (descheduled time not counted; memory stalls are)" : "wall time");
+    fprintf(f, "memcpy %.0f MiB: %.2f GB/s [%.2f, %.2f] by CPU time, %.2f GB/s by wall (bytes copied/s; the ceiling); "
+               "read-only sweep %.2f GB/s [%.2f, %.2f]\n",
+            r->copy_bytes / 1048576.0, cp.med / 1e9, cp.min / 1e9, cp.max / 1e9, cw.med / 1e9, rd.med / 1e9, rd.min / 1e9, rd.max / 1e9);
+    fprintf(f, "load average (1 min): %.2f before, %.2f after\n", r->load1_before, r->load1_after);
+    int has_split = r->n_arms && r->arms[0].score_s;
+    int prev_n = -1, prev_d = -1;
+    bk_stat base = { 0, 0, 0 };
+    for (int i = 0; i < r->n_arms; i++) {
+        const vq_bk_arm *a = &r->arms[i];
+        if (a->n != prev_n || a->d != prev_d) {
+            prev_n = a->n; prev_d = a->d;
+            base = a->ok ? stat_of(a->attend_s, R) : (bk_stat){ 0, 0, 0 };   /* f16 is first */
+            fprintf(f, "\nN = %d rows, head_dim %d (f16 spread: %.1f%% of its median)\n", a->n, a->d,
+                    base.med > 0 ? 100 * (base.max - base.min) / base.med : 0);
+            fprintf(f, "%-26s %6s %11s %6s | %-27s | %8s | %-20s | %7s %6s | %9s", "kv", "bits", "bytes/step", "pool",
+                    "us/step med [min,max]", "wall us", "vs f16 med [lo,hi]", "GB/s", "%copy", "enc Mr/s");
+            if (has_split) fprintf(f, " | %8s %8s", "score us", "acc us");
+            fputc('\n', f);
+        }
+        if (!a->ok) {
+            fprintf(f, "%-26s unsupported: %.100s\n", a->spec, a->why);
+            continue;
+        }
+        bk_stat t = stat_of(a->attend_s, R), e = stat_of(a->encode_rps, R), tw = stat_of(a->attend_wall_s, R);
+        double gbs = (double)a->kv_bytes / t.med / 1e9;
+        fprintf(f, "%-26s %6.2f %11zu %6d | %8.1f [%7.1f,%8.1f] | %8.1f | %5.2fx [%5.2f,%5.2f] | %7.2f %5.0f%% | %9.2f",
+                a->spec, a->bits, a->kv_bytes, a->pool, t.med * 1e6, t.min * 1e6, t.max * 1e6, tw.med * 1e6,
+                base.med / t.med, base.min / t.max, base.max / t.min, gbs, 100 * gbs * 1e9 / cp.med, e.med / 1e6);
+        if (a->score_s) {
+            bk_stat ss = stat_of(a->score_s, R), sa = stat_of(a->accum_s, R);
+            fprintf(f, " | %8.1f %8.1f", ss.med * 1e6, sa.med * 1e6);
+        }
+        fputc('\n', f);
+    }
+    /* the issue's targets, stated against what was measured */
+    fputc('\n', f);
+    for (int i = 0; i < r->n_arms; i++) {
+        const vq_bk_arm *a = &r->arms[i];
+        if (!a->ok || strcmp(a->spec, "turboquant_mse:k=4,v=4") || a->n < 16384) continue;
+        const vq_bk_arm *b = &r->arms[i - i % r->n_specs];   /* f16: first arm of this (N, d) */
+        if (!b->ok) continue;
+        bk_stat t = stat_of(a->attend_s, R), tb = stat_of(b->attend_s, R);
+        double gbs = (double)a->kv_bytes / t.med;
+        fprintf(f, "target N=%d d=%d: turboquant_mse:k=4,v=4 %.2fx f16 (target >= 2.5: %s), %.0f%% of memcpy (target >= 60%%: %s)\n",
+                a->n, a->d, tb.med / t.med, tb.med / t.med >= 2.5 ? "met" : "NOT met",
+                100 * gbs / cp.med, gbs / cp.med >= 0.6 ? "met" : "NOT met");
+    }
+}

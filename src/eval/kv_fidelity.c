@@ -1,0 +1,322 @@
+/* kv_fidelity.c: per-layer fidelity of KV codecs on a real model's rows: key/value cosine, KL of
+ * the attention weights against exact, attention-output relative error, bits per element. Rows are
+ * captured once (f32 cache, tap after RoPE) and replayed through each codec's store in decode order. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/codec.h"
+#include "eval/kv_fidelity.h"
+#include "kernels/kernels.h"
+
+#define KF_CHUNK 64
+
+static void tap(void *user, int layer, int n, const int *pos, const float *q, const float *k,
+                const float *v) {
+    vq_kvfid_capture *c = user;
+    size_t wq = (size_t)c->n_heads * c->hd, wk = (size_t)c->n_kv * c->hd;
+    for (int i = 0; i < n; i++) {
+        if (pos[i] < 0 || pos[i] >= c->n || layer < 0 || layer >= c->n_layers) continue;
+        memcpy(c->q[layer] + pos[i] * wq, q + i * wq, wq * sizeof(float));
+        memcpy(c->k[layer] + pos[i] * wk, k + i * wk, wk * sizeof(float));
+        memcpy(c->v[layer] + pos[i] * wk, v + i * wk, wk * sizeof(float));
+    }
+}
+
+void vq_kvfid_capture_free(vq_kvfid_capture *c) {
+    if (!c) return;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->q) free(c->q[l]);
+        if (c->k) free(c->k[l]);
+        if (c->v) free(c->v[l]);
+        if (c->o) free(c->o[l]);
+    }
+    free(c->q); free(c->k); free(c->v); free(c->o);
+    free(c);
+}
+
+vq_kvfid_capture *vq_kvfid_capture_run(const vq_model *m, const int *tok, int n, vq_err *err) {
+    if (n < 1) { vq_err_set(err, VQ_ERR_ARG, "kv-fidelity: %d tokens (need >= 1)", n); return NULL; }
+    vq_kvfid_capture *c = calloc(1, sizeof *c);
+    if (!c) { vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory"); return NULL; }
+    c->n = n; c->n_layers = m->cfg.n_layers; c->n_heads = m->cfg.n_heads;
+    c->n_kv = m->cfg.n_kv_heads; c->hd = m->cfg.head_dim;
+    size_t wq = (size_t)c->n_heads * c->hd, wk = (size_t)c->n_kv * c->hd;
+    c->q = calloc((size_t)c->n_layers, sizeof(float *)); c->k = calloc((size_t)c->n_layers, sizeof(float *));
+    c->v = calloc((size_t)c->n_layers, sizeof(float *)); c->o = calloc((size_t)c->n_layers, sizeof(float *));
+    int bad = !c->q || !c->k || !c->v || !c->o;
+    for (int l = 0; !bad && l < c->n_layers; l++) {
+        c->q[l] = calloc((size_t)n * wq, sizeof(float)); c->o[l] = calloc((size_t)n * wq, sizeof(float));
+        c->k[l] = calloc((size_t)n * wk, sizeof(float)); c->v[l] = calloc((size_t)n * wk, sizeof(float));
+        bad = !c->q[l] || !c->k[l] || !c->v[l] || !c->o[l];
+    }
+    if (bad) { vq_kvfid_capture_free(c); vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory for %d tokens", n); return NULL; }
+    vq_fwd *f = vq_fwd_create(m, KF_CHUNK, err);
+    vq_kv_dims dims = vq_model_kv_dims(m, n);
+    vq_kv *kv = f ? vq_kv_create("f32", &dims, 1, err) : NULL;
+    vq_status s = kv ? VQ_OK : (err->code ? err->code : VQ_ERR_NOMEM);
+    if (!s) vq_fwd_set_tap(f, tap, c);
+    for (int i = 0; i < n && !s; i += KF_CHUNK)
+        s = vq_forward(m, f, kv, tok + i, VQ_MIN(KF_CHUNK, n - i), i, NULL, 0, err);
+    /* exact outputs: the same rows in a 1-layer f32 cache, every query causal */
+    int *pos = malloc(sizeof(int) * (size_t)n);
+    if (!s && !pos) s = vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory");
+    for (int i = 0; !s && i < n; i++) pos[i] = i;
+    vq_kv_dims d1 = { 1, c->n_heads, c->n_kv, c->hd, n };
+    for (int l = 0; l < c->n_layers && !s; l++) {
+        vq_kv *r = vq_kv_create("f32", &d1, 1, err);
+        if (!r) { s = err->code; break; }
+        s = vq_kv_append(r, 0, 0, n, c->k[l], c->v[l], err);
+        if (!s) s = vq_kv_attend(r, 0, n, pos, c->q[l], c->o[l], err);
+        vq_kv_destroy(r);
+    }
+    free(pos);
+    vq_kv_destroy(kv);
+    vq_fwd_destroy(f);
+    if (s) { vq_kvfid_capture_free(c); return NULL; }
+    return c;
+}
+
+static double cosine(const float *a, const float *b, int d) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < d; i++) { ab += (double)a[i] * b[i]; aa += (double)a[i] * a[i]; bb += (double)b[i] * b[i]; }
+    if (aa == 0 && bb == 0) return 1;
+    if (aa == 0 || bb == 0) return 0;
+    return ab / sqrt(aa * bb);
+}
+
+/* KL(p || p_hat) for one query over rows 0..t: p from exact keys K, p_hat from khat (both rows by
+ * position, stride w floats, this KV head at offset off). sc: 2 x (t+1) doubles of scratch. */
+static double kl_one(const float *q, const float *K, const float *khat, size_t w, size_t off, int d,
+                     int t, double *sc) {
+    double *s = sc, *sh = sc + t + 1, mx = -INFINITY, mh = -INFINITY, scale = 1.0 / sqrt((double)d);
+    for (int j = 0; j <= t; j++) {
+        s[j] = vq_dot_f32(q, K + j * w + off, d) * scale;
+        sh[j] = vq_dot_f32(q, khat + j * w + off, d) * scale;
+        mx = fmax(mx, s[j]);
+        mh = fmax(mh, sh[j]);
+    }
+    double z = 0, zh = 0;
+    for (int j = 0; j <= t; j++) { z += exp(s[j] - mx); zh += exp(sh[j] - mh); }
+    double lz = mx + log(z), lzh = mh + log(zh), kl = 0;
+    for (int j = 0; j <= t; j++) {
+        double lp = s[j] - lz, lph = sh[j] - lzh;
+        kl += exp(lp) * (lp - lph);
+    }
+    return kl > 0 ? kl : 0;   /* rounding can give -1e-17 */
+}
+
+/* Decoded rows of the cache put back in position order (rows at positions >= n are ignored). */
+static vq_status read_by_pos(vq_kv *kv, const vq_kvfid_capture *c, float *kr, float *vr, int32_t *pos,
+                             float *kh, float *vh, vq_err *err) {
+    vq_status s = vq_kv_read(kv, 0, kr, vr, pos, err);
+    if (s) return s;
+    size_t w = (size_t)c->n_kv * c->hd;
+    int rows = vq_kv_rows(kv, 0);
+    for (int i = 0; i < rows; i++) {
+        if (pos[i] < 0 || pos[i] >= c->n) continue;
+        memcpy(kh + (size_t)pos[i] * w, kr + (size_t)i * w, w * sizeof(float));
+        memcpy(vh + (size_t)pos[i] * w, vr + (size_t)i * w, w * sizeof(float));
+    }
+    return VQ_OK;
+}
+
+static vq_status eval_layer(const vq_kvfid_capture *c, int l, const char *spec, uint64_t seed,
+                            vq_kvfid_result *r, vq_err *err) {
+    const int n = c->n, d = c->hd, nh = c->n_heads, H = c->n_kv, G = nh / H;
+    const size_t w = (size_t)H * d, wq = (size_t)nh * d;
+    vq_kv_dims dims = { 1, nh, H, d, n };
+    vq_err e; vq_err_clear(&e);
+    vq_kv *kv = vq_kv_create(spec, &dims, seed + 1000003ull * (uint64_t)l, &e);
+    if (!kv) {   /* unusable here (e.g. head_dim): reported, not fatal */
+        r->ok = 0;
+        snprintf(r->why, sizeof r->why, "%.250s", e.msg);
+        return VQ_OK;
+    }
+    const vq_codec_state *sk = vq_kv_codec_state(kv, 0, VQ_SIDE_K), *sv = vq_kv_codec_state(kv, 0, VQ_SIDE_V);
+    /* keys a query sees change after it ran only when rows wait in a window or a multi-row block */
+    int dynamic = vq_kv_window_rows(kv) > 0 || sk->rows_per_block > 1 || sv->rows_per_block > 1;
+    float *kr = malloc(sizeof(float) * n * w), *vr = malloc(sizeof(float) * n * w);
+    float *kh = calloc((size_t)n * w, sizeof(float)), *vh = calloc((size_t)n * w, sizeof(float));
+    float *oh = malloc(sizeof(float) * n * wq);
+    int32_t *pos = malloc(sizeof(int32_t) * n);
+    double *sc = malloc(sizeof(double) * 2 * (n + 1) * (size_t)nh), *klq = calloc((size_t)n * nh, sizeof(double));
+    vq_status s = (kr && vr && kh && vh && oh && pos && sc && klq) ? VQ_OK : vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory");
+    const float *Q = c->q[l], *K = c->k[l], *V = c->v[l];
+    for (int t = 0; t < n && !s; t++) {
+        s = vq_kv_append(kv, 0, t, 1, K + t * w, V + t * w, err);
+        if (!s) s = vq_kv_attend(kv, 0, 1, &t, Q + t * wq, oh + t * wq, err);
+        if (!s && dynamic) {
+            s = read_by_pos(kv, c, kr, vr, pos, kh, vh, err);
+            #pragma omp parallel for schedule(static)
+            for (int h = 0; h < nh; h++)
+                klq[(size_t)t * nh + h] = kl_one(Q + t * wq + (size_t)h * d, K, kh, w, (size_t)(h / G) * d, d, t,
+                                                 sc + (size_t)h * 2 * (n + 1));
+        }
+    }
+    if (!s) s = read_by_pos(kv, c, kr, vr, pos, kh, vh, err);   /* the stored state after all rows */
+    if (!s && !dynamic) {
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (int h = 0; h < nh; h++)
+            for (int t = 0; t < n; t++)
+                klq[(size_t)t * nh + h] = kl_one(Q + t * wq + (size_t)h * d, K, kh, w, (size_t)(h / G) * d, d, t,
+                                                 sc + (size_t)h * 2 * (n + 1));
+    }
+    if (!s) {
+        double kc = 0, vc = 0, kl = 0, re = 0;
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < H; h++) {
+                kc += cosine(K + t * w + h * d, kh + t * w + h * d, d);
+                vc += cosine(V + t * w + h * d, vh + t * w + h * d, d);
+            }
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < nh; h++) {
+                const float *o = c->o[l] + t * wq + h * d, *x = oh + t * wq + h * d;
+                double num = 0, den = 0;
+                for (int i = 0; i < d; i++) { num += (double)(o[i] - x[i]) * (o[i] - x[i]); den += (double)o[i] * o[i]; }
+                re += den > 0 ? sqrt(num / den) : sqrt(num);
+                kl += klq[(size_t)t * nh + h];
+            }
+        vq_kvfid_layer *L = &r->layer[l];
+        L->key_cos = kc / ((double)n * H);
+        L->val_cos = vc / ((double)n * H);
+        L->kl = kl / ((double)n * nh);
+        L->rel_err = re / ((double)n * nh);
+        if (l == 0) {
+            r->bits = vq_kv_bits_per_elem(kv);
+            r->bytes = vq_kv_bytes(kv);
+            r->code_bits = 4.0 * ((double)sk->block_bytes / sk->rows_per_block + (double)sv->block_bytes / sv->rows_per_block) / d;
+            snprintf(r->norm, sizeof r->norm, "%s", vq_kv_spec(kv));
+        }
+    }
+    free(kr); free(vr); free(kh); free(vh); free(oh); free(pos); free(sc); free(klq);
+    vq_kv_destroy(kv);
+    return s;
+}
+
+vq_status vq_kvfid_eval(const vq_kvfid_capture *c, const char *spec, uint64_t seed,
+                        vq_kvfid_result *r, vq_err *err) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->spec, sizeof r->spec, "%s", spec);
+    if (c->n_kv < 1 || c->n_heads % c->n_kv)
+        return vq_err_set(err, VQ_ERR_ARG, "kv-fidelity: %d query heads not a multiple of %d KV heads", c->n_heads, c->n_kv);
+    r->layer = calloc((size_t)c->n_layers, sizeof *r->layer);
+    if (!r->layer) return vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory");
+    r->n_layers = c->n_layers;
+    r->ok = 1;
+    for (int l = 0; l < c->n_layers && r->ok; l++) {
+        vq_status s = eval_layer(c, l, spec, seed, r, err);
+        if (s) return s;
+    }
+    if (!r->ok) return VQ_OK;
+    r->worst = r->layer[0];
+    for (int l = 0; l < c->n_layers; l++) {
+        const vq_kvfid_layer *L = &r->layer[l];
+        r->mean.key_cos += L->key_cos / c->n_layers;
+        r->mean.val_cos += L->val_cos / c->n_layers;
+        r->mean.kl += L->kl / c->n_layers;
+        r->mean.rel_err += L->rel_err / c->n_layers;
+        if (L->key_cos < r->worst.key_cos) { r->worst.key_cos = L->key_cos; r->worst_layer[0] = l; }
+        if (L->val_cos < r->worst.val_cos) { r->worst.val_cos = L->val_cos; r->worst_layer[1] = l; }
+        if (L->kl > r->worst.kl) { r->worst.kl = L->kl; r->worst_layer[2] = l; }
+        if (L->rel_err > r->worst.rel_err) { r->worst.rel_err = L->rel_err; r->worst_layer[3] = l; }
+    }
+    return VQ_OK;
+}
+
+void vq_kvfid_result_free(vq_kvfid_result *r) {
+    free(r->layer);
+    r->layer = NULL;
+}
+
+static const char *const kf_extras[] = { "turboquant_mse:k=2,v=2", "turboquant_mse:k=3,v=3",
+                                         "turboquant_mse:k=4,v=4", "q4_0:rotate=1" };
+
+int vq_kvfid_default_specs(char (*out)[96], int cap) {
+    int n = 0;
+    const char *first = "f32";
+    if (n < cap) snprintf(out[n++], 96, "%s", first);
+    for (int i = 0; i < vq_codec_count() && n < cap; i++) {
+        const char *nm = vq_codec_at(i)->name;
+        if (strcmp(nm, first)) snprintf(out[n++], 96, "%s", nm);
+    }
+    for (size_t i = 0; i < VQ_ARRAY_LEN(kf_extras) && n < cap; i++) snprintf(out[n++], 96, "%s", kf_extras[i]);
+    return n;
+}
+
+static void json_s(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+vq_status vq_kvfid_report(FILE *f, const vq_model *m, const vq_kvfid_capture *c,
+                          const char *const *specs, int n_specs, uint64_t seed, int per_layer,
+                          int json) {
+    char defs[64][96];
+    const char *dl[64];
+    if (n_specs == 0) {
+        n_specs = vq_kvfid_default_specs(defs, 64);
+        for (int i = 0; i < n_specs; i++) dl[i] = defs[i];
+        specs = dl;
+    }
+    vq_err err; vq_err_clear(&err);
+    if (json) {
+        fprintf(f, "{\"model\": ");
+        json_s(f, m->path);
+        fprintf(f, ", \"tokens\": %d, \"layers\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"seed\": %llu, \"specs\": [",
+                c->n, c->n_layers, c->n_heads, c->n_kv, c->hd, (unsigned long long)seed);
+    } else {
+        fprintf(f, "model %s, %d tokens, %d layers, %d q heads / %d kv heads, head_dim %d\n"
+                   "key cos: mean cos(k_hat, k) over rows and KV heads (stored state after all rows);\n"
+                   "KL: mean over query positions and heads of KL(softmax(qk/sqrt d) || softmax(q k_hat/sqrt d)), causal, nats;\n"
+                   "rel err: mean |o - o_hat| / |o|, o_hat from vq_kv_attend (decode order) vs the f32 cache. "
+                   "(worst layer in parentheses)\n"
+                   "bits: vq_kv_bits_per_elem of a 1-layer cache of these rows (fixed costs, window, unfilled page count); "
+                   "code: the codecs' block bytes only\n",
+                m->path, c->n, c->n_layers, c->n_heads, c->n_kv, c->hd);
+        fprintf(f, "%-28s %6s %6s | %-18s | %-18s | %-20s | %-18s\n", "kv", "bits", "code", "key cos (worst L)",
+                "val cos (worst L)", "KL (worst L)", "rel err (worst L)");
+    }
+    for (int i = 0; i < n_specs; i++) {
+        vq_kvfid_result r;
+        vq_status s = vq_kvfid_eval(c, specs[i], seed, &r, &err);
+        if (s) {
+            if (json) { fprintf(f, "%s{\"kv\": ", i ? ", " : ""); json_s(f, specs[i]); fprintf(f, ", \"error\": "); json_s(f, err.msg); fputc('}', f); }
+            else fprintf(f, "%-28s error: %s\n", specs[i], err.msg);
+            vq_kvfid_result_free(&r);
+            vq_err_clear(&err);
+            continue;
+        }
+        if (json) {
+            fprintf(f, "%s\n {\"kv\": ", i ? "," : "");
+            json_s(f, specs[i]);
+            if (!r.ok) { fprintf(f, ", \"ok\": false, \"why\": "); json_s(f, r.why); fputc('}', f); vq_kvfid_result_free(&r); continue; }
+            fprintf(f, ", \"ok\": true, \"normalized\": ");
+            json_s(f, r.norm);
+            fprintf(f, ", \"bits_per_elem\": %.4f, \"code_bits\": %.4f, \"bytes\": %zu, \"mean\": {\"key_cos\": %.8f, \"val_cos\": %.8f, \"kl\": %.8g, \"rel_err\": %.8g}, \"layers\": [",
+                    r.bits, r.code_bits, r.bytes, r.mean.key_cos, r.mean.val_cos, r.mean.kl, r.mean.rel_err);
+            for (int l = 0; l < r.n_layers; l++)
+                fprintf(f, "%s{\"layer\": %d, \"key_cos\": %.8f, \"val_cos\": %.8f, \"kl\": %.8g, \"rel_err\": %.8g}", l ? ", " : "", l,
+                        r.layer[l].key_cos, r.layer[l].val_cos, r.layer[l].kl, r.layer[l].rel_err);
+            fprintf(f, "]}");
+        } else if (!r.ok) {
+            fprintf(f, "%-28s unsupported: %.100s\n", specs[i], r.why);
+        } else {
+            fprintf(f, "%-28s %6.2f %6.2f | %.5f (%.5f L%-2d) | %.5f (%.5f L%-2d) | %.2e (%.2e L%-2d) | %.4f (%.4f L%-2d)\n", specs[i], r.bits, r.code_bits,
+                    r.mean.key_cos, r.worst.key_cos, r.worst_layer[0], r.mean.val_cos, r.worst.val_cos, r.worst_layer[1],
+                    r.mean.kl, r.worst.kl, r.worst_layer[2], r.mean.rel_err, r.worst.rel_err, r.worst_layer[3]);
+            for (int l = 0; per_layer && l < r.n_layers; l++)
+                fprintf(f, "    layer %-2d %23s | %.5f            | %.5f            | %.2e             | %.4f\n", l, "",
+                        r.layer[l].key_cos, r.layer[l].val_cos, r.layer[l].kl, r.layer[l].rel_err);
+        }
+        fflush(f);
+        vq_kvfid_result_free(&r);
+    }
+    if (json) fprintf(f, "]}\n");
+    return VQ_OK;
+}
