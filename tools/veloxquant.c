@@ -513,7 +513,8 @@ static const char *bench_kernels_help =
     "  --split            also time score and accumulate apart through the codec table\n"
     "  -t, --threads N    threads for attention (default 1: single-threaded)\n"
     "  -s, --seed N       data seed\n"
-    "      --json         every raw repeat as JSON\n";
+    "      --json         every raw repeat as JSON\n"
+    "      --json-file F  also write the JSON to F (the table still goes to stdout)\n";
 
 static int parse_int_list(const char *flag, const char *s, int *out, int cap, long lo, long hi) {
     int n = 0;
@@ -537,6 +538,7 @@ static int cmd_bench_kernels(int argc, char **argv) {
     opts o; defaults(&o);
     int ns[16] = { 1024, 4096, 16384, 65536 }, n_ns = 4, dims[8] = { 64, 128 }, n_dims = 2, split = 0;
     long pool_mb = 512;
+    const char *json_file = NULL;
     o.threads = 1;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -547,6 +549,7 @@ static int cmd_bench_kernels(int argc, char **argv) {
         else if (!strcmp(a, "--reps")) { o.reps = (int)parse_long(a, v, 1, 1000); i++; }
         else if (!strcmp(a, "--pool-mb")) { pool_mb = parse_long(a, v, 1, 1 << 20); i++; }
         else if (!strcmp(a, "--split")) split = 1;
+        else if (!strcmp(a, "--json-file")) { if (!v) die("%s needs a file", a); json_file = v; i++; }
         else die("bench-kernels: unknown option '%s' (see veloxquant bench-kernels --help)", a);
     }
     vq_bk_params p = { ns, n_ns, dims, n_dims, o.kv_list, o.n_kv, o.reps, o.threads,
@@ -556,6 +559,12 @@ static int cmd_bench_kernels(int argc, char **argv) {
     vq_status s = vq_bench_kernels(&p, &r, bk_progress, NULL, &err);
     if (s) { vq_bench_kernels_free(&r); die("%s", err.msg); }
     vq_bench_kernels_print(stdout, &r, o.json);
+    if (json_file) {
+        FILE *jf = fopen(json_file, "w");
+        if (!jf) { vq_bench_kernels_free(&r); die("%s: cannot write: %s", json_file, strerror(errno)); }
+        vq_bench_kernels_print(jf, &r, 1);
+        fclose(jf);
+    }
     vq_bench_kernels_free(&r);
     return 0;
 }
