@@ -214,6 +214,9 @@ T_AVX2 static void dotc_avx2(const uint8_t *c1, int b, const float *cent1, const
     case 2: DOTC_NQ(dotc_avx2_b, 2) break;
     case 3: DOTC_NQ(dotc_avx2_b, 3) break;
     case 4: DOTC_NQ(dotc_avx2_b, 4) break;
+    case 5: DOTC_NQ(dotc_avx2_b, 5) break;
+    case 6: DOTC_NQ(dotc_avx2_b, 6) break;
+    case 7: DOTC_NQ(dotc_avx2_b, 7) break;
     default: DOTC_NQ(dotc_avx2_b, 8) break;
     }
 }
@@ -259,7 +262,7 @@ void vq_tq_dot_codes(vq_isa isa, const uint8_t *c1, int bits, const float *cent1
         int m = VQ_MIN(TQ_MAXQ, nq - j0);
         if (isa == VQ_ISA_AVX512 && bits <= 4 && n % 16 == 0)
             dotc_avx512(c1, bits, cent1, c2, s2, cent2, n, q + j0, m, res + j0);
-        else if (isa >= VQ_ISA_AVX2 && (bits <= 4 || bits == 8) && n % 8 == 0)
+        else if (isa >= VQ_ISA_AVX2 && n % 8 == 0)
             dotc_avx2(c1, bits, cent1, c2, s2, cent2, n, q + j0, m, res + j0);
         else
             dotc_scalar(c1, bits, cent1, c2, s2, cent2, n, q + j0, m, res + j0);
