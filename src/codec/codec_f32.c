@@ -16,9 +16,11 @@ T5 static void score16_512(int d, int n_q, const void *const *qs, const float *r
         const float *q = qs[j];
         for (int r0 = 0; r0 + 16 <= n_rows; r0 += 16) {
             __m512 a[16];
+#pragma GCC unroll 16
             for (int r = 0; r < 16; r++) a[r] = _mm512_setzero_ps();
             for (int c = 0; c < d; c += 16) {
                 __m512 vq = _mm512_loadu_ps(q + c);
+#pragma GCC unroll 16
                 for (int r = 0; r < 16; r++)
                     a[r] = _mm512_fmadd_ps(vq, _mm512_loadu_ps(rows + (size_t)(r0 + r) * d + c), a[r]);
             }

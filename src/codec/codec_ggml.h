@@ -116,9 +116,11 @@ VQ_GGML_T5 VQ_GGML_INL void vq_ggml_score512(int d, size_t bb, int n_q, const vo
         const float *q = qs[j];
         for (int r0 = 0; r0 < n16; r0 += 16) {
             __m512 a[16];
+#pragma GCC unroll 16
             for (int r = 0; r < 16; r++) a[r] = _mm512_setzero_ps();
             for (int b = 0; b < nb; b++) {
                 const __m512 q0 = _mm512_loadu_ps(q + b * 32), q1 = _mm512_loadu_ps(q + b * 32 + 16);
+#pragma GCC unroll 16
                 for (int r = 0; r < 16; r++) {
                     __m512 c0, c1;
                     dec(rows + (size_t)(r0 + r) * rb + (size_t)b * bb, &c0, &c1);

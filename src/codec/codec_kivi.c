@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "codec/codec.h"
+#define VQ_CODEC_VEC_AVX512_HSUM
 #include "codec/codec_vec.h"
 
 #define T2 __attribute__((target("avx2,fma,f16c")))
@@ -192,6 +193,26 @@ T2 static float fold_f16c(const float *q, const uint8_t *B, int d, float *qs) {
     return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
 }
 
+/* AVX-512 keys, 16 rows of a block per call: a[r] collects row r's products, one transpose-add
+ * reduction gives the 16 dot products */
+T5 static void dot16_codes_512(const float *qs, const uint8_t *rows, int row_bytes, int d, int b,
+                               float *out) {
+    const int per = 8 / b, E = 16 * per;
+    const __m512i m = _mm512_set1_epi32((1 << b) - 1);
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) a[r] = _mm512_setzero_ps();
+    for (int ch = 0; ch < d / E; ch++)
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) {
+            __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rows + (size_t)r * row_bytes + 16 * ch)));
+            for (int t = 0; t < per; t++)
+                a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qs + ch * E + 16 * t),
+                                       _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, b * t), m)), a[r]);
+        }
+    _mm512_storeu_ps(out, vq_hsum16x16_512(a));
+}
+
 static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst,
                        const uint8_t *blocks, int n_blocks, float *scores) {
     const kivi *k = st->impl;
@@ -210,7 +231,13 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                 continue;
             }
             float qm = isa == VQ_ISA_SCALAR ? fold_scalar(q, B, d, qs) : fold_f16c(q, B, d, qs);
-            for (int r = 0; r < rpb; r++) {
+            int r0 = 0;
+            if (isa == VQ_ISA_AVX512)
+                for (; r0 + 16 <= rpb; r0 += 16) {
+                    dot16_codes_512(qs, B + k->hdr + (size_t)r0 * k->row_bytes, k->row_bytes, d, b, out + r0);
+                    for (int r = r0; r < r0 + 16; r++) out[r] += qm;
+                }
+            for (int r = r0; r < rpb; r++) {
                 const uint8_t *row = B + k->hdr + (size_t)r * k->row_bytes;
                 float s = isa == VQ_ISA_AVX512 ? dot_codes_512(qs, row, d, b)
                         : isa == VQ_ISA_AVX2   ? dot_codes_256(qs, row, d, b)
@@ -260,11 +287,65 @@ T2 static void vacc_256(const kivi *k, const uint8_t *B, int n_q, const float *w
             }
         }
 }
+/* AVX-512 values, d % 64 == 0: for up to 4 queries at once, 64 output lanes per query stay in
+ * registers across all rows; each row's 64 values are expanded once and used by the 4 queries */
+T5 static void vacc64_512(const kivi *k, const uint8_t *blocks, size_t bb, int n_q, const float *w,
+                          int n_rows, float *const *acc) {
+    const int b = k->bits, per = 8 / b, E = 16 * per;
+    const __m512i m = _mm512_set1_epi32((1 << b) - 1);
+    for (int j0 = 0; j0 < n_q; j0 += 4) {
+        const int nj = VQ_MIN(4, n_q - j0);
+        for (int c0 = 0; c0 < k->d; c0 += 64) {
+            __m512 a[4][4];
+            int chs[4], shs[4], gs[4];
+            for (int t = 0; t < 4; t++) {
+                const int c = c0 + 16 * t;
+                chs[t] = c / E; shs[t] = b * ((c % E) / 16); gs[t] = c / k->G;
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++)
+                    a[j][t] = j < nj ? _mm512_loadu_ps(acc[j0 + j] + c0 + 16 * t) : _mm512_setzero_ps();
+            for (int r = 0; r < n_rows; r++) {
+                float wr[4];
+                int any = 0;
+                for (int j = 0; j < 4; j++) {
+                    wr[j] = j < nj ? w[(size_t)(j0 + j) * n_rows + r] : 0.0f;
+                    any |= wr[j] != 0.0f;
+                }
+                if (!any) continue;
+                const uint8_t *B = blocks + (size_t)r * bb;
+                __m512 v[4];
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    const int ch = chs[t], sh = shs[t], g = gs[t];
+                    __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + k->hdr + 16 * ch)));
+                    v[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, sh), m)),
+                                           _mm512_set1_ps(h2f_hw(B + 4 * g)), _mm512_set1_ps(h2f_hw(B + 4 * g + 2)));
+                }
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    const __m512 vw = _mm512_set1_ps(wr[j]);
+#pragma GCC unroll 4
+                    for (int t = 0; t < 4; t++) a[j][t] = _mm512_fmadd_ps(vw, v[t], a[j][t]);
+                }
+            }
+            for (int j = 0; j < nj; j++)
+                for (int t = 0; t < 4; t++) _mm512_storeu_ps(acc[j0 + j] + c0 + 16 * t, a[j][t]);
+        }
+    }
+}
+
 static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
                             const uint8_t *blocks, int n_blocks, float *const *acc) {
     const kivi *k = st->impl;
     const int d = k->d, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
     const vq_isa isa = vq_cvec_isa();
+    if (st->side == VQ_SIDE_V && isa == VQ_ISA_AVX512 && d % 64 == 0) {
+        vacc64_512(k, blocks, st->block_bytes, n_q, w, n_rows, acc);
+        return;
+    }
     for (int blk = 0; blk < n_blocks; blk++) {
         const uint8_t *B = blocks + (size_t)blk * st->block_bytes;
         for (int r = 0; r < rpb; r++) {

@@ -31,9 +31,11 @@ static inline void vq_cvec_axpy_f16(float *y, float a, const vq_f16 *x, int n) {
 #ifdef VQ_CODEC_VEC_AVX512_HSUM
 static inline __attribute__((always_inline, target("avx512f"))) __m512 vq_hsum16x16_512(const __m512 *v) {
     __m512 t[8], u[4];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
         t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
                              _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
                              _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
