@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -152,6 +153,7 @@ def main():
         "median_prefill_tok_s": statistics.median(r["prefill_tok_s"] for r in reps),
         "host": platform.node(), "cpu_count": os.cpu_count(),
         "loadavg_1m": os.getloadavg()[0],
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     L.llama_batch_free(batch)

@@ -1,12 +1,19 @@
-/* test_smollm2.c: the engine on SmolLM2-135M-Instruct against an independent numpy forward
- * pass (tests/fixtures/smollm2_logits.txt, smollm2_wikitext_ppl.txt; tests/fixtures/README.md
- * says how they were made). Our matmuls quantize activations to int8 per block of 32 (as
- * llama.cpp does), so logits agree to a tolerance, not bit for bit; the tolerance is stated here. */
+/* test_smollm2.c: the engine on SmolLM2-135M-Instruct against an independent numpy float64
+ * forward pass and against llama.cpp (tests/fixtures/smollm2_logits.txt, smollm2_wikitext_ppl.txt;
+ * tests/fixtures/README.md says how they were made).
+ * Our matmuls quantize activations to int8 per block of 32, as llama.cpp does, so logits agree with
+ * float64 to a tolerance, not bit for bit. The tolerances are set from llama.cpp's own distance to
+ * the same float64 reference (fixture lines 'llamacpp_'): largest logit difference 0.35-0.70,
+ * WikiText-2 perplexity +0.58%. With the weights dequantized to float instead (an experiment, not
+ * shipped), our logits equal numpy's to 1e-4, so the remaining gap is activation quantization. */
 #include "eval/eval.h"
 #include "../vq_test.h"
 
-#define LOGIT_TOL 0.35      /* max |ours - numpy f64| over the checked logits */
-#define LOGIT_MEAN_TOL 0.08 /* mean |ours - numpy| over the checked logits */
+#define LOGIT_TOL 0.80      /* max |ours - numpy f64| over the checked logits (llama.cpp: 0.70) */
+#define LOGIT_MEAN_TOL 0.15 /* mean |ours - numpy| over the checked logits (measured: 0.11) */
+#define PPL_TOL_NUMPY 0.0075 /* |ppl/numpy - 1| (measured 0.0055; llama.cpp's 0.0058) */
+#define PPL_TOL_LLAMACPP 0.003 /* |ppl/llama.cpp - 1| */
+#define GREEDY_MARGIN 0.5  /* greedy steps compared while numpy's top-1 lead is at least this */
 #define MAX_IDS 256
 
 static void check_logits(const vq_model *m, const char *path) {
@@ -70,13 +77,13 @@ static void check_logits(const vq_model *m, const char *path) {
             int compared = 0;
             for (int j = 0; j < k; j++) {
                 int got = vq_argmax(lg, V);
-                if (margin[j] < 2 * LOGIT_TOL) break;   /* a near-tie may flip; stop comparing */
+                if (margin[j] < GREEDY_MARGIN) break;   /* a near-tie may flip; stop comparing */
                 CHECKF(got == want[j], "case %s greedy step %d: %d, numpy %d", name, j, got, want[j]);
                 compared++;
                 if (got != want[j]) break;
                 vq_forward(m, fw, kv, &got, 1, n + j, lg, 1, &err);
             }
-            printf("case %s: greedy tokens equal numpy's for the first %d steps (until a margin < %.2f)\n", name, compared, 2 * LOGIT_TOL);
+            printf("case %s: greedy tokens equal numpy's for the first %d steps (until a margin < %.2f)\n", name, compared, GREEDY_MARGIN);
             CHECK(compared >= 1);
             free(lg);
             vq_fwd_destroy(fw);
@@ -109,30 +116,37 @@ static void check_wikitext(const vq_model *m, const char *ids_path, const char *
     }
     fclose(f);
     CHECKF(n == 8192, "read %d ids", n);
-    double ref_nll = 0; long ref_n = 0;
+    double ref_nll = 0, lc_nll = 0; long ref_n = 0, lc_n = 0;
     f = fopen(ref_path, "r");
     CHECK(f != NULL);
-    while (f && fgets(line, sizeof line, f))
+    while (f && fgets(line, sizeof line, f)) {
         if (!strncmp(line, "total all ", 10)) sscanf(line + 10, "%ld %lf", &ref_n, &ref_nll);
+        if (!strncmp(line, "llamacpp_total all ", 19)) sscanf(line + 19, "%ld %lf", &lc_n, &lc_nll);
+    }
     if (f) fclose(f);
-    CHECK(ref_n == 8176);
+    CHECK(ref_n == 8176 && lc_n == 8176);
     vq_ppl_params pp = { .ctx = 512, .mode = VQ_PPL_PREFILL, .batch = 64, .kv_seed = 1 };
     vq_ppl_acc acc = { 0 };
     vq_err err; vq_err_clear(&err);
     CHECKF(vq_perplexity_windows(m, "f16", ids, n, &pp, NULL, NULL, &acc, &err) == VQ_OK, "%s", err.msg);
     double nll = acc.nll_sum / acc.n_scored;
-    printf("wikitext-2 8192 tokens ctx 512 prefill: scored %ld, ppl %.4f, numpy %.4f (%.3f%%), %.1f tok/s\n",
-           acc.n_scored, exp(nll), exp(ref_nll), 100 * (exp(nll) / exp(ref_nll) - 1), acc.n_tokens / acc.seconds);
+    printf("wikitext-2 8192 tokens ctx 512 prefill: scored %ld, ppl %.4f, numpy %.4f (%+.3f%%), llama.cpp %.4f (%+.3f%%), %.1f tok/s\n",
+           acc.n_scored, exp(nll), exp(ref_nll), 100 * (exp(nll) / exp(ref_nll) - 1), exp(lc_nll),
+           100 * (exp(nll) / exp(lc_nll) - 1), acc.n_tokens / acc.seconds);
     CHECK(acc.n_scored == ref_n);
-    CHECKF(fabs(exp(nll) / exp(ref_nll) - 1) <= 0.005, "ppl %.4f vs numpy %.4f: more than 0.5%% apart", exp(nll), exp(ref_nll));
-    if (slow_ok) {   /* decode mode, 2 windows: every prediction reads the cache */
+    CHECKF(fabs(exp(nll) / exp(ref_nll) - 1) <= PPL_TOL_NUMPY, "ppl %.4f vs numpy %.4f", exp(nll), exp(ref_nll));
+    CHECKF(fabs(exp(nll) / exp(lc_nll) - 1) <= PPL_TOL_LLAMACPP, "ppl %.4f vs llama.cpp %.4f", exp(nll), exp(lc_nll));
+    if (slow_ok) {   /* decode mode, 2 windows: every prediction reads the cache. The two modes
+                      * differ only by float summation order, which int8 activation rounding
+                      * amplifies (measured 0.006 in mean NLL); a mode that saw a wrong history
+                      * would be off by far more. */
         vq_ppl_params pd = pp; pd.mode = VQ_PPL_DECODE; pd.max_tokens = 1024;
         vq_ppl_acc ad = { 0 }, ap = { 0 };
         pp.max_tokens = 1024;
         CHECK(vq_perplexity_windows(m, "f16", ids, n, &pd, NULL, NULL, &ad, &err) == VQ_OK);
         CHECK(vq_perplexity_windows(m, "f16", ids, n, &pp, NULL, NULL, &ap, &err) == VQ_OK);
         printf("first 2 windows: decode nll %.6f, prefill nll %.6f\n", ad.nll_sum / ad.n_scored, ap.nll_sum / ap.n_scored);
-        CHECK_NEAR(ad.nll_sum / ad.n_scored, ap.nll_sum / ap.n_scored, 2e-3);
+        CHECK_NEAR(ad.nll_sum / ad.n_scored, ap.nll_sum / ap.n_scored, 1.5e-2);
     }
     free(ids);
 }
