@@ -11,7 +11,7 @@
 
 #define LOGIT_TOL 0.80      /* max |ours - numpy f64| over the checked logits (llama.cpp: 0.70) */
 #define LOGIT_MEAN_TOL 0.15 /* mean |ours - numpy| over the checked logits (measured: 0.11) */
-#define PPL_TOL_NUMPY 0.0075 /* |ppl/numpy - 1| (measured 0.0055; llama.cpp's 0.0058) */
+#define PPL_TOL_NUMPY 0.005 /* |ppl/numpy - 1|, f32 cache (measured +0.0042; llama.cpp's own: +0.0058) */
 #define PPL_TOL_LLAMACPP 0.003 /* |ppl/llama.cpp - 1| */
 #define GREEDY_MARGIN 0.5  /* greedy steps compared while numpy's top-1 lead is at least this */
 #define MAX_IDS 256
@@ -125,17 +125,21 @@ static void check_wikitext(const vq_model *m, const char *ids_path, const char *
     }
     if (f) fclose(f);
     CHECK(ref_n == 8176 && lc_n == 8176);
+    /* The float64 reference keeps K/V exact, so it is compared with our f32 cache; llama.cpp
+     * keeps an f16 cache, so it is compared with ours. */
     vq_ppl_params pp = { .ctx = 512, .mode = VQ_PPL_PREFILL, .batch = 64, .kv_seed = 1 };
-    vq_ppl_acc acc = { 0 };
+    vq_ppl_acc acc = { 0 }, a16 = { 0 };
     vq_err err; vq_err_clear(&err);
-    CHECKF(vq_perplexity_windows(m, "f16", ids, n, &pp, NULL, NULL, &acc, &err) == VQ_OK, "%s", err.msg);
-    double nll = acc.nll_sum / acc.n_scored;
-    printf("wikitext-2 8192 tokens ctx 512 prefill: scored %ld, ppl %.4f, numpy %.4f (%+.3f%%), llama.cpp %.4f (%+.3f%%), %.1f tok/s\n",
-           acc.n_scored, exp(nll), exp(ref_nll), 100 * (exp(nll) / exp(ref_nll) - 1), exp(lc_nll),
-           100 * (exp(nll) / exp(lc_nll) - 1), acc.n_tokens / acc.seconds);
-    CHECK(acc.n_scored == ref_n);
+    CHECKF(vq_perplexity_windows(m, "f32", ids, n, &pp, NULL, NULL, &acc, &err) == VQ_OK, "%s", err.msg);
+    CHECKF(vq_perplexity_windows(m, "f16", ids, n, &pp, NULL, NULL, &a16, &err) == VQ_OK, "%s", err.msg);
+    double nll = acc.nll_sum / acc.n_scored, nll16 = a16.nll_sum / a16.n_scored;
+    printf("wikitext-2 8192 tokens ctx 512 prefill: scored %ld; kv f32 ppl %.4f vs numpy %.4f (%+.3f%%); "
+           "kv f16 ppl %.4f vs llama.cpp (f16 cache) %.4f (%+.3f%%); %.1f tok/s\n",
+           acc.n_scored, exp(nll), exp(ref_nll), 100 * (exp(nll) / exp(ref_nll) - 1), exp(nll16), exp(lc_nll),
+           100 * (exp(nll16) / exp(lc_nll) - 1), acc.n_tokens / acc.seconds);
+    CHECK(acc.n_scored == ref_n && a16.n_scored == lc_n);
     CHECKF(fabs(exp(nll) / exp(ref_nll) - 1) <= PPL_TOL_NUMPY, "ppl %.4f vs numpy %.4f", exp(nll), exp(ref_nll));
-    CHECKF(fabs(exp(nll) / exp(lc_nll) - 1) <= PPL_TOL_LLAMACPP, "ppl %.4f vs llama.cpp %.4f", exp(nll), exp(lc_nll));
+    CHECKF(fabs(exp(nll16) / exp(lc_nll) - 1) <= PPL_TOL_LLAMACPP, "ppl %.4f vs llama.cpp %.4f", exp(nll16), exp(lc_nll));
     if (slow_ok) {   /* decode mode, 2 windows: every prediction reads the cache. The two modes
                       * differ only by float summation order, which int8 activation rounding
                       * amplifies (measured 0.006 in mean NLL); a mode that saw a wrong history
