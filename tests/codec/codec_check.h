@@ -1,0 +1,113 @@
+/* codec_check.h: helpers the codec tests share: make a codec state from a spec, and check that
+ * score / accumulate / finish agree with decode-then-dot (the codec contract of codec.h). */
+#ifndef VQ_CODEC_CHECK_H
+#define VQ_CODEC_CHECK_H
+#include "../vq_test.h"
+#include "codec/codec.h"
+#include "codec/codec_vec.h"
+
+static vq_codec_state mk(const char *name, int d, const char *spec, uint64_t seed, vq_status *stp) {
+    vq_codec_state st;
+    memset(&st, 0, sizeof st);
+    st.codec = vq_codec_find(name);
+    vq_codec_param p[8];
+    int np = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *t = strtok(buf, ","); t && np < 8; t = strtok(NULL, ",")) {
+        char *e = strchr(t, '=');
+        if (!e) continue;
+        *e = 0;
+        snprintf(p[np].key, sizeof p[np].key, "%s", t);
+        snprintf(p[np].val, sizeof p[np].val, "%s", e + 1);
+        np++;
+    }
+    vq_err err;
+    vq_err_clear(&err);
+    vq_status s = st.codec ? st.codec->init(&st, d, VQ_SIDE_K, p, np, seed, &err) : VQ_ERR_ARG;
+    if (s && stp == NULL) {
+        fprintf(stderr, "init %s:%s failed: %s\n", name, spec, err.msg);
+        exit(1);
+    }
+    if (s && st.codec) st.codec->fini(&st);
+    if (stp) *stp = s;
+    return st;
+}
+
+static void gauss_vec(vq_rng *r, float *x, int d, double s) {
+    for (int i = 0; i < d; i++) x[i] = (float)(s * vq_rng_gauss(r));
+}
+static double dotd(const float *a, const float *b, int d) {
+    double s = 0;
+    for (int i = 0; i < d; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+static float score1(const vq_codec_state *st, const float *q, const uint8_t *blk) {
+    float *qs = vq_aligned_alloc(st->qstate_bytes + 64);
+    st->codec->prep_query(st, q, qs);
+    const void *qp = qs;
+    float s;
+    st->codec->score(st, 1, &qp, blk, 1, &s);
+    vq_aligned_free(qs);
+    return s;
+}
+
+/* score / accumulate / finish against decode-then-dot on n rows and 3 queries */
+static void check_contract(const vq_codec_state *st, vq_rng *r, double xs) {
+    const int d = st->d, n = 37, nq = 3;
+    uint8_t *blk = malloc(st->block_bytes * n);
+    float *x = malloc(sizeof(float) * d * n), *xh = malloc(sizeof(float) * d * n);
+    float *q = malloc(sizeof(float) * d * nq), *sc = malloc(sizeof(float) * n * nq), *w = malloc(sizeof(float) * n * nq);
+    gauss_vec(r, x, d * n, xs);
+    gauss_vec(r, q, d * nq, 1.0);
+    for (int i = 0; i < n; i++) {
+        st->codec->encode(st, x + i * d, blk + i * st->block_bytes);
+        st->codec->decode(st, blk + i * st->block_bytes, xh + i * d);
+    }
+    void *qs[3];
+    for (int j = 0; j < nq; j++) {
+        qs[j] = vq_aligned_alloc(st->qstate_bytes + 64);
+        st->codec->prep_query(st, q + j * d, qs[j]);
+    }
+    st->codec->score(st, nq, (const void *const *)qs, blk, n, sc);
+    int bad = 0;
+    for (int j = 0; j < nq; j++)
+        for (int i = 0; i < n; i++) {
+            /* scale of float rounding: |q||x_hat| (codecs sum in a rotated or sketch domain, where
+             * the terms can be far larger than q . x_hat itself, e.g. a one-hot x_hat) */
+            double ref = dotd(q + j * d, xh + i * d, d);
+            double mag = sqrt(dotd(q + j * d, q + j * d, d) * dotd(xh + i * d, xh + i * d, d));
+            if (fabs(sc[j * n + i] - ref) > 1e-5 * mag + 1e-30) bad++;
+        }
+    CHECKF(bad == 0, "%s: %d scores differ from q.decode beyond 1e-5 relative", st->codec->name, bad);
+    for (int t = 0; t < n * nq; t++) w[t] = (float)vq_rng_uniform(r) * (t % 7 == 3 ? 0.0f : 1.0f);
+    float *acc[3], *out = malloc(sizeof(float) * d);
+    for (int j = 0; j < nq; j++) acc[j] = calloc((size_t)st->acc_floats, sizeof(float));
+    /* two calls over halves: the store may page the rows */
+    int h = n / 2;
+    float *w1 = malloc(sizeof(float) * h * nq), *w2 = malloc(sizeof(float) * (n - h) * nq);
+    for (int j = 0; j < nq; j++) {
+        memcpy(w1 + j * h, w + j * n, sizeof(float) * h);
+        memcpy(w2 + j * (n - h), w + j * n + h, sizeof(float) * (n - h));
+    }
+    st->codec->accumulate(st, nq, w1, blk, h, acc);
+    st->codec->accumulate(st, nq, w2, blk + h * st->block_bytes, n - h, acc);
+    bad = 0;
+    for (int j = 0; j < nq; j++) {
+        st->codec->finish(st, acc[j], out);
+        for (int t = 0; t < d; t++) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < n; i++) {
+                ref += (double)w[j * n + i] * xh[i * d + t];
+                mag += fabs((double)w[j * n + i]) * sqrt(dotd(xh + i * d, xh + i * d, d));
+            }
+            if (fabs(out[t] - ref) > 1e-5 * mag + 1e-4 * 1e-5 * xs) bad++;
+        }
+        free(acc[j]);
+        vq_aligned_free(qs[j]);
+    }
+    CHECKF(bad == 0, "%s: %d accumulate+finish outputs differ from sum w*decode", st->codec->name, bad);
+    free(w1); free(w2); free(out); free(blk); free(x); free(xh); free(q); free(sc); free(w);
+}
+#endif
