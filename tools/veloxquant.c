@@ -308,7 +308,18 @@ static int cmd_perplexity(int argc, char **argv) {
     vq_ppl_params pp = { .ctx = o.n_ctx, .mode = mode, .batch = o.batch, .max_tokens = o.max_tokens,
                          .first_scored = 0, .bos_per_window = o.bos_window, .max_paragraphs = o.max_paras,
                          .kv_seed = 0x5eed };
-    if (o.json) printf("{\"model\": \"%s\", \"ctx\": %d, \"mode\": \"%s\", \"arms\": [", m->path, o.n_ctx, o.mode);
+    for (int a = 0; a < o.n_kv; a++) {   /* a bad spec fails before any output */
+        vq_err e; vq_err_clear(&e);
+        vq_kv_dims d = vq_model_kv_dims(m, o.n_ctx);
+        vq_kv *kv = vq_kv_create(o.kv_list[a], &d, 0x5eed, &e);
+        if (!kv) die("%s", e.msg);
+        vq_kv_destroy(kv);
+    }
+    if (o.json) {
+        printf("{\"model\": ");
+        json_str(stdout, m->path);
+        printf(", \"ctx\": %d, \"mode\": \"%s\", \"arms\": [", o.n_ctx, o.mode);
+    }
     else printf("%-34s %9s %10s %10s %9s\n", "kv", "tokens", "mean_nll", "ppl", "tok/s");
     for (int a = 0; a < o.n_kv; a++) {
         vq_ppl_acc acc = { 0 };
