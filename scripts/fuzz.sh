@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# fuzz.sh: fuzz the model-file readers. Builds the libFuzzer targets (fuzz_gguf, fuzz_l2c_vocab) with
+# fuzz.sh: fuzz the model-file readers and the tokenizers. Builds the libFuzzer targets (fuzz_gguf,
+# fuzz_l2c_vocab, fuzz_tokenizer) with
 # clang + ASan/UBSan in build-fuzz, seeds their corpora with small valid files (written by
 # tests/fuzz/gen_fuzz_seeds.c; plus the first 4 KiB of the SmolLM2 model when it was fetched) and
 # runs each target for FUZZ_SECONDS (default 60).
@@ -17,11 +18,14 @@ crashes=fuzz-corpus/crashes
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
 CC=clang CXX=clang++ cmake -S . -B "$build" -DVQ_FUZZ=ON -DVQ_SANITIZE=ON \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-g" >/dev/null
-cmake --build "$build" -j2 --target fuzz_gguf fuzz_l2c_vocab gen_fuzz_seeds
+cmake --build "$build" -j2 --target fuzz_gguf fuzz_l2c_vocab fuzz_tokenizer gen_fuzz_seeds
 
-mkdir -p "$crashes" fuzz-corpus/gguf fuzz-corpus/vocab
-rm -rf fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab
-mkdir -p fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab
+mkdir -p "$crashes" fuzz-corpus/gguf fuzz-corpus/vocab fuzz-corpus/tok
+rm -rf fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab fuzz-corpus/seeds-tok
+mkdir -p fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab fuzz-corpus/seeds-tok
+printf 'Hello, world! 12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80\n\n  x' > fuzz-corpus/seeds-tok/mixed
+printf '<|im_start|>user\nWhat is 3.14?<|im_end|>\n' > fuzz-corpus/seeds-tok/chat
+printf '\xff\xfe\xc0\x80 broken \xe2\x82' > fuzz-corpus/seeds-tok/invalid
 "$build/gen_fuzz_seeds" fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -r "$model" ]; then
@@ -32,7 +36,8 @@ par=()
 if [ "$jobs" -gt 1 ]; then par=(-jobs="$jobs" -workers="$jobs"); fi   # libFuzzer then logs to fuzz-N.log
 status=0
 # target  corpus (grows between runs, git-ignored)  seeds (rewritten each run)  dictionary
-for spec in "fuzz_gguf gguf seeds-gguf -dict=tests/fuzz/gguf.dict" "fuzz_l2c_vocab vocab seeds-vocab"; do
+for spec in "fuzz_gguf gguf seeds-gguf -dict=tests/fuzz/gguf.dict" "fuzz_l2c_vocab vocab seeds-vocab" \
+            "fuzz_tokenizer tok seeds-tok"; do
     set -- $spec
     target=$1; corpus=fuzz-corpus/$2; seeds=fuzz-corpus/$3; shift 3
     echo "fuzz.sh: fuzzing $target for ${secs}s with ${jobs} job(s)"

@@ -17,8 +17,17 @@ struct vq_rotation {
     int avx2;
 };
 
+/* No FMA contraction in the functions below, so every compiler and ISA gives the same bits:
+ * GCC takes a per-function attribute, clang the standard pragma (for the whole file). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define VQ_NO_CONTRACT
+#else
+#define VQ_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
+
 /* ---- portable Gaussian: log from +,*,/ only; no FMA contraction so every build agrees ---- */
-__attribute__((optimize("fp-contract=off")))
+VQ_NO_CONTRACT
 static double plog(double x) {   /* x in (0, 1] here */
     int e;
     double m = frexp(x, &e);                 /* exact: x = m·2^e, m in [0.5, 1) */
@@ -28,7 +37,7 @@ static double plog(double x) {   /* x in (0, 1] here */
     return 2.0 * sum + e * 0.69314718055994530942;
 }
 
-__attribute__((optimize("fp-contract=off")))
+VQ_NO_CONTRACT
 double vq_gauss_portable(vq_rng *rng) {
     for (;;) {
         double u = (double)(vq_rng_u64(rng) >> 11) * 0x1.0p-52 - 1.0;   /* [-1, 1) */
@@ -39,7 +48,7 @@ double vq_gauss_portable(vq_rng *rng) {
 }
 
 /* ---- dense Haar matrix ---- */
-__attribute__((optimize("fp-contract=off")))
+VQ_NO_CONTRACT
 static int haar_matrix(int d, uint64_t seed, float *P) {
     double *A = malloc(sizeof(double) * (size_t)d * d);      /* column-major: A[j*d + i] */
     double *Q = malloc(sizeof(double) * (size_t)d * d);      /* row-major */
