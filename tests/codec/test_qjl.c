@@ -69,55 +69,6 @@ static void check_kernels(vq_rng *r) {
     }
 }
 
-/* thread CPU time: the 2-core CI/dev machines are shared, wall time would count other jobs */
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-/* measured, not asserted: CPU ns per (row, query) for score and accumulate over 4096 rows */
-static void bench(const char *name, int d, const char *spec, vq_rng *r) {
-    vq_codec_state st = mk(name, d, spec, 1, NULL);
-    const int n = 4096, nq = 3;
-    uint8_t *blk = malloc(st.block_bytes * n);
-    float *x = malloc(sizeof(float) * d), *sc = malloc(sizeof(float) * n * nq), *w = malloc(sizeof(float) * n * nq);
-    for (int i = 0; i < n; i++) {
-        gauss_vec(r, x, d, 1.0);
-        st.codec->encode(&st, x, blk + (size_t)i * st.block_bytes);
-    }
-    void *qs[3];
-    float *acc[3];
-    for (int j = 0; j < nq; j++) {
-        gauss_vec(r, x, d, 1.0);
-        qs[j] = vq_aligned_alloc(st.qstate_bytes + 64);
-        st.codec->prep_query(&st, x, qs[j]);
-        acc[j] = calloc((size_t)st.acc_floats, sizeof(float));
-    }
-    for (int i = 0; i < n * nq; i++) w[i] = 1.0f / n;
-    double t0 = cpu_s();
-    int reps = 0;
-    do {
-        st.codec->score(&st, nq, (const void *const *)qs, blk, n, sc);
-        reps++;
-    } while (cpu_s() - t0 < 0.05);
-    double ts = (cpu_s() - t0) / reps / (n * nq) * 1e9;
-    t0 = cpu_s();
-    reps = 0;
-    do {
-        st.codec->accumulate(&st, nq, w, blk, n, acc);
-        reps++;
-    } while (cpu_s() - t0 < 0.05);
-    double ta = (cpu_s() - t0) / reps / (n * nq) * 1e9;
-    printf("speed %s d=%d %s (%s): score %.1f ns/(row*query), accumulate %.1f ns/(row*query), %zu bytes/row\n", name,
-           d, spec[0] ? spec : "defaults", vq_isa_name(vq_cvec_isa()), ts, ta, st.block_bytes);
-    for (int j = 0; j < nq; j++) {
-        vq_aligned_free(qs[j]);
-        free(acc[j]);
-    }
-    free(blk); free(x); free(sc); free(w);
-    st.codec->fini(&st);
-}
 
 int main(void) {
     uint64_t seed = getenv("VQ_TEST_SEED") ? strtoull(getenv("VQ_TEST_SEED"), NULL, 0)
