@@ -234,7 +234,7 @@ static int cmd_generate(int argc, char **argv) {
     }
     vq_status s = vq_generate(m, o.kv, prompt, n_prompt, &gp, on_token, &gu, &st, &err);
     if (s) die("%s", err.msg);
-    if (!o.json) putchar('\n');
+    if (!o.json) { putchar('\n'); fflush(stdout); }
     double pre_tps = st.n_prompt / VQ_MAX(st.t_prefill, 1e-9), dec_tps = (st.n_gen - 1) / VQ_MAX(st.t_decode, 1e-9);
     if (o.verbose || o.json) {
         FILE *f = o.json ? stdout : stderr;
