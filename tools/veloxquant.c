@@ -320,7 +320,7 @@ static int cmd_perplexity(int argc, char **argv) {
         json_str(stdout, m->path);
         printf(", \"ctx\": %d, \"mode\": \"%s\", \"arms\": [", o.n_ctx, o.mode);
     }
-    else printf("%-34s %9s %10s %10s %9s\n", "kv", "tokens", "mean_nll", "ppl", "tok/s");
+    else printf("%-34s %9s %10s %10s %9s %12s %8s\n", "kv", "tokens", "mean_nll", "ppl", "tok/s", "kv bytes", "bits/el");
     for (int a = 0; a < o.n_kv; a++) {
         vq_ppl_acc acc = { 0 };
         vq_err err; vq_err_clear(&err);
@@ -333,11 +333,13 @@ static int cmd_perplexity(int argc, char **argv) {
         if (o.json) {
             printf("%s{\"kv\": ", a ? ", " : "");
             json_str(stdout, o.kv_list[a]);
-            printf(", \"scored\": %ld, \"mean_nll\": %.6f, \"ppl\": %.6f, \"tokens_per_s\": %.2f, \"seconds\": %.3f%s",
-                   acc.n_scored, nll, exp(nll), tps, acc.seconds, paragraphs ? "" : "}");
+            printf(", \"scored\": %ld, \"mean_nll\": %.6f, \"ppl\": %.6f, \"tokens_per_s\": %.2f, \"seconds\": %.3f, "
+                   "\"kv_bytes\": %zu, \"bits_per_elem\": %.4f%s",
+                   acc.n_scored, nll, exp(nll), tps, acc.seconds, acc.kv_bytes, acc.kv_bits, paragraphs ? "" : "}");
             if (paragraphs) printf(", \"paragraphs\": %d}", np);
         } else {
-            printf("%-34s %9ld %10.6f %10.4f %9.1f\n", o.kv_list[a], acc.n_scored, nll, exp(nll), tps);
+            printf("%-34s %9ld %10.6f %10.4f %9.1f %12zu %8.3f\n", o.kv_list[a], acc.n_scored, nll, exp(nll), tps,
+                   acc.kv_bytes, acc.kv_bits);
             if (paragraphs) printf("paragraphs %d\n", np);
         }
         fflush(stdout);

@@ -37,6 +37,8 @@ typedef struct vq_ppl_acc {
     long n_scored;
     long n_tokens;          /* tokens run through the model */
     double seconds;
+    size_t kv_bytes;        /* the cache's bytes held at the end of the longest sequence scored */
+    double kv_bits;         /* its bits per element then (vq_kv_bits_per_elem) */
 } vq_ppl_acc;
 
 /* Score one sequence: every next token from position `first_scored`+1 on (predictions made at

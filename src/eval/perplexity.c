@@ -39,6 +39,10 @@ vq_status vq_ppl_sequence(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *to
         acc->n_tokens += nb;
     }
     acc->seconds += vq_now_s() - t0;
+    if (!s && vq_kv_bytes(kv) > acc->kv_bytes) {
+        acc->kv_bytes = vq_kv_bytes(kv);
+        acc->kv_bits = vq_kv_bits_per_elem(kv);
+    }
     free(logits);
     return s;
 }
