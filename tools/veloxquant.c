@@ -17,6 +17,8 @@
 
 #define DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
+int vq_cmd_needle(int argc, char **argv);
+
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
     va_list ap;
@@ -636,7 +638,8 @@ static const char *main_help =
     "  info         print a model's configuration\n"
     "  tokenize     print the token ids of a text\n"
     "  bench-kernels  decode-attention and encode speed per KV codec (vs f16, vs memcpy)\n"
-    "  kv-fidelity  per-layer key cosine, attention KL and output error of KV codecs on real rows\n";
+    "  kv-fidelity  per-layer key cosine, attention KL and output error of KV codecs on real rows\n"
+    "  needle       passkey retrieval: a number hidden at a depth of filler text, per KV arm\n";
 
 int main(int argc, char **argv) {
     if (argc < 2) { fputs(main_help, stderr); return 2; }
@@ -650,6 +653,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(c, "bench-kernels")) return cmd_bench_kernels(argc, argv);
     if (!strcmp(c, "kv-fidelity")) return cmd_kv_fidelity(argc, argv);
+    if (!strcmp(c, "needle")) return vq_cmd_needle(argc, argv);
     fprintf(stderr, "veloxquant: unknown command '%s'\n%s", c, main_help);
     return 2;
 }
