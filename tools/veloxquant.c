@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codec/codec.h"
 #include "eval/eval.h"
 #include "kernels/kernels.h"
 #include "model/chat.h"
@@ -356,36 +357,65 @@ static int cmd_perplexity(int argc, char **argv) {
 /* ------------------------------------------------------------------- bench */
 static const char *bench_help =
     "usage: veloxquant bench [options]\n"
-    "Prefill and decode throughput at several context fills, KV arms interleaved.\n"
+    "Prefill and decode throughput at several context fills, KV arms interleaved (rep outermost),\n"
+    "with the f16 arm's spread as the noise floor, the ratio to f16, peak RSS per arm, the cache's\n"
+    "bytes, and the physical limit: read bandwidth measured in the same run / (KV bytes held +\n"
+    "model file bytes) per decode token.\n"
     "  -m, --model FILE      model (default " DEFAULT_MODEL ")\n"
     "  -f, --file FILE       real text to prefill with (default ../shared/data/wikitext-2-raw-test.txt)\n"
-    "      --ctx LIST        context fills, comma-separated (default 128,2048,8192)\n"
-    "      --kv SPEC         KV arm (repeatable; default f16)\n"
+    "      --ctx LIST        context fills, comma-separated (default 1024,4096,8192)\n"
+    "      --kv SPEC         KV arm (repeatable; default f16; f16 is the baseline when present,\n"
+    "                        else the first arm)\n"
     "      --reps N          repeats per arm (default 5; arms interleaved per repeat)\n"
     "      --gen N           decode tokens timed per repeat (default 32)\n"
+    "      --bw-mb MB        read-bandwidth buffer (default 1024); --bw-reps N passes before and\n"
+    "                        N after the run (default 5)\n"
     "  -b, --batch N         prefill chunk (default 64)\n"
     "  -t, --threads N       threads\n"
-    "      --json            every raw repeat as JSON\n";
+    "      --json            the report as JSON (every raw repeat + the summary)\n"
+    "      --json-file F     also write the JSON to F (the table still goes to stdout)\n"
+    "      --rss-only        honest memory: ONE --kv arm per process; load the model, warm it, read\n"
+    "                        RSS, prefill real text through the cache reading RSS at each --ctx\n"
+    "                        (default 8192); prints accounted bytes and measured RSS delta\n"
+    "      --list-codecs     print the codec names of the table, one per line\n";
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+static void bench_command_line(int argc, char **argv, char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < argc && o + 1 < n; i++) {
+        int q = strpbrk(argv[i], " ;,\"'") != NULL;
+        int w = snprintf(buf + o, n - o, "%s%s%s%s", i ? " " : "", q ? "'" : "", argv[i], q ? "'" : "");
+        if (w < 0) break;
+        o += (size_t)w;
+    }
 }
 
 static int cmd_bench(int argc, char **argv) {
     opts o; defaults(&o);
-    o.ctx_list = "128,2048,8192";
+    o.ctx_list = NULL;
     o.file = "../shared/data/wikitext-2-raw-test.txt";
+    int rss_only = 0, bw_reps = 5;
+    long bw_mb = 1024;
+    const char *json_file = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (common_opt(&o, argc, argv, &i)) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(bench_help, stdout); return 0; }
+        else if (!strcmp(a, "--list-codecs")) {
+            for (int c = 0; vq_codec_at(c); c++) puts(vq_codec_at(c)->name);
+            return 0;
+        }
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!v) die("%s needs a file", a); o.file = v; i++; }
         else if (!strcmp(a, "--ctx")) { if (!v) die("--ctx needs a list"); o.ctx_list = v; i++; }
         else if (!strcmp(a, "--reps")) { o.reps = (int)parse_long(a, v, 1, 1000); i++; }
         else if (!strcmp(a, "--gen")) { o.n_gen = (int)parse_long(a, v, 1, 100000); i++; }
+        else if (!strcmp(a, "--bw-mb")) { bw_mb = parse_long(a, v, 1, 1 << 20); i++; }
+        else if (!strcmp(a, "--bw-reps")) { bw_reps = (int)parse_long(a, v, 1, 1000); i++; }
+        else if (!strcmp(a, "--json-file")) { if (!v) die("%s needs a file", a); json_file = v; i++; }
+        else if (!strcmp(a, "--rss-only")) rss_only = 1;
         else die("bench: unknown option '%s' (see veloxquant bench --help)", a);
     }
+    if (!o.ctx_list) o.ctx_list = rss_only ? "8192" : "1024,4096,8192";
     int ctxs[16], n_ctxs = 0;
     char *list = strdup(o.ctx_list), *save = NULL;
     for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -395,55 +425,77 @@ static int cmd_bench(int argc, char **argv) {
     free(list);
     if (!n_ctxs) die("--ctx: empty list");
     if (o.n_kv == 0) { o.kv_list[0] = "f16"; o.n_kv = 1; }
+    if (rss_only && o.n_kv != 1)
+        die("bench --rss-only: give exactly one --kv (got %d): one arm per process, so no arm inherits another's freed memory", o.n_kv);
+    char cmdline[2048], machine[512];
+    bench_command_line(argc, argv, cmdline, sizeof cmdline);
+    vq_cpu_describe(machine, sizeof machine);
     vq_model *m = load_model(&o);
     char *text = read_text(o.file);
     int n_tok;
     int *tok = tokenize_all(m, text, 0, 0, &n_tok);
     free(text);
-    vq_bench_params bp = { ctxs, n_ctxs, o.kv_list, o.n_kv, o.reps, o.n_gen, o.batch, tok, n_tok, 0x5eed };
-    size_t ns = (size_t)o.reps * n_ctxs * o.n_kv;
-    vq_bench_sample *smp = calloc(ns, sizeof *smp);
     vq_err err; vq_err_clear(&err);
-    char machine[512];
-    vq_cpu_describe(machine, sizeof machine);
-    if (vq_bench_run(m, &bp, smp, progress, NULL, &err)) die("%s", err.msg);
-    size_t peak = vq_peak_rss_bytes();
-    if (o.json) {
-        printf("{\"machine\": ");
-        json_str(stdout, machine);
-        printf(", \"model\": ");
-        json_str(stdout, m->path);
-        printf(", \"model_bytes\": %zu, \"threads\": %d, \"isa\": \"%s\", \"peak_rss\": %zu, \"gen\": %d, \"samples\": [",
-               m->file_bytes, omp_get_max_threads(), vq_isa_name(vq_kernels_isa()), peak, o.n_gen);
-        for (size_t k = 0; k < ns; k++) {
-            printf("%s{\"kv\": ", k ? ", " : "");
-            json_str(stdout, o.kv_list[smp[k].spec_index]);
-            printf(", \"ctx\": %d, \"rep\": %d, \"prefill_tps\": %.3f, \"decode_tps\": %.3f, \"kv_bytes\": %zu, \"rss_delta\": %ld}",
-                   ctxs[smp[k].ctx_index], smp[k].rep, smp[k].prefill_tps, smp[k].decode_tps, smp[k].kv_bytes, smp[k].rss_delta);
-        }
-        printf("]}\n");
-    } else {
-        printf("machine: %s\nmodel: %s (%zu bytes), threads %d, kernels %s, %d repeats interleaved, %d decode tokens each\n",
-               machine, m->path, m->file_bytes, omp_get_max_threads(), vq_isa_name(vq_kernels_isa()), o.reps, o.n_gen);
-        printf("%-28s %6s | %-26s | %-26s | %12s %12s\n", "kv", "ctx", "prefill tok/s med [min,max]",
-               "decode tok/s med [min,max]", "kv bytes", "rss delta");
-        double *pre = malloc(o.reps * sizeof(double)), *dec = malloc(o.reps * sizeof(double));
-        for (int c = 0; c < n_ctxs; c++)
-            for (int a = 0; a < o.n_kv; a++) {
-                int r = 0; size_t kvb = 0; long rss = 0;
-                for (size_t k = 0; k < ns; k++)
-                    if (smp[k].ctx_index == c && smp[k].spec_index == a) {
-                        pre[r] = smp[k].prefill_tps; dec[r] = smp[k].decode_tps; r++;
-                        kvb = smp[k].kv_bytes; rss = VQ_MAX(rss, smp[k].rss_delta);
-                    }
-                qsort(pre, r, sizeof(double), cmp_double);
-                qsort(dec, r, sizeof(double), cmp_double);
-                printf("%-28s %6d | %8.1f [%7.1f,%7.1f] | %8.2f [%7.2f,%7.2f] | %12zu %12ld\n", o.kv_list[a], ctxs[c],
-                       pre[r / 2], pre[0], pre[r - 1], dec[r / 2], dec[0], dec[r - 1], kvb, rss);
+    if (rss_only) {
+        vq_bench_rss_point pts[16];
+        vq_bench_rss_result rr;
+        if (vq_bench_rss_fill(m, o.kv_list[0], tok, n_tok, ctxs, n_ctxs, o.batch, 0x5eed, pts, &rr, &err))
+            die("%s", err.msg);
+        if (o.json) {
+            printf("{\"command\": "); json_str(stdout, cmdline);
+            printf(", \"machine\": "); json_str(stdout, machine);
+            printf(", \"model\": "); json_str(stdout, m->path);
+            printf(", \"kv\": "); json_str(stdout, o.kv_list[0]);
+            printf(", \"threads\": %d, \"batch\": %d, \"rss_base\": %zu, \"rss_end_trim\": %zu, \"kv_bytes_empty\": %zu, "
+                   "\"fill_s\": %.3f, \"peak_rss\": %zu, \"points\": [",
+                   omp_get_max_threads(), o.batch, rr.rss_base, rr.rss_end_trim, rr.kv_bytes_empty, rr.fill_s,
+                   vq_peak_rss_bytes());
+            for (int c = 0; c < n_ctxs; c++)
+                printf("%s{\"ctx\": %d, \"kv_bytes\": %zu, \"bits_per_elem\": %.4f, \"rss\": %zu, \"rss_delta\": %ld}",
+                       c ? ", " : "", pts[c].ctx, pts[c].kv_bytes, pts[c].kv_bits, pts[c].rss,
+                       (long)pts[c].rss - (long)rr.rss_base);
+            printf("]}\n");
+        } else {
+            printf("kv %s: base RSS %.2f MB (model loaded and warmed, no cache); fill %.1f s\n", o.kv_list[0],
+                   rr.rss_base / 1048576.0, rr.fill_s);
+            printf("%6s %14s %14s %8s %9s\n", "ctx", "kv bytes", "rss delta", "ratio", "bits/el");
+            for (int c = 0; c < n_ctxs; c++) {
+                long d = (long)pts[c].rss - (long)rr.rss_base;
+                printf("%6d %14zu %14ld %8.4f %9.3f\n", pts[c].ctx, pts[c].kv_bytes, d,
+                       pts[c].kv_bytes ? (double)d / (double)pts[c].kv_bytes : 0, pts[c].kv_bits);
             }
-        printf("peak RSS %.1f MB (model file %.1f MB)\n", peak / 1048576.0, m->file_bytes / 1048576.0);
-        free(pre); free(dec);
+        }
+        free(tok);
+        vq_model_free(m);
+        return 0;
     }
+    vq_bench_params bp = { .ctxs = ctxs, .n_ctxs = n_ctxs, .specs = o.kv_list, .n_specs = o.n_kv, .reps = o.reps,
+                           .n_gen = o.n_gen, .batch = o.batch, .text = tok, .n_text = n_tok, .kv_seed = 0x5eed };
+    for (int a = 0; a < o.n_kv; a++) {   /* a bad spec fails before any timing */
+        vq_kv_dims d = vq_model_kv_dims(m, 16);
+        vq_kv *kv = vq_kv_create(o.kv_list[a], &d, 0x5eed, &err);
+        if (!kv) die("%s", err.msg);
+        vq_kv_destroy(kv);
+    }
+    size_t ns = (size_t)o.reps * n_ctxs * o.n_kv, bw_bytes = (size_t)bw_mb << 20;
+    vq_bench_sample *smp = calloc(ns, sizeof *smp);
+    double *bw = calloc(2 * (size_t)bw_reps, sizeof(double));
+    if (!smp || !bw) die("out of memory");
+    if (vq_bench_read_bw(bw_bytes, bw_reps, bw)) die("bench: no memory for the %ld MiB bandwidth buffer (--bw-mb)", bw_mb);
+    if (vq_bench_run(m, &bp, smp, progress, NULL, &err)) die("%s", err.msg);
+    if (vq_bench_read_bw(bw_bytes, bw_reps, bw + bw_reps)) die("bench: no memory for the %ld MiB bandwidth buffer", bw_mb);
+    vq_bench_report_in ri = { .command = cmdline, .machine = machine, .model_path = m->path,
+                              .isa = vq_isa_name(vq_kernels_isa()), .model_bytes = m->file_bytes,
+                              .threads = omp_get_max_threads(), .p = &bp, .samples = smp, .bw_gbps = bw,
+                              .n_bw = 2 * bw_reps, .bw_bytes = bw_bytes, .peak_rss = vq_peak_rss_bytes() };
+    vq_bench_report(stdout, &ri, o.json);
+    if (json_file) {
+        FILE *jf = fopen(json_file, "w");
+        if (!jf) die("%s: cannot write: %s", json_file, strerror(errno));
+        vq_bench_report(jf, &ri, 1);
+        if (fclose(jf)) die("%s: write failed: %s", json_file, strerror(errno));
+    }
+    free(bw);
     free(smp);
     free(tok);
     vq_model_free(m);

@@ -1,8 +1,28 @@
 /* bench.c: prefill and decode throughput at given context fills, for several KV arms, with the
- * arms interleaved per repeat and the input text rotated per repeat (BENCHMARKING.md). */
+ * arms interleaved per repeat and the input text rotated per repeat (BENCHMARKING.md); the
+ * memory-bandwidth sweep that gives the physical limit; the one-arm resident-memory fill. */
+#include <malloc.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "eval/eval.h"
+#include "kernels/kernels.h"
+
+/* VmHWM is reset by writing "5" to clear_refs (Linux >= 4.0); returns 0 when that is refused. */
+static int peak_rss_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return 0;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static double load1(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) { if (fscanf(f, "%lf", &l) != 1) l = -1; fclose(f); }
+    return l;
+}
 
 vq_status vq_bench_run(const vq_model *m, const vq_bench_params *p, vq_bench_sample *out,
                        vq_progress_cb cb, void *user, vq_err *err) {
@@ -22,6 +42,10 @@ vq_status vq_bench_run(const vq_model *m, const vq_bench_params *p, vq_bench_sam
                 long span = p->n_text - ctx - p->n_gen;
                 long off = span > 0 ? ((long)r * 7919 + (long)c * 104729 + a * 31) % span : 0;
                 const int *tok = p->text + off;
+                vq_bench_sample *o = &out[k];
+                memset(o, 0, sizeof *o);
+                o->load1 = load1();
+                int hwm = peak_rss_reset();
                 long rss0 = (long)vq_rss_bytes();
                 vq_kv_dims dims = vq_model_kv_dims(m, ctx + p->n_gen);
                 vq_kv *kv = vq_kv_create(p->specs[a], &dims, p->kv_seed, err);
@@ -38,15 +62,91 @@ vq_status vq_bench_run(const vq_model *m, const vq_bench_params *p, vq_bench_sam
                     next = vq_argmax(logits, m->cfg.vocab_size);
                 }
                 double t2 = vq_now_s();
-                vq_bench_sample *o = &out[k];
                 o->ctx_index = c; o->spec_index = a; o->rep = r;
+                o->prefill_s = t1 - t0;
+                o->decode_s = t2 - t1;
                 o->prefill_tps = ctx / (t1 - t0);
                 o->decode_tps = p->n_gen / (t2 - t1);
                 o->kv_bytes = vq_kv_bytes(kv);
                 o->rss_delta = (long)vq_rss_bytes() - rss0;
+                o->peak_rss = hwm ? vq_peak_rss_bytes() : 0;
                 vq_kv_destroy(kv);
                 if (cb) cb(k + 1, total, user);
             }
+    free(logits);
+    vq_fwd_destroy(f);
+    return s;
+}
+
+int vq_bench_read_bw(size_t bytes, int reps, double *gbps) {
+    size_t n = VQ_MAX(bytes / sizeof(uint64_t), (size_t)64) & ~(size_t)7;
+    uint64_t *buf = vq_aligned_alloc(n * sizeof(uint64_t));
+    if (!buf) return -1;
+    for (size_t i = 0; i < n; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;   /* real pages, not the zero page */
+    volatile uint64_t sink = 0;
+    for (int r = -1; r < reps; r++) {     /* pass -1 warms the threads and the TLB, untimed */
+        double t0 = vq_now_s();
+        uint64_t acc = 0;
+#pragma omp parallel for reduction(^ : acc) schedule(static)
+        for (size_t i = 0; i < n; i += 8) {
+            const uint64_t *x = buf + i;
+            acc ^= (x[0] + x[1]) ^ (x[2] + x[3]) ^ (x[4] + x[5]) ^ (x[6] + x[7]);
+        }
+        double t1 = vq_now_s();
+        sink ^= acc;
+        if (r >= 0) gbps[r] = (double)(n * sizeof(uint64_t)) / VQ_MAX(t1 - t0, 1e-9) / 1e9;
+    }
+    (void)sink;
+    vq_aligned_free(buf);
+    return 0;
+}
+
+vq_status vq_bench_rss_fill(const vq_model *m, const char *spec, const int *tok, long n_tok,
+                            const int *ctxs, int n_ctxs, int batch, uint64_t seed,
+                            vq_bench_rss_point *out, vq_bench_rss_result *res, vq_err *err) {
+    memset(res, 0, sizeof *res);
+    if (n_ctxs < 1) return vq_err_set(err, VQ_ERR_ARG, "bench rss: no ctx given");
+    for (int c = 0; c < n_ctxs; c++)
+        if (ctxs[c] < 1 || (c && ctxs[c] <= ctxs[c - 1]))
+            return vq_err_set(err, VQ_ERR_ARG, "bench rss: ctx list must be ascending and positive (ctx[%d] = %d)", c, ctxs[c]);
+    int max_ctx = ctxs[n_ctxs - 1];
+    if (n_tok < max_ctx) return vq_err_set(err, VQ_ERR_RANGE, "bench rss: %ld text tokens, need %d", n_tok, max_ctx);
+    batch = VQ_MAX(1, batch);
+    vq_fwd *f = vq_fwd_create(m, batch, err);
+    float *logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));
+    if (!f || !logits) { vq_fwd_destroy(f); free(logits); return err->code ? err->code : vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); }
+    vq_status s = VQ_OK;
+    /* Warm-up: one forward with logits through a tiny cache of the same spec, so every weight
+     * page (tied embeddings included) and the codec's code are resident before the baseline. */
+    {
+        vq_kv_dims d = vq_model_kv_dims(m, 16);
+        vq_kv *w = vq_kv_create(spec, &d, seed, err);
+        if (!w) s = err->code;
+        else s = vq_forward(m, f, w, tok, VQ_MIN(8, batch), 0, logits, 1, err);
+        vq_kv_destroy(w);
+    }
+    vq_kv *kv = NULL;
+    if (!s) {
+        malloc_trim(0);   /* freed warm-up memory goes back to the OS: the cache must fault in its own */
+        res->rss_base = vq_rss_bytes();
+        vq_kv_dims d = vq_model_kv_dims(m, max_ctx);
+        kv = vq_kv_create(spec, &d, seed, err);
+        if (!kv) s = err->code;
+        else res->kv_bytes_empty = vq_kv_bytes(kv);
+    }
+    double t0 = vq_now_s();
+    for (int i = 0, c = 0; !s && c < n_ctxs;) {
+        int nb = VQ_MIN(batch, ctxs[c] - i);
+        s = vq_forward(m, f, kv, tok + i, nb, i, NULL, 1, err);
+        i += nb;
+        if (!s && i == ctxs[c]) {
+            out[c] = (vq_bench_rss_point){ ctxs[c], vq_kv_bytes(kv), vq_kv_bits_per_elem(kv), vq_rss_bytes() };
+            c++;
+        }
+    }
+    res->fill_s = vq_now_s() - t0;
+    if (!s) { malloc_trim(0); res->rss_end_trim = vq_rss_bytes(); }
+    vq_kv_destroy(kv);
     free(logits);
     vq_fwd_destroy(f);
     return s;

@@ -1,0 +1,82 @@
+/* test_bench_rss.c: the cache's byte account is what the process really holds. For f16 and a few
+ * codecs, each in a fresh child process (no arm inherits another's freed pages), SmolLM2 prefills
+ * real WikiText-2 tokens to ctx 512 through vq_bench_rss_fill; the measured RSS saving vs f16 must
+ * be within 5% of the accounted saving (vq_kv_bytes), and each delta must cover its own account. */
+#include <sys/wait.h>
+
+#include "eval/eval.h"
+#include "../vq_test.h"
+
+#define CTX 512
+
+typedef struct { int ok; size_t kv_bytes; long delta; double fill_s; char msg[256]; } arm_out;
+
+static arm_out run_child(const char *model, const char *text_path, const char *spec) {
+    arm_out r;
+    memset(&r, 0, sizeof r);
+    int fd[2];
+    if (pipe(fd)) { snprintf(r.msg, sizeof r.msg, "pipe failed"); return r; }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        arm_out c;
+        memset(&c, 0, sizeof c);
+        vq_err err; vq_err_clear(&err);
+        vq_model *m = vq_model_load(model, NULL, &err);
+        size_t len = 0;
+        char *text = m ? vq_read_file(text_path, &len, &err) : NULL;
+        if (text && len > 12000) text[12000] = 0;   /* ~3k tokens: plenty for CTX */
+        static int tok[8192];
+        int n = text ? vq_tokenize(m->tok, text, strlen(text), 0, 0, tok, 8192, &err) : -1;
+        vq_bench_rss_point pt;
+        vq_bench_rss_result rr;
+        int ctx = CTX;
+        if (n >= CTX && vq_bench_rss_fill(m, spec, tok, n, &ctx, 1, 64, 0x5eed, &pt, &rr, &err) == VQ_OK) {
+            c.ok = 1;
+            c.kv_bytes = pt.kv_bytes;
+            c.delta = (long)pt.rss - (long)rr.rss_base;
+            c.fill_s = rr.fill_s;
+        } else snprintf(c.msg, sizeof c.msg, "%s (tokens %d)", err.msg, n);
+        free(text);
+        if (m) vq_model_free(m);
+        ssize_t w = write(fd[1], &c, sizeof c);
+        _exit(w == (ssize_t)sizeof c ? 0 : 1);
+    }
+    close(fd[1]);
+    ssize_t got = pid > 0 ? read(fd[0], &r, sizeof r) : -1;
+    close(fd[0]);
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
+    if (got != (ssize_t)sizeof r) { memset(&r, 0, sizeof r); snprintf(r.msg, sizeof r.msg, "child failed (status %d)", status); }
+    return r;
+}
+
+int main(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    VQ_SKIP("ASan's shadow memory and quarantine change resident memory by design: run in Release");
+#endif
+    if (getenv("VQ_SANITIZER_BUILD")) VQ_SKIP("sanitizer build: resident memory is not the allocator's");
+    char mb[1024], tb[1024];
+    const char *model = vq_t_model(mb, sizeof mb);
+    const char *text = vq_t_shared("data/wikitext-2-raw-test.txt", tb, sizeof tb);
+    const char *arms[] = { "f16", "q4_0", "turboquant_mse:k=4,v=4", "kivi:bits=2" };
+    arm_out o[4];
+    for (int a = 0; a < 4; a++) {
+        o[a] = run_child(model, text, arms[a]);
+        CHECKF(o[a].ok, "%s: %s", arms[a], o[a].msg);
+        if (!o[a].ok) return vq_t_done();
+        printf("%-24s ctx %d: kv bytes %10zu, rss delta %10ld (%.4f), fill %.1f s\n", arms[a], CTX, o[a].kv_bytes,
+               o[a].delta, (double)o[a].delta / (double)o[a].kv_bytes, o[a].fill_s);
+        /* resident at least the account (allocator rounding adds, never removes), within 4 MB */
+        CHECKF(o[a].delta >= (long)(0.98 * o[a].kv_bytes) && o[a].delta <= (long)o[a].kv_bytes + (4l << 20),
+               "%s: rss delta %ld vs kv bytes %zu", arms[a], o[a].delta, o[a].kv_bytes);
+    }
+    for (int a = 1; a < 4; a++) {
+        double acc = (double)o[0].kv_bytes - (double)o[a].kv_bytes, meas = (double)(o[0].delta - o[a].delta);
+        printf("%-24s saving vs f16: accounted %.0f, measured %.0f, ratio %.4f\n", arms[a], acc, meas, meas / acc);
+        CHECK(acc > 0);
+        CHECKF(fabs(meas - acc) <= 0.05 * acc, "%s: measured saving %.0f vs accounted %.0f (ratio %.4f)", arms[a],
+               meas, acc, meas / acc);
+    }
+    return vq_t_done();
+}
