@@ -1,19 +1,20 @@
-/* kv.c: the KV store: create from a spec, append rows (validated, encoded into fixed-size pages
- * once they leave the full-precision window), exact byte accounting, and a reference read-back
- * of what attention sees. Attention itself lives in kv_attend.c, spec parsing in kv_spec.c. */
+/* kv.c: one group of the KV store (layers sharing a codec config): create from a spec, append
+ * rows (validated, encoded into fixed-size pages once they leave the full-precision window), exact
+ * byte accounting, and a reference read-back of what attention sees. The public API routes layers
+ * to groups in kv_layers.c; attention lives in kv_attend.c, spec parsing in kv_spec.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kv/kv_impl.h"
 
-static void *kv_alloc(vq_kv *kv, size_t n) {
+static void *kv_alloc(vq_kvg *kv, size_t n) {
     if (n == 0) return NULL;
     void *p = vq_aligned_alloc(n);
     if (p) kv->bytes += n;
     return p;
 }
-static void kv_free(vq_kv *kv, void *p, size_t n) {
+static void kv_free(vq_kvg *kv, void *p, size_t n) {
     if (!p) return;
     vq_aligned_free(p);
     kv->bytes -= n;
@@ -28,16 +29,15 @@ static uint64_t mix_seed(uint64_t seed, int layer, int side) {
     return z ^ (z >> 31);
 }
 
-static size_t layer_fixed_bytes(const vq_kv *kv) {
+static size_t layer_fixed_bytes(const vq_kvg *kv) {
     size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
     return (size_t)kv->page_cap * (sizeof(uint8_t *) + sizeof(int32_t)) +
            (size_t)kv->win_cap * (2 * wrow + sizeof(int32_t));
 }
 
-size_t vq_kv_bytes(const vq_kv *kv) {
-    if (!kv) return 0;
+size_t vq_kvg_bytes(const vq_kvg *kv) {
     /* computed from the layout, independently of the allocation tally (tests compare both) */
-    size_t b = sizeof(vq_kv) + 2 * (size_t)kv->H * sizeof(size_t) +
+    size_t b = sizeof(vq_kvg) + 2 * (size_t)kv->H * sizeof(size_t) + (size_t)kv->dims.n_layers * sizeof(int) +
                (size_t)kv->dims.n_layers * (2 * sizeof(vq_codec_state) + sizeof(vq_kv_layer));
     for (int l = 0; l < kv->dims.n_layers; l++) {
         b += kv->st[0][l].state_bytes + kv->st[1][l].state_bytes;
@@ -45,34 +45,9 @@ size_t vq_kv_bytes(const vq_kv *kv) {
     }
     return b;
 }
-size_t vq_kv_bytes_tally(const vq_kv *kv) { return kv ? kv->bytes : 0; }
-size_t vq_kv_page_bytes(const vq_kv *kv) { return kv ? kv->page_bytes : 0; }
-int vq_kv_page_rows(const vq_kv *kv) { return kv ? kv->P : 0; }
-int vq_kv_window_rows(const vq_kv *kv) { return kv ? kv->R : 0; }
-int vq_kv_pages(const vq_kv *kv, int layer) {
-    return (kv && layer >= 0 && layer < kv->dims.n_layers) ? kv->layers[layer].n_pages : 0;
-}
+int vq_kvg_rows(const vq_kvg *kv, int l) { return kv->layers[l].n_coded + kv->layers[l].win_count; }
 
-int vq_kv_rows(const vq_kv *kv, int layer) {
-    if (!kv || layer < 0 || layer >= kv->dims.n_layers) return 0;
-    return kv->layers[layer].n_coded + kv->layers[layer].win_count;
-}
-const char *vq_kv_spec(const vq_kv *kv) { return kv ? kv->spec : ""; }
-
-double vq_kv_bits_per_elem(const vq_kv *kv) {
-    if (!kv) return 0;
-    double elems = 0;
-    for (int l = 0; l < kv->dims.n_layers; l++)
-        elems += (double)vq_kv_rows(kv, l) * kv->H * kv->d * 2;
-    return elems > 0 ? (double)vq_kv_bytes(kv) * 8.0 / elems : 0;
-}
-
-const vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side) {
-    if (!kv || layer < 0 || layer >= kv->dims.n_layers || side < 0 || side > 1) return NULL;
-    return &kv->st[side][layer];
-}
-
-void vq_kv_destroy(vq_kv *kv) {
+void vq_kvg_destroy(vq_kvg *kv) {
     if (!kv) return;
     for (int l = 0; kv->layers && l < kv->dims.n_layers; l++) {
         vq_kv_layer *L = &kv->layers[l];
@@ -92,11 +67,11 @@ void vq_kv_destroy(vq_kv *kv) {
     vq_aligned_free(kv->layers);
     vq_aligned_free(kv->off_k);
     vq_aligned_free(kv->off_v);
+    vq_aligned_free(kv->gl);
     vq_aligned_free(kv);
 }
 
-void vq_kv_clear(vq_kv *kv) {
-    if (!kv) return;
+void vq_kvg_clear(vq_kvg *kv) {
     for (int l = 0; l < kv->dims.n_layers; l++) {
         vq_kv_layer *L = &kv->layers[l];
         for (int p = 0; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
@@ -105,7 +80,7 @@ void vq_kv_clear(vq_kv *kv) {
 }
 
 /* the normalized spec: "codec[:params]" when both sides agree, else "k=..;v=..", then store keys */
-static void normalize_spec(vq_kv *kv, const vq_kv_parsed *sp) {
+static void normalize_spec(vq_kvg *kv, const vq_kv_parsed *sp) {
     char side[2][200];
     for (int s = 0; s < 2; s++) {
         const vq_codec_state *st = &kv->st[s][0];
@@ -129,23 +104,14 @@ static void normalize_spec(vq_kv *kv, const vq_kv_parsed *sp) {
                  kv->wprec, kv->P);
 }
 
-vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err) {
-    vq_err_clear(err);
-    if (!dims) { vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: dims is NULL"); return NULL; }
+/* A group for the layers gl[0..dims->n_layers) of a cache (dims already validated). */
+vq_kvg *vq_kvg_create(const char *spec, const vq_kv_dims *dims, const int *gl, uint64_t seed,
+                      vq_err *err) {
     const vq_kv_dims *D = dims;
-    if (D->n_layers < 1 || D->n_layers > 4096 || D->n_kv_heads < 1 || D->n_kv_heads > 1024 ||
-        D->n_heads < 1 || D->n_heads % D->n_kv_heads || D->head_dim < 1 || D->head_dim > 4096 ||
-        D->max_ctx < 1 || D->max_ctx > (1 << 24)) {
-        vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: bad dims n_layers=%d n_heads=%d n_kv_heads=%d "
-                   "head_dim=%d max_ctx=%d (need layers 1..4096, kv heads 1..1024 dividing heads, "
-                   "head_dim 1..4096, max_ctx 1..2^24)", D->n_layers, D->n_heads, D->n_kv_heads,
-                   D->head_dim, D->max_ctx);
-        return NULL;
-    }
     vq_kv_parsed sp;
     if (vq_kv_spec_parse(spec, &sp, err)) return NULL;
 
-    vq_kv *kv = vq_aligned_alloc(sizeof *kv);
+    vq_kvg *kv = vq_aligned_alloc(sizeof *kv);
     if (!kv) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); return NULL; }
     kv->bytes = sizeof *kv;
     kv->dims = *D;
@@ -154,6 +120,10 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
     kv->d = D->head_dim;
     kv->wprec = sp.wprec;
     const int NL = D->n_layers;
+    kv->gl = vq_aligned_alloc((size_t)NL * sizeof(int));
+    if (!kv->gl) goto nomem;
+    memcpy(kv->gl, gl, (size_t)NL * sizeof(int));
+    kv->bytes += (size_t)NL * sizeof(int);
     kv->off_k = vq_aligned_alloc((size_t)kv->H * sizeof(size_t));
     kv->off_v = vq_aligned_alloc((size_t)kv->H * sizeof(size_t));
     kv->layers = vq_aligned_alloc((size_t)NL * sizeof(vq_kv_layer));
@@ -168,15 +138,15 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
             vq_codec_state *st = &kv->st[s][l];
             st->codec = sp.codec[s];
             st->side = s;
-            vq_status rc = st->codec->init(st, kv->d, s, sp.p[s], sp.np[s], mix_seed(seed, l, s), err);
-            if (rc) { st->codec = sp.codec[s]; vq_kv_destroy(kv); return NULL; }
+            vq_status rc = st->codec->init(st, kv->d, s, sp.p[s], sp.np[s], mix_seed(seed, gl[l], s), err);
+            if (rc) { st->codec = sp.codec[s]; vq_kvg_destroy(kv); return NULL; }
             if (st->rows_per_block < 1 || st->block_bytes == 0 || st->acc_floats < 1 ||
                 st->d != kv->d || (l > 0 && (st->rows_per_block != kv->st[s][0].rows_per_block ||
                                              st->block_bytes != kv->st[s][0].block_bytes))) {
                 vq_err_set(err, VQ_ERR_ARG, "codec %s (%s side): init filled an invalid state "
                            "(rows_per_block=%d block_bytes=%zu acc_floats=%d d=%d)", st->codec->name,
                            s ? "V" : "K", st->rows_per_block, st->block_bytes, st->acc_floats, st->d);
-                vq_kv_destroy(kv);
+                vq_kvg_destroy(kv);
                 return NULL;
             }
             kv->bytes += st->state_bytes;
@@ -188,7 +158,7 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
     if (kv->rpb_store > 65536) {
         vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': rows per block K=%d V=%d give a block of %d rows "
                    "(max 65536)", spec, kv->rpb[0], kv->rpb[1], kv->rpb_store);
-        vq_kv_destroy(kv);
+        vq_kvg_destroy(kv);
         return NULL;
     }
     kv->R = sp.window >= 0 ? sp.window : fpw;
@@ -223,14 +193,14 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
     return kv;
 nomem:
     vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory (spec '%s', %d layers)", spec, NL);
-    vq_kv_destroy(kv);
+    vq_kvg_destroy(kv);
     return NULL;
 }
 
 /* ---- append ---- */
 
 /* Row idx of the sequence "window rows (oldest first), then the n new rows", head h, one side. */
-static void get_row(const vq_kv *kv, const vq_kv_layer *L, int side, int idx, int h,
+static void get_row(const vq_kvg *kv, const vq_kv_layer *L, int side, int idx, int h,
                     const float *src, float *dst) {
     const int d = kv->d;
     if (idx < L->win_count) {
@@ -244,7 +214,7 @@ static void get_row(const vq_kv *kv, const vq_kv_layer *L, int side, int idx, in
     }
 }
 
-static vq_status check_rows(const vq_kv *kv, int layer, int pos0, int n, const float *x,
+static vq_status check_rows(const vq_kvg *kv, int layer, int pos0, int n, const float *x,
                             const char *side, vq_err *err) {
     const int w = kv->H * kv->d;
     for (int i = 0; i < n; i++)
@@ -259,18 +229,11 @@ static vq_status check_rows(const vq_kv *kv, int layer, int pos0, int n, const f
     return VQ_OK;
 }
 
-vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, const float *v,
-                       vq_err *err) {
-    vq_err_clear(err);
-    if (!kv) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: kv is NULL");
-    if (layer < 0 || layer >= kv->dims.n_layers)
-        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: layer %d outside 0..%d", layer,
-                          kv->dims.n_layers - 1);
-    if (n < 0 || pos0 < 0 || (n > 0 && (!k || !v)) || (int64_t)pos0 + n > INT32_MAX)
-        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: layer %d: bad arguments pos0=%d n=%d%s",
-                          layer, pos0, n, (n > 0 && (!k || !v)) ? " (k or v is NULL)" : "");
-    if (n == 0) return VQ_OK;
-    vq_kv_layer *L = &kv->layers[layer];
+/* Append to local layer `local` (arguments checked by vq_kv_append, n > 0). */
+vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, const float *v,
+                        vq_err *err) {
+    const int layer = kv->gl[local];
+    vq_kv_layer *L = &kv->layers[local];
     int rows = L->n_coded + L->win_count;
     if ((int64_t)rows + n > kv->dims.max_ctx)
         return vq_err_set(err, VQ_ERR_RANGE, "vq_kv_append: layer %d holds %d rows, +%d exceeds "
@@ -311,7 +274,7 @@ vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, co
                 if (p < L->page_minpos[pg]) L->page_minpos[pg] = p;
             }
             for (int s = 0; s < 2; s++) {
-                const vq_codec_state *st = &kv->st[s][layer];
+                const vq_codec_state *st = &kv->st[s][local];
                 const int rb = kv->rpb[s];
                 for (int h = 0; h < kv->H; h++) {
                     for (int t = 0; t < rpb; t++)
@@ -347,9 +310,7 @@ vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, co
 }
 
 /* ---- reference read-back: what attention sees, decoded ---- */
-vq_status vq_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err) {
-    if (!kv || layer < 0 || layer >= kv->dims.n_layers)
-        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_read: bad kv or layer %d", layer);
+vq_status vq_kvg_read(const vq_kvg *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err) {
     const vq_kv_layer *L = &kv->layers[layer];
     const int d = kv->d, H = kv->H;
     const size_t w = (size_t)H * d;

@@ -17,6 +17,8 @@ typedef struct vq_kv_dims {
 typedef struct vq_kv vq_kv;
 
 /* Spec grammar (docs/kv-spec.md has the full reference):
+ *   full  := spec ('@' layers '=' spec)*        per-layer overrides, e.g. "q4_0@0,-1=f16"
+ *   layers:= item (',' item)*, item := L | L '..' L   (L < 0 counts from the end: -1 = last)
  *   spec  := part (';' part)*
  *   part  := ['k=' | 'v='] codec [':' key=val (',' key=val)*]  |  key=val (',' key=val)*
  * One codec part without k=/v= serves both sides; inside it k=B / v=B are the K / V bits and
@@ -24,6 +26,8 @@ typedef struct vq_kv vq_kv;
  * Store keys in any part: window=R (R most recent rows kept in full precision, for any codec;
  * default: the codec's own, e.g. KIVI residual, else 0), wprec=16|32 (window precision, default
  * 16), page=N (rows per page, default 256). Append rejects NaN/inf and |x| > 65504 (VQ_ERR_ARG).
+ * An override is a full, independent spec for the layers it lists (nothing is inherited from the
+ * base); a layer named twice, out of range, an empty list or a bad override spec: VQ_ERR_ARG.
  * Unknown codec, parameter or value: NULL, err lists what is known/allowed. */
 vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err);
 void   vq_kv_destroy(vq_kv *kv);
@@ -59,4 +63,11 @@ int    vq_kv_window_rows(const vq_kv *kv);   /* R: rows kept in full precision *
 size_t vq_kv_spec_help(char *buf, size_t n);
 struct vq_codec_state;
 const struct vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side);
+/* Per-layer overrides (spec "base@LAYERS=spec..."): layers with another config form their own
+ * group; vq_kv_page_bytes/page_rows/window_rows above report layer 0's group. */
+const char *vq_kv_layer_spec(const vq_kv *kv, int layer);   /* normalized spec serving a layer */
+/* Debug/reference switch: when on, vq_kv_attend reads the layer's rows back decoded (vq_kv_read)
+ * and computes plain float64 softmax attention over them instead of the codecs' score/accumulate
+ * (slow; for tests that check the codec path against what the cache holds). */
+void vq_kv_set_ref_attend(vq_kv *kv, int on);
 #endif

@@ -13,7 +13,7 @@
 #define QCHUNK 16   /* query rows per task: bounds scratch, lets prefill split across threads */
 
 typedef struct task {
-    const vq_kv *kv;
+    const vq_kvg *kv;
     const vq_kv_layer *L;
     int layer, h, q0, nq;
     const int *q_pos;
@@ -173,7 +173,7 @@ static void softmax_update(sm *s, float *S, int rows, const int32_t *pos, const 
 static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static int run_task(const task *t) {
-    const vq_kv *kv = t->kv;
+    const vq_kvg *kv = t->kv;
     const vq_kv_layer *L = t->L;
     const vq_codec_state *sk = &kv->st[VQ_SIDE_K][t->layer], *sv = &kv->st[VQ_SIDE_V][t->layer];
     const int d = kv->d, G = kv->G, nv = t->nq * G, nh = kv->dims.n_heads;
@@ -258,23 +258,16 @@ static int run_task(const task *t) {
     return 0;
 }
 
-vq_status vq_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
-                       float *out, vq_err *err) {
-    vq_err_clear(err);
-    if (!kv) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_attend: kv is NULL");
-    if (layer < 0 || layer >= kv->dims.n_layers)
-        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_attend: layer %d outside 0..%d", layer,
-                          kv->dims.n_layers - 1);
-    if (n_q < 0 || (n_q > 0 && (!q_pos || !q || !out)))
-        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_attend: layer %d: bad arguments n_q=%d", layer, n_q);
-    if (n_q == 0) return VQ_OK;
-    const vq_kv_layer *L = &kv->layers[layer];
+/* One group layer (local index); layer is the cache's, for messages. Arguments checked, n_q > 0. */
+vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int n_q, const int *q_pos,
+                        const float *q, float *out, vq_err *err) {
+    const vq_kv_layer *L = &kv->layers[local];
     const int nchunks = (n_q + QCHUNK - 1) / QCHUNK, ntasks = nchunks * kv->H;
     const double work = (double)n_q * kv->dims.n_heads * kv->d * (L->n_coded + L->win_count);
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) if (ntasks > 1 && work > 2e5)
     for (int i = 0; i < ntasks; i++) {
-        task t = {.kv = kv, .L = L, .layer = layer, .h = i % kv->H, .q0 = (i / kv->H) * QCHUNK,
+        task t = {.kv = kv, .L = L, .layer = local, .h = i % kv->H, .q0 = (i / kv->H) * QCHUNK,
                   .q_pos = q_pos, .q = q, .out = out};
         t.nq = VQ_MIN(QCHUNK, n_q - t.q0);
         if (run_task(&t)) {

@@ -1,5 +1,7 @@
 /* kv_impl.h: the KV store's private layout, shared by kv.c (create, append, accounting),
- * kv_spec.c (spec parsing) and kv_attend.c (attention from codes). Not a public header. */
+ * kv_spec.c (spec parsing) and kv_attend.c (attention from codes). Not a public header.
+ * A cache (struct vq_kv) routes each layer to a group (struct vq_kvg): one group per codec
+ * config, so per-layer overrides ("base@0,-1=f16") get their own page layout. */
 #ifndef VQ_KV_IMPL_H
 #define VQ_KV_IMPL_H
 #include "kv/kv.h"
@@ -7,6 +9,7 @@
 
 #define VQ_KV_MAX_PARAMS 16
 #define VQ_KV_ABS_MAX 65504.0f   /* largest |x| append accepts (the fp16 range) */
+#define VQ_KV_SPEC_MAX 2048      /* a full spec (base + layer overrides), incl. the NUL */
 
 /* A parsed spec: one codec and its parameters per side, plus the store's own keys. */
 typedef struct vq_kv_parsed {
@@ -34,9 +37,13 @@ typedef struct vq_kv_layer {
     int win_start, win_count;
 } vq_kv_layer;
 
-struct vq_kv {
+/* One group: the layers that share one codec config. dims.n_layers = layers in the group;
+ * arrays indexed by layer are local (0..n_layers); gl[] maps them back to the cache's layers
+ * (codec seeds and messages use the cache's layer number). */
+typedef struct vq_kvg {
     vq_kv_dims dims;
-    char spec[512];
+    int *gl;               /* global layer of each local layer */
+    char spec[512];        /* normalized spec of this group */
     int H, G, d;           /* KV heads, query heads per KV head, head_dim */
     int rpb[2];            /* rows per block, K and V */
     int rpb_store;         /* rows leave the window in multiples of this (lcm of rpb[]) */
@@ -49,7 +56,32 @@ struct vq_kv {
     size_t bytes;          /* tally of every allocation the store made (and still holds) */
     vq_codec_state *st[2]; /* per layer: st[side][layer] */
     vq_kv_layer *layers;
+} vq_kvg;
+
+struct vq_kv {
+    vq_kv_dims dims;
+    char spec[VQ_KV_SPEC_MAX];   /* normalized full spec: base, then @layers=spec per override */
+    int n_groups, g_cap;   /* groups made; slots in g (one per clause of the spec as given) */
+    vq_kvg **g;            /* n_groups; g[0] serves the layers no override names (if any) */
+    int *lg, *ll;          /* per cache layer: its group and its local index there */
+    int ref_attend;        /* debug: attention over decoded rows in float64 (vq_kv_set_ref_attend) */
+    size_t bytes;          /* tally of the router's own allocations (groups keep their own) */
 };
 
-static inline size_t vq_kv_win_elem(const vq_kv *kv) { return kv->wprec == 16 ? 2 : 4; }
+/* kv.c: one group. spec: a plain spec (no '@'); gl: the cache layer of each of dims->n_layers
+ * local layers (seeds derive from it, so a layer's codec state does not depend on grouping). */
+vq_kvg *vq_kvg_create(const char *spec, const vq_kv_dims *dims, const int *gl, uint64_t seed,
+                      vq_err *err);
+void vq_kvg_destroy(vq_kvg *g);
+void vq_kvg_clear(vq_kvg *g);
+size_t vq_kvg_bytes(const vq_kvg *g);   /* from the layout (the tally is g->bytes) */
+int vq_kvg_rows(const vq_kvg *g, int local);
+vq_status vq_kvg_append(vq_kvg *g, int local, int pos0, int n, const float *k, const float *v,
+                        vq_err *err);
+vq_status vq_kvg_read(const vq_kvg *g, int local, float *k, float *v, int32_t *pos, vq_err *err);
+/* kv_attend.c: attention of one group layer (local index); layer = the cache's for messages */
+vq_status vq_kvg_attend(const vq_kvg *g, int local, int layer, int n_q, const int *q_pos,
+                        const float *q, float *out, vq_err *err);
+
+static inline size_t vq_kv_win_elem(const vq_kvg *kv) { return kv->wprec == 16 ? 2 : 4; }
 #endif

@@ -1,0 +1,396 @@
+/* kv_layers.c: the public cache as a router over groups. A spec "base@0,-1=f16@5=q8_0" gives each
+ * listed layer its own full spec; every distinct clause is one group (kv.c) with its own codec
+ * states and page layout, and the layers no clause names share the base group. Here: override
+ * parsing, layer -> (group, local layer) routing, accounting over all groups, the normalized
+ * spec, and a debug reference attention over decoded rows (float64). */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kv/kv_impl.h"
+
+static const char *OVR_FORM = "form: BASE@LAYERS=SPEC[@LAYERS=SPEC...], LAYERS = comma-separated "
+                              "layer numbers or ranges a..b, negative = from the end (e.g. "
+                              "'q4_0@0,-1=f16')";
+
+static vq_status ovr_err(vq_err *err, const char *spec, const char *clause, const char *what) {
+    return vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': layer override '@%.100s': %s; %s", spec,
+                      clause, what, OVR_FORM);
+}
+/* the override's own spec failed: its message (codecs, parameters) follows the clause */
+static vq_status ovr_spec_err(vq_err *err, const char *spec, const char *clause, const vq_err *e) {
+    return vq_err_set(err, e->code ? e->code : VQ_ERR_ARG, "kv spec '%.160s': layer override "
+                      "'@%.100s': %s", spec, clause, e->msg);
+}
+
+/* One layer number as written ("3", "-1"), resolved against n layers; 0 when malformed. */
+static int parse_layer(const char *s, int n, int *out) {
+    while (isspace((unsigned char)*s)) s++;
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s) return 0;
+    while (isspace((unsigned char)*end)) end++;
+    if (*end) return 0;
+    if (x < -(long)n || x >= n) { *out = -1; return 1; }
+    *out = (int)(x < 0 ? x + n : x);
+    return 1;
+}
+
+/* The LAYERS text of clause c: marks owner[l] = c for each layer; errors name the token. */
+static vq_status parse_layers(char *list, int c, int n, int *owner, char **clauses,
+                              const char *spec, vq_err *err) {
+    char m[240];
+    int any = 0;
+    char *p = list;
+    for (;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = 0;
+        char tok[64];
+        snprintf(tok, sizeof tok, "%s", p);
+        char *dots = strstr(p, "..");
+        int a = 0, b = 0, ok;
+        if (dots) {
+            *dots = 0;
+            ok = parse_layer(p, n, &a) && parse_layer(dots + 2, n, &b);
+            *dots = '.';
+        } else {
+            ok = parse_layer(p, n, &a);
+            b = a;
+        }
+        if (comma) *comma = ',';
+        if (!ok) {
+            snprintf(m, sizeof m, "'%s' is not a layer number or range a..b", tok);
+            return ovr_err(err, spec, clauses[c], m);
+        }
+        if (a < 0 || b < 0) {
+            snprintf(m, sizeof m, "layer '%s' is outside the cache's %d layers (0..%d, or -%d..-1)",
+                     tok, n, n - 1, n);
+            return ovr_err(err, spec, clauses[c], m);
+        }
+        if (a > b) {
+            snprintf(m, sizeof m, "range '%s' runs backwards (layers %d..%d)", tok, a, b);
+            return ovr_err(err, spec, clauses[c], m);
+        }
+        for (int l = a; l <= b; l++) {
+            if (owner[l] >= 0) {
+                snprintf(m, sizeof m, "layer %d ('%s') is already given%s'@%.60s'", l, tok,
+                         owner[l] == c ? " in this override" : " by ",
+                         owner[l] == c ? "" : clauses[owner[l]]);
+                if (owner[l] == c) snprintf(m, sizeof m, "layer %d ('%s') is given twice", l, tok);
+                return ovr_err(err, spec, clauses[c], m);
+            }
+            owner[l] = c;
+        }
+        any = 1;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return any ? VQ_OK : ovr_err(err, spec, clauses[c], "no layers");
+}
+
+/* "0,1,2,3,7" -> "0..3,7" (runs of 3 or more as ranges) */
+static int print_layers(char *buf, size_t n, const int *gl, int cnt) {
+    size_t o = 0;
+    for (int i = 0; i < cnt;) {
+        int j = i;
+        while (j + 1 < cnt && gl[j + 1] == gl[j] + 1) j++;
+        int w = j - i >= 2 ? snprintf(buf + o, n - o, "%s%d..%d", i ? "," : "", gl[i], gl[j])
+                           : snprintf(buf + o, n - o, "%s%d", i ? "," : "", gl[i]);
+        if (w < 0 || (size_t)w >= n - o) return 0;
+        o += (size_t)w;
+        i = j - i >= 2 ? j + 1 : i + 1;
+    }
+    return 1;
+}
+
+void vq_kv_destroy(vq_kv *kv) {
+    if (!kv) return;
+    for (int i = 0; kv->g && i < kv->n_groups; i++) vq_kvg_destroy(kv->g[i]);
+    vq_aligned_free(kv->g);
+    vq_aligned_free(kv->lg);
+    vq_aligned_free(kv->ll);
+    vq_aligned_free(kv);
+}
+
+/* Group for the layers owned by clause c (owner[] == c); NULL + err on failure. */
+static vq_kvg *make_group(const char *gspec, const vq_kv_dims *D, const int *owner, int c,
+                          uint64_t seed, vq_err *err) {
+    int *gl = malloc((size_t)D->n_layers * sizeof(int)), cnt = 0;
+    if (!gl) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); return NULL; }
+    for (int l = 0; l < D->n_layers; l++)
+        if (owner[l] == c) gl[cnt++] = l;
+    vq_kv_dims gd = *D;
+    gd.n_layers = cnt;
+    vq_kvg *g = cnt ? vq_kvg_create(gspec, &gd, gl, seed, err) : NULL;
+    free(gl);
+    return g;
+}
+
+vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err) {
+    vq_err_clear(err);
+    if (!dims) { vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: dims is NULL"); return NULL; }
+    const vq_kv_dims *D = dims;
+    if (D->n_layers < 1 || D->n_layers > 4096 || D->n_kv_heads < 1 || D->n_kv_heads > 1024 ||
+        D->n_heads < 1 || D->n_heads % D->n_kv_heads || D->head_dim < 1 || D->head_dim > 4096 ||
+        D->max_ctx < 1 || D->max_ctx > (1 << 24)) {
+        vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: bad dims n_layers=%d n_heads=%d n_kv_heads=%d "
+                   "head_dim=%d max_ctx=%d (need layers 1..4096, kv heads 1..1024 dividing heads, "
+                   "head_dim 1..4096, max_ctx 1..2^24)", D->n_layers, D->n_heads, D->n_kv_heads,
+                   D->head_dim, D->max_ctx);
+        return NULL;
+    }
+    if (!spec || !*spec) {   /* the parser names the error */
+        vq_kv_parsed sp;
+        vq_kv_spec_parse(spec, &sp, err);
+        return NULL;
+    }
+    if (strlen(spec) >= VQ_KV_SPEC_MAX) {
+        vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s...': longer than %d characters", spec,
+                   VQ_KV_SPEC_MAX - 1);
+        return NULL;
+    }
+    const int NL = D->n_layers;
+    char *buf = strdup(spec);
+    int nc = 1;
+    for (const char *p = spec; *p; p++) nc += *p == '@';
+    char **clause = malloc((size_t)nc * sizeof(char *)), **cspec = malloc((size_t)nc * sizeof(char *));
+    int *owner = malloc((size_t)NL * sizeof(int)), *gid = malloc((size_t)nc * sizeof(int));
+    vq_kv *kv = vq_aligned_alloc(sizeof *kv);
+    if (!buf || !clause || !cspec || !owner || !gid || !kv) {
+        vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory");
+        goto fail;
+    }
+    kv->dims = *D;
+    kv->bytes = sizeof *kv + 2 * (size_t)NL * sizeof(int);
+    kv->lg = vq_aligned_alloc((size_t)NL * sizeof(int));
+    kv->ll = vq_aligned_alloc((size_t)NL * sizeof(int));
+    if (!kv->lg || !kv->ll) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); goto fail; }
+
+    /* split: clause 0 = the base; clause c > 0 = "LAYERS=SPEC" after the c-th '@' */
+    clause[0] = buf;
+    for (int c = 1; c < nc; c++) {
+        char *at = strchr(clause[c - 1], '@');
+        *at = 0;
+        clause[c] = at + 1;
+    }
+    for (int c = 1; c < nc; c++) {   /* keep the clause texts intact for messages */
+        char *eq = strchr(clause[c], '=');
+        cspec[c] = eq ? eq + 1 : NULL;
+    }
+    for (int l = 0; l < NL; l++) owner[l] = -1;
+    if (nc > 1) {
+        char *b = clause[0];
+        while (isspace((unsigned char)*b)) b++;
+        if (!*b) {
+            vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': no base spec before the first '@' (the "
+                       "spec of the layers no override names); %s", spec, OVR_FORM);
+            goto fail;
+        }
+    }
+    for (int c = 1; c < nc; c++) {
+        if (!cspec[c]) { ovr_err(err, spec, clause[c], "no '=' between the layers and their spec"); goto fail; }
+        char *s = cspec[c];
+        while (isspace((unsigned char)*s)) s++;
+        if (!*s) { ovr_err(err, spec, clause[c], "no spec after '='"); goto fail; }
+        char *list = strndup(clause[c], (size_t)(cspec[c] - 1 - clause[c]));
+        if (!list) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); goto fail; }
+        char *t = list;
+        while (isspace((unsigned char)*t)) t++;
+        vq_status st = !*t ? ovr_err(err, spec, clause[c], "no layers before '='")
+                           : parse_layers(list, c, NL, owner, clause, spec, err);
+        free(list);
+        if (st) goto fail;
+    }
+    for (int l = 0; l < NL; l++)
+        if (owner[l] < 0) owner[l] = 0;
+
+    /* groups: the base first (if it serves a layer), then the clauses by their first layer */
+    kv->g = vq_aligned_alloc((size_t)nc * sizeof(vq_kvg *));
+    if (!kv->g) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); goto fail; }
+    kv->bytes += (size_t)nc * sizeof(vq_kvg *);
+    kv->g_cap = nc;
+    for (int c = 0; c < nc; c++) gid[c] = -1;
+    /* order: base group index 0 when used; then clauses in order of their smallest layer */
+    int ng = 0, base_used = 0;
+    for (int l = 0; l < NL; l++) base_used |= owner[l] == 0;
+    if (base_used) gid[0] = ng++;
+    for (int l = 0; l < NL; l++)
+        if (gid[owner[l]] < 0) gid[owner[l]] = ng++;
+    for (int c = 0; c < nc; c++) {
+        if (gid[c] < 0) continue;
+        vq_err e;
+        vq_err_clear(&e);
+        vq_kvg *g = make_group(c ? cspec[c] : clause[0], D, owner, c, seed, &e);
+        if (!g) {
+            if (c) ovr_spec_err(err, spec, clause[c], &e);
+            else vq_err_set(err, e.code ? e.code : VQ_ERR_ARG, "%s", e.msg);
+            goto fail;
+        }
+        kv->g[gid[c]] = g;
+        kv->n_groups = VQ_MAX(kv->n_groups, gid[c] + 1);
+    }
+    for (int i = 0; i < ng; i++)
+        for (int j = 0; j < kv->g[i]->dims.n_layers; j++) {
+            kv->lg[kv->g[i]->gl[j]] = i;
+            kv->ll[kv->g[i]->gl[j]] = j;
+        }
+
+    /* the normalized full spec: base (validated on one layer when no layer uses it), overrides */
+    if (base_used) {
+        snprintf(kv->spec, sizeof kv->spec, "%s", kv->g[0]->spec);
+    } else {
+        vq_kv_dims one = *D;
+        one.n_layers = 1;
+        one.max_ctx = 1;
+        int l0 = 0;
+        vq_kvg *t = vq_kvg_create(clause[0], &one, &l0, seed, err);
+        if (!t) goto fail;
+        snprintf(kv->spec, sizeof kv->spec, "%s", t->spec);
+        vq_kvg_destroy(t);
+    }
+    for (int i = base_used; i < ng; i++) {
+        char lay[VQ_KV_SPEC_MAX];
+        size_t o = strlen(kv->spec);
+        if (!print_layers(lay, sizeof lay, kv->g[i]->gl, kv->g[i]->dims.n_layers) ||
+            snprintf(kv->spec + o, sizeof kv->spec - o, "@%s=%s", lay, kv->g[i]->spec) >=
+                (int)(sizeof kv->spec - o)) {
+            vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': the normalized spec is longer than %d "
+                       "characters", spec, VQ_KV_SPEC_MAX - 1);
+            goto fail;
+        }
+    }
+    free(buf); free(clause); free(cspec); free(owner); free(gid);
+    return kv;
+fail:
+    free(buf); free(clause); free(cspec); free(owner); free(gid);
+    vq_kv_destroy(kv);
+    return NULL;
+}
+
+/* ---- routing: every public call finds the layer's group and its local index ---- */
+static int bad_layer(const vq_kv *kv, int layer) { return !kv || layer < 0 || layer >= kv->dims.n_layers; }
+#define GROUP(kv, layer) ((kv)->g[(kv)->lg[layer]])
+#define LOCAL(kv, layer) ((kv)->ll[layer])
+
+void vq_kv_clear(vq_kv *kv) {
+    for (int i = 0; kv && i < kv->n_groups; i++) vq_kvg_clear(kv->g[i]);
+}
+
+vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, const float *v,
+                       vq_err *err) {
+    vq_err_clear(err);
+    if (!kv) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: kv is NULL");
+    if (layer < 0 || layer >= kv->dims.n_layers)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: layer %d outside 0..%d", layer,
+                          kv->dims.n_layers - 1);
+    if (n < 0 || pos0 < 0 || (n > 0 && (!k || !v)) || (int64_t)pos0 + n > INT32_MAX)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: layer %d: bad arguments pos0=%d n=%d%s",
+                          layer, pos0, n, (n > 0 && (!k || !v)) ? " (k or v is NULL)" : "");
+    if (n == 0) return VQ_OK;
+    return vq_kvg_append(GROUP(kv, layer), LOCAL(kv, layer), pos0, n, k, v, err);
+}
+
+static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
+                            float *out, vq_err *err);
+
+vq_status vq_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
+                       float *out, vq_err *err) {
+    vq_err_clear(err);
+    if (!kv) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_attend: kv is NULL");
+    if (layer < 0 || layer >= kv->dims.n_layers)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_attend: layer %d outside 0..%d", layer,
+                          kv->dims.n_layers - 1);
+    if (n_q < 0 || (n_q > 0 && (!q_pos || !q || !out)))
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_attend: layer %d: bad arguments n_q=%d", layer, n_q);
+    if (n_q == 0) return VQ_OK;
+    if (kv->ref_attend) return ref_attend(kv, layer, n_q, q_pos, q, out, err);
+    return vq_kvg_attend(GROUP(kv, layer), LOCAL(kv, layer), layer, n_q, q_pos, q, out, err);
+}
+
+vq_status vq_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err) {
+    if (bad_layer(kv, layer)) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_read: bad kv or layer %d", layer);
+    return vq_kvg_read(GROUP(kv, layer), LOCAL(kv, layer), k, v, pos, err);
+}
+
+/* computed from the layouts (router + groups), independently of the allocation tallies */
+size_t vq_kv_bytes(const vq_kv *kv) {
+    if (!kv) return 0;
+    size_t b = sizeof(vq_kv) + 2 * (size_t)kv->dims.n_layers * sizeof(int);
+    b += (size_t)kv->g_cap * sizeof(vq_kvg *);
+    for (int i = 0; i < kv->n_groups; i++) b += vq_kvg_bytes(kv->g[i]);
+    return b;
+}
+size_t vq_kv_bytes_tally(const vq_kv *kv) {
+    if (!kv) return 0;
+    size_t b = kv->bytes;
+    for (int i = 0; i < kv->n_groups; i++) b += kv->g[i]->bytes;
+    return b;
+}
+int vq_kv_rows(const vq_kv *kv, int layer) {
+    return bad_layer(kv, layer) ? 0 : vq_kvg_rows(GROUP(kv, layer), LOCAL(kv, layer));
+}
+const char *vq_kv_spec(const vq_kv *kv) { return kv ? kv->spec : ""; }
+const char *vq_kv_layer_spec(const vq_kv *kv, int layer) {
+    return bad_layer(kv, layer) ? "" : GROUP(kv, layer)->spec;
+}
+double vq_kv_bits_per_elem(const vq_kv *kv) {
+    if (!kv) return 0;
+    double elems = 0;
+    for (int l = 0; l < kv->dims.n_layers; l++)
+        elems += (double)vq_kv_rows(kv, l) * kv->dims.n_kv_heads * kv->dims.head_dim * 2;
+    return elems > 0 ? (double)vq_kv_bytes(kv) * 8.0 / elems : 0;
+}
+/* layout of a layer's group; the layer-less forms report layer 0's group */
+size_t vq_kv_page_bytes(const vq_kv *kv) { return kv ? GROUP(kv, 0)->page_bytes : 0; }
+int vq_kv_page_rows(const vq_kv *kv) { return kv ? GROUP(kv, 0)->P : 0; }
+int vq_kv_window_rows(const vq_kv *kv) { return kv ? GROUP(kv, 0)->R : 0; }
+int vq_kv_pages(const vq_kv *kv, int layer) {
+    return bad_layer(kv, layer) ? 0 : GROUP(kv, layer)->layers[LOCAL(kv, layer)].n_pages;
+}
+const vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side) {
+    if (bad_layer(kv, layer) || side < 0 || side > 1) return NULL;
+    return &GROUP(kv, layer)->st[side][LOCAL(kv, layer)];
+}
+void vq_kv_set_ref_attend(vq_kv *kv, int on) { if (kv) kv->ref_attend = on != 0; }
+
+/* ---- reference attention: decoded rows (vq_kv_read), float64 scores and softmax ---- */
+static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
+                            float *out, vq_err *err) {
+    const int rows = vq_kv_rows(kv, layer), H = kv->dims.n_kv_heads, d = kv->dims.head_dim;
+    const int nh = kv->dims.n_heads, G = nh / H;
+    const size_t w = (size_t)H * d;
+    float *k = malloc(((size_t)rows * w + 1) * sizeof(float)), *v = malloc(((size_t)rows * w + 1) * sizeof(float));
+    int32_t *pos = malloc(((size_t)rows + 1) * sizeof(int32_t));
+    double *s = malloc(((size_t)rows + 1) * sizeof(double)), *acc = malloc((size_t)d * sizeof(double));
+    vq_status st = VQ_OK;
+    if (!k || !v || !pos || !s || !acc) st = vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_attend (reference): out of memory");
+    if (!st) st = vq_kv_read(kv, layer, k, v, pos, err);
+    for (int i = 0; !st && i < n_q; i++)
+        for (int hq = 0; hq < nh; hq++) {
+            const float *qr = q + ((size_t)i * nh + hq) * d;
+            float *o = out + ((size_t)i * nh + hq) * d;
+            const int h = hq / G;
+            double mx = -INFINITY, sum = 0;
+            for (int r = 0; r < rows; r++) {
+                s[r] = -INFINITY;
+                if (pos[r] > q_pos[i]) continue;
+                double dot = 0;
+                for (int e = 0; e < d; e++) dot += (double)qr[e] * k[(size_t)r * w + (size_t)h * d + e];
+                s[r] = dot / sqrt((double)d);
+                mx = s[r] > mx ? s[r] : mx;
+            }
+            for (int e = 0; e < d; e++) acc[e] = 0;
+            for (int r = 0; r < rows && mx > -INFINITY; r++) {
+                if (s[r] == -INFINITY) continue;
+                double wt = exp(s[r] - mx);
+                sum += wt;
+                for (int e = 0; e < d; e++) acc[e] += wt * v[(size_t)r * w + (size_t)h * d + e];
+            }
+            for (int e = 0; e < d; e++) o[e] = sum > 0 ? (float)(acc[e] / sum) : 0.0f;
+        }
+    free(k); free(v); free(pos); free(s); free(acc);
+    return st;
+}
