@@ -54,7 +54,10 @@ static double parse_double(const char *flag, const char *s, double lo, double hi
 /* ---- options shared by the commands ---- */
 typedef struct opts {
     const char *model, *tokenizer, *prompt, *file, *kv, *system, *mode, *split, *ctx_list;
-    const char *kv_list[32]; int n_kv;
+    const char *kv_list[32]; int n_kv;   /* the arms: each --kv with every --kv-layers appended */
+    const char *kv_raw[32]; int n_kv_raw; /* --kv as given */
+    char kv_layers[1024];                 /* every --kv-layers value, each as "@LAYERS=SPEC" */
+    char kv_full[32][2048];               /* storage of kv_list when --kv-layers is given */
     int n_predict, n_ctx, batch, threads, top_k, chat, verbose, json, reps, n_gen, max_paras;
     int show_special, bos_window, first_scored, no_bos;
     long max_tokens;
@@ -71,6 +74,24 @@ static void defaults(opts *o) {
     o->first_scored = 0;
 }
 
+/* kv_list = every --kv (or the commands' default f16 when --kv-layers comes alone) with the
+ * --kv-layers overrides appended: "q4_0" + "--kv-layers 0,-1=f16" -> "q4_0@0,-1=f16". Rebuilt after
+ * each of these options, so the order of --kv and --kv-layers does not matter. */
+static void kv_arms(opts *o) {
+    int n = o->n_kv_raw;
+    if (n == 0 && !o->kv_layers[0]) return;
+    for (int a = 0; a < (n ? n : 1); a++) {
+        const char *base = n ? o->kv_raw[a] : "f16";
+        int w = snprintf(o->kv_full[a], sizeof o->kv_full[a], "%s%s", base, o->kv_layers);
+        if (w < 0 || (size_t)w >= sizeof o->kv_full[a])
+            die("--kv '%s' with --kv-layers '%s' is longer than %zu characters", base, o->kv_layers + 1,
+                sizeof o->kv_full[a] - 1);
+        o->kv_list[a] = o->kv_full[a];
+    }
+    o->n_kv = n ? n : 1;
+    o->kv = o->kv_list[0];
+}
+
 /* Returns 1 when argv[*i] was a shared option (consuming its value). */
 static int common_opt(opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
@@ -82,9 +103,27 @@ static int common_opt(opts *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "-b") || !strcmp(a, "--batch")) { o->batch = (int)parse_long(a, TAKE(), 1, 8192); return 1; }
     if (!strcmp(a, "--kv")) {
         if (!v) die("--kv needs a spec (e.g. f16)");
-        if (o->n_kv == (int)VQ_ARRAY_LEN(o->kv_list)) die("--kv given more than %d times", (int)VQ_ARRAY_LEN(o->kv_list));
-        o->kv_list[o->n_kv++] = TAKE();
+        if (o->n_kv_raw == (int)VQ_ARRAY_LEN(o->kv_raw)) die("--kv given more than %d times", (int)VQ_ARRAY_LEN(o->kv_raw));
+        o->kv_raw[o->n_kv_raw++] = TAKE();
+        o->kv_list[o->n_kv_raw - 1] = o->kv_raw[o->n_kv_raw - 1];
+        o->n_kv = o->n_kv_raw;
         o->kv = o->kv_list[0];
+        if (o->kv_layers[0]) kv_arms(o);
+        return 1;
+    }
+    if (!strcmp(a, "--kv-layers")) {
+        const char *cmd = argv[1];
+        if (strcmp(cmd, "generate") && strcmp(cmd, "perplexity") && strcmp(cmd, "bench"))
+            die("%s: --kv-layers is for generate, perplexity and bench (here, write the override into "
+                "the --kv spec: SPEC@LAYERS=SPEC, docs/kv-spec.md)", cmd);
+        if (!v || !strchr(v, '=') || v[0] == '@')
+            die("--kv-layers needs LAYERS=SPEC, e.g. '0,-1=f16' or '0,1=q8_0@-1=f16' (got '%s')", v ? v : "");
+        size_t used = strlen(o->kv_layers);
+        int w = snprintf(o->kv_layers + used, sizeof o->kv_layers - used, "@%s", v);
+        if (w < 0 || (size_t)w >= sizeof o->kv_layers - used)
+            die("--kv-layers: the overrides together exceed %zu characters", sizeof o->kv_layers - 1);
+        (*i)++;
+        kv_arms(o);
         return 1;
     }
     if (!strcmp(a, "--json")) { o->json = 1; return 1; }
@@ -167,6 +206,9 @@ static const char *generate_help =
     "      --system TEXT     system prompt for --chat (default: the template's)\n"
     "      --no-bos          do not prepend BOS even if the model asks for it\n"
     "      --kv SPEC         KV cache (default f16); see docs/kv-spec.md\n"
+    "      --kv-layers L=SPEC  per-layer override, appended to every --kv as '@L=SPEC': layers L\n"
+    "                        (comma list, a..b ranges, negative = from the end) use SPEC, e.g.\n"
+    "                        --kv q4_0 --kv-layers 0,-1=f16 -> q4_0@0,-1=f16 (repeatable)\n"
     "      --verbose         print timings and KV cache bytes to stderr\n"
     "      --json            print a JSON summary instead of streaming text\n";
 
@@ -275,6 +317,9 @@ static const char *ppl_help =
     "      --max-paragraphs N  paragraph mode: only the first N paragraphs\n"
     "      --bos-per-window  start every window with BOS\n"
     "      --kv SPEC         KV cache (default f16; repeat for several arms)\n"
+    "      --kv-layers L=SPEC  per-layer override, appended to every --kv as '@L=SPEC': layers L\n"
+    "                        (comma list, a..b ranges, negative = from the end) use SPEC, e.g.\n"
+    "                        --kv q4_0 --kv-layers 0,-1=f16 -> q4_0@0,-1=f16 (repeatable)\n"
     "  -b, --batch N         prefill chunk (default 64)\n"
     "  -t, --threads N       threads\n"
     "      --json            machine-readable output\n";
@@ -366,6 +411,8 @@ static const char *bench_help =
     "      --ctx LIST        context fills, comma-separated (default 1024,4096,8192)\n"
     "      --kv SPEC         KV arm (repeatable; default f16; f16 is the baseline when present,\n"
     "                        else the first arm)\n"
+    "      --kv-layers L=SPEC  per-layer override appended to every arm (the f16 one too) as\n"
+    "                        '@L=SPEC', e.g. --kv q4_0 --kv-layers 0,-1=f16 -> q4_0@0,-1=f16\n"
     "      --reps N          repeats per arm (default 5; arms interleaved per repeat)\n"
     "      --gen N           decode tokens timed per repeat (default 32)\n"
     "      --bw-mb MB        read-bandwidth buffer (default 1024); --bw-reps N passes before and\n"
