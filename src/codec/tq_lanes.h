@@ -1,0 +1,20 @@
+/* tq_lanes.h: turboquant_mse's fast layout at 4 bits (d % 32 == 0): keys 16 rows per block with
+ * codes interleaved by coordinate (lanes = rows), values one row per block with codes grouped by
+ * 32 coordinates (lanes = coordinates). tq_lanes.c says why; codec_turboquant_mse.c uses it. */
+#ifndef VQ_TQ_LANES_H
+#define VQ_TQ_LANES_H
+#include "codec/tq.h"
+
+#define VQ_TQL_ROWS 16   /* key rows per block */
+
+int    vq_tql_supported(int bits, int d);
+size_t vq_tql_block_bytes(const vq_tq *t, int side);
+void   vq_tql_encode(const vq_tq *t, int side, const float *x, uint8_t *block);
+void   vq_tql_decode(const vq_tq *t, int side, const uint8_t *block, float *x);
+/* scores[j * n_rows + r] = q_j . k_hat_r (q_j rotated); SIMD for the key side's blocks */
+void   vq_tql_score(const vq_tq *t, int side, int nq, const float *const *q, const uint8_t *blocks,
+                    int n_blocks, size_t bb, float *scores);
+/* acc[j][i] += sum_r w[j * n_rows + r] * ‖v_r‖ c[code_ri] (rotated domain); SIMD for values */
+void   vq_tql_accumulate(const vq_tq *t, int side, int nq, const float *w, const uint8_t *blocks,
+                         int n_blocks, size_t bb, float *const *acc);
+#endif
