@@ -498,18 +498,19 @@ static int cmd_bench(int argc, char **argv) {
                    omp_get_max_threads(), o.batch, rr.rss_base, rr.rss_end_trim, rr.kv_bytes_empty, rr.fill_s,
                    vq_peak_rss_bytes());
             for (int c = 0; c < n_ctxs; c++)
-                printf("%s{\"ctx\": %d, \"kv_bytes\": %zu, \"bits_per_elem\": %.4f, \"rss\": %zu, \"rss_delta\": %ld}",
+                printf("%s{\"ctx\": %d, \"kv_bytes\": %zu, \"bits_per_elem\": %.4f, \"rss\": %zu, \"rss_delta\": %ld, "
+                       "\"rss_trim\": %zu, \"rss_delta_trim\": %ld}",
                        c ? ", " : "", pts[c].ctx, pts[c].kv_bytes, pts[c].kv_bits, pts[c].rss,
-                       (long)pts[c].rss - (long)rr.rss_base);
+                       (long)pts[c].rss - (long)rr.rss_base, pts[c].rss_trim, (long)pts[c].rss_trim - (long)rr.rss_base);
             printf("]}\n");
         } else {
             printf("kv %s: base RSS %.2f MB (model loaded and warmed, no cache); fill %.1f s\n", o.kv_list[0],
                    rr.rss_base / 1048576.0, rr.fill_s);
-            printf("%6s %14s %14s %8s %9s\n", "ctx", "kv bytes", "rss delta", "ratio", "bits/el");
+            printf("%6s %14s %14s %8s %16s %9s\n", "ctx", "kv bytes", "rss delta", "ratio", "delta after trim", "bits/el");
             for (int c = 0; c < n_ctxs; c++) {
-                long d = (long)pts[c].rss - (long)rr.rss_base;
-                printf("%6d %14zu %14ld %8.4f %9.3f\n", pts[c].ctx, pts[c].kv_bytes, d,
-                       pts[c].kv_bytes ? (double)d / (double)pts[c].kv_bytes : 0, pts[c].kv_bits);
+                long d = (long)pts[c].rss - (long)rr.rss_base, dt = (long)pts[c].rss_trim - (long)rr.rss_base;
+                printf("%6d %14zu %14ld %8.4f %16ld %9.3f\n", pts[c].ctx, pts[c].kv_bytes, d,
+                       pts[c].kv_bytes ? (double)d / (double)pts[c].kv_bytes : 0, dt, pts[c].kv_bits);
             }
         }
         free(tok);
@@ -530,11 +531,16 @@ static int cmd_bench(int argc, char **argv) {
     if (!smp || !bw) die("out of memory");
     if (vq_bench_read_bw(bw_bytes, bw_reps, bw)) die("bench: no memory for the %ld MiB bandwidth buffer (--bw-mb)", bw_mb);
     if (vq_bench_run(m, &bp, smp, progress, NULL, &err)) die("%s", err.msg);
+    /* the run's peak: the largest per-sample peak (each sample resets VmHWM), so the bandwidth
+     * buffer is not in it; VmHWM itself when the kernel refused the reset */
+    size_t peak = 0;
+    for (size_t k = 0; k < ns; k++) peak = VQ_MAX(peak, smp[k].peak_rss);
+    if (!peak) peak = vq_peak_rss_bytes();
     if (vq_bench_read_bw(bw_bytes, bw_reps, bw + bw_reps)) die("bench: no memory for the %ld MiB bandwidth buffer", bw_mb);
     vq_bench_report_in ri = { .command = cmdline, .machine = machine, .model_path = m->path,
                               .isa = vq_isa_name(vq_kernels_isa()), .model_bytes = m->file_bytes,
                               .threads = omp_get_max_threads(), .p = &bp, .samples = smp, .bw_gbps = bw,
-                              .n_bw = 2 * bw_reps, .bw_bytes = bw_bytes, .peak_rss = vq_peak_rss_bytes() };
+                              .n_bw = 2 * bw_reps, .bw_bytes = bw_bytes, .peak_rss = peak };
     vq_bench_report(stdout, &ri, o.json);
     if (json_file) {
         FILE *jf = fopen(json_file, "w");

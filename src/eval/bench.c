@@ -140,7 +140,9 @@ vq_status vq_bench_rss_fill(const vq_model *m, const char *spec, const int *tok,
         s = vq_forward(m, f, kv, tok + i, nb, i, NULL, 1, err);
         i += nb;
         if (!s && i == ctxs[c]) {
-            out[c] = (vq_bench_rss_point){ ctxs[c], vq_kv_bytes(kv), vq_kv_bits_per_elem(kv), vq_rss_bytes() };
+            out[c] = (vq_bench_rss_point){ ctxs[c], vq_kv_bytes(kv), vq_kv_bits_per_elem(kv), vq_rss_bytes(), 0 };
+            malloc_trim(0);
+            out[c].rss_trim = vq_rss_bytes();
             c++;
         }
     }

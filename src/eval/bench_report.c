@@ -155,7 +155,7 @@ void vq_bench_report(FILE *f, const vq_bench_report_in *in, int json) {
                         o->kv_bytes / 1048576.0, o->peak_rss / 1048576.0);
             }
         fprintf(f, "baseline %s; noise = baseline's (max-min)/median at that ctx: a ratio inside 1 +- noise is no "
-                   "result. peak = VmHWM over each arm's own runs; whole process %.1f MB\n",
+                   "result. peak = VmHWM over each arm's own runs; whole run %.1f MB (the bandwidth buffer not included)\n",
                 p->specs[base], in->peak_rss / 1048576.0);
     }
     free(cells);

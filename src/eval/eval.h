@@ -114,6 +114,8 @@ typedef struct vq_bench_rss_point {
     size_t kv_bytes;          /* vq_kv_bytes then (the cache's own account) */
     double kv_bits;           /* vq_kv_bits_per_elem then */
     size_t rss;               /* resident bytes of the process then (/proc/self/statm) */
+    size_t rss_trim;          /* the same right after malloc_trim(0): freed scratch the allocator
+                                 kept (per-thread arenas) given back; held memory cannot be */
 } vq_bench_rss_point;
 typedef struct vq_bench_rss_result {
     size_t rss_base;          /* after model load, a warm-up forward (every weight page read,

@@ -1,7 +1,8 @@
 /* test_bench_rss.c: the cache's byte account is what the process really holds. For f16 and a few
  * codecs, each in a fresh child process (no arm inherits another's freed pages), SmolLM2 prefills
  * real WikiText-2 tokens to ctx 512 through vq_bench_rss_fill; the measured RSS saving vs f16 must
- * be within 5% of the accounted saving (vq_kv_bytes), and each delta must cover its own account. */
+ * be within 5% of the accounted saving (vq_kv_bytes), read both raw and after malloc_trim, and each
+ * delta must cover its own account. */
 #include <sys/wait.h>
 
 #include "eval/eval.h"
@@ -9,7 +10,7 @@
 
 #define CTX 512
 
-typedef struct { int ok; size_t kv_bytes; long delta; double fill_s; char msg[256]; } arm_out;
+typedef struct { int ok; size_t kv_bytes; long delta, delta_trim; double fill_s; char msg[256]; } arm_out;
 
 static arm_out run_child(const char *model, const char *text_path, const char *spec) {
     arm_out r;
@@ -35,6 +36,7 @@ static arm_out run_child(const char *model, const char *text_path, const char *s
             c.ok = 1;
             c.kv_bytes = pt.kv_bytes;
             c.delta = (long)pt.rss - (long)rr.rss_base;
+            c.delta_trim = (long)pt.rss_trim - (long)rr.rss_base;
             c.fill_s = rr.fill_s;
         } else snprintf(c.msg, sizeof c.msg, "%s (tokens %d)", err.msg, n);
         free(text);
@@ -73,7 +75,10 @@ int main(void) {
     }
     for (int a = 1; a < 4; a++) {
         double acc = (double)o[0].kv_bytes - (double)o[a].kv_bytes, meas = (double)(o[0].delta - o[a].delta);
-        printf("%-24s saving vs f16: accounted %.0f, measured %.0f, ratio %.4f\n", arms[a], acc, meas, meas / acc);
+        double mt = (double)(o[0].delta_trim - o[a].delta_trim);
+        printf("%-24s saving vs f16: accounted %.0f, measured %.0f (ratio %.4f), after malloc_trim %.0f (%.4f)\n",
+               arms[a], acc, meas, meas / acc, mt, mt / acc);
+        CHECKF(fabs(mt - acc) <= 0.05 * acc, "%s: measured saving after trim %.0f vs accounted %.0f", arms[a], mt, acc);
         CHECK(acc > 0);
         CHECKF(fabs(meas - acc) <= 0.05 * acc, "%s: measured saving %.0f vs accounted %.0f (ratio %.4f)", arms[a],
                meas, acc, meas / acc);
