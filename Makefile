@@ -6,7 +6,7 @@ JOBS ?= 2
 PROMPT ?= The history of the printing press
 FUZZ_SECONDS ?= 60
 
-.PHONY: all setup build generate test test-release test-asan fuzz bench clean
+.PHONY: all setup build generate test test-release test-asan fuzz bench report clean
 
 all: build
 
@@ -39,7 +39,13 @@ test: setup
 	$(MAKE) fuzz
 
 bench: build
-	./$(BUILD)/veloxquant bench --ctx 128,2048,8192 --kv f16 --reps 5
+	./$(BUILD)/veloxquant bench --kv f16 --kv q4_0 --kv turboquant_mse:k=4,v=4 --reps 5
+
+# The measured report (scripts/report.sh): quality, memory, throughput, needle, kernels -> JSON in
+# docs/results/<stage>/, then docs/results.md + PNGs. Stages whose JSON exists are kept; FORCE=1 reruns.
+# Run it on a quiet machine: it takes hours at full size (docs/results.md says what each stage measured).
+report: build
+	BIN=./$(BUILD)/veloxquant bash scripts/report.sh
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

@@ -4,8 +4,9 @@
 #   libpcre2-dev   : the byte-level BPE pre-tokenizer regex (Unicode classes, lookahead)
 #   libomp-dev clang libclang-rt-14-dev : clang's OpenMP and libFuzzer/ASan runtimes for the fuzz run
 #   python3 python3-venv : the scripts that fetch the model and build the reference fixtures
+#   gnuplot-nox    : the report's plots (make report)
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libpcre2-dev libomp-dev clang libclang-rt-14-dev python3 python3-venv python3-pip unzip)
+pkgs=(build-essential cmake pkg-config libpcre2-dev libomp-dev clang libclang-rt-14-dev python3 python3-venv python3-pip unzip gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

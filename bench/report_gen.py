@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""Builds docs/results.md (and the PNG plots beside the JSON) from what scripts/report.sh wrote into
+RESULTS/<stage>/: quality (ppl/*.json), memory (memory/summary.json + one JSON per arm), throughput
+(throughput/bench.json, llama.cpp arms when present), needle (needle/needle.json) and bench-kernels.
+Each stage's stamp.json gives the commit, date, machine and exact command. A stage without JSON is
+reported as "not run". Standard library only; plots need gnuplot (skipped with a note without it).
+
+  python3 bench/report_gen.py --results docs/results --out docs/results.md
+"""
+import argparse, glob, json, os, re, shutil, statistics, subprocess, tempfile
+
+MB = 1048576.0
+GOALS = {4: 1.0, 3: 3.0, 2: 10.0}     # bits class -> largest ΔPPL vs f16 in %
+REF_ARM = "q4_0:rotate=1"
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def stamp_line(d):
+    s = load(os.path.join(d, "stamp.json"))
+    if not s:
+        return "(no stamp.json: commit and command unknown)", None
+    dirty = " (+ uncommitted changes in src/tools)" if s.get("source_dirty") else ""
+    cmds = "\n".join(s.get("commands", []))
+    line = (f"commit `{s.get('commit', '?')[:12]}`{dirty}, {s.get('date_utc', '?')}, {s.get('seconds', 0):.0f} s, "
+            f"load at end {s.get('load1_end', 0):.2f}\n\n```\n{cmds}\n```")
+    return line, s
+
+
+def nominal_bits(arm, bpe):
+    m = re.search(r"bits=(\d+)", arm)
+    if m:
+        return int(m.group(1))
+    k, v = re.search(r"\bk=(\d+)", arm), re.search(r"\bv=(\d+)", arm)
+    if k and v:
+        return round((int(k.group(1)) + int(v.group(1))) / 2)
+    m = re.match(r"(?:q(\d+)_|f(\d+)$)", arm)
+    if m:
+        return int(m.group(1) or m.group(2))
+    return int(round(bpe)) if bpe else None
+
+
+def gnuplot(out_png, series, xlabel, ylabel, title, logx=False, points=False):
+    """series: [(name, [(x, y), ...])]; one PNG. Returns None or the reason it was not made."""
+    if not shutil.which("gnuplot"):
+        return "gnuplot absent (scripts/setup-deps.sh installs gnuplot-nox)"
+    series = [(n, pts) for n, pts in series if pts]
+    if not series:
+        return "no data"
+    with tempfile.TemporaryDirectory() as td:
+        plots = []
+        for i, (name, pts) in enumerate(series):
+            f = os.path.join(td, f"s{i}.dat")
+            with open(f, "w") as fh:
+                for x, y in sorted(pts):
+                    fh.write(f"{x} {y}\n")
+            style = "points pt 7 ps 1.5" if points else "linespoints pt 7"
+            plots.append(f"'{f}' using 1:2 with {style} title '{name.replace(chr(39), '')}'")
+        g = [f"set terminal pngcairo noenhanced size 900,560 font ',10'", f"set output '{out_png}'",
+             f"set title '{title}'", f"set xlabel '{xlabel}'", f"set ylabel '{ylabel}'", "set grid",
+             "set key outside right"]
+        if logx:
+            g.append("set logscale x 2")
+        g.append("plot " + ", ".join(plots))
+        r = subprocess.run(["gnuplot"], input="\n".join(g) + "\n", capture_output=True, text=True)
+        if r.returncode != 0:
+            return "gnuplot failed: " + r.stderr.strip()[-200:]
+    return None
+
+
+def machine_section(results):
+    for st in ("throughput", "memory", "ppl", "needle", "bench-kernels"):
+        s = load(os.path.join(results, st, "stamp.json"))
+        if s and "machine" in s:
+            m = s["machine"]
+            return (f"- CPU: {m.get('cpu', '?')}, {m.get('cores', '?')} cores online, RAM {m.get('ram', '?')}, "
+                    f"kernel {m.get('kernel', '?')} (from {st}/stamp.json)")
+    return "- machine: unknown (no stage has a stamp.json)"
+
+
+def quality(results, md, plots):
+    d = os.path.join(results, "ppl")
+    files = sorted(glob.glob(os.path.join(d, "*.json")))
+    files = [f for f in files if not f.endswith("stamp.json")]
+    md.append("## Quality: WikiText-2 perplexity (decode mode: every prediction reads the cache)\n")
+    if not files:
+        md.append("not run\n")
+        return
+    st, _ = stamp_line(d)
+    md.append(st + "\n")
+    arms = []
+    ctx = None
+    for f in files:
+        j = load(f)
+        if not j:
+            continue
+        ctx = j.get("ctx", ctx)
+        arms.extend(j.get("arms", []))
+    base = next((a for a in arms if a["kv"] == "f16"), None)
+    ref = next((a for a in arms if a["kv"] == REF_ARM), None)
+    md.append(f"ctx {ctx}, scored tokens {base['scored'] if base else '?'}; goals (ΔPPL vs f16): 4-bit ≤ +1%, "
+              f"3-bit ≤ +3%, 2-bit ≤ +10%; last column: lower PPL than {REF_ARM} at ≤ its bits/elem.\n")
+    md.append("| KV arm | PPL | ΔPPL vs f16 | bits/elem | KV bytes | bits class | goal | beats " + REF_ARM + " |")
+    md.append("|---|---|---|---|---|---|---|---|")
+    pts = []
+    for a in sorted(arms, key=lambda a: (-a.get("bits_per_elem", 0), a["kv"])):
+        dp = 100 * (a["ppl"] / base["ppl"] - 1) if base else None
+        nb = nominal_bits(a["kv"], a.get("bits_per_elem"))
+        goal = "-"
+        if dp is not None and nb in GOALS:
+            goal = f"{'met' if dp <= GOALS[nb] else 'missed'} (≤ +{GOALS[nb]:g}%)"
+        beat = "-"
+        if ref and a["kv"] != REF_ARM and a.get("bits_per_elem", 99) <= ref.get("bits_per_elem", 0) + 1e-9:
+            beat = "yes" if a["ppl"] < ref["ppl"] else "no"
+        md.append(f"| `{a['kv']}` | {a['ppl']:.4f} | {'' if dp is None else f'{dp:+.2f}%'} | "
+                  f"{a.get('bits_per_elem', 0):.3f} | {a.get('kv_bytes', 0)} | {nb if nb else '-'} | {goal} | {beat} |")
+        if dp is not None and a["kv"] not in ("f32",):
+            pts.append((a["kv"], [(a.get("bits_per_elem", 0), dp)]))
+    png = os.path.join(results, "ppl_vs_bits.png")
+    why = gnuplot(png, pts, "bits per element (K and V, all metadata)", "ΔPPL vs f16 (%)",
+                  "Quality against bits: WikiText-2, SmolLM2-135M", points=True)
+    plots.append(("ΔPPL vs bits/elem", png, why))
+    md.append("")
+
+
+def memory(results, md, plots):
+    d = os.path.join(results, "memory")
+    s = load(os.path.join(d, "summary.json"))
+    md.append("## Memory: measured resident bytes against the cache's account\n")
+    if not s:
+        md.append("not run\n")
+        return
+    st, _ = stamp_line(d)
+    md.append(st + "\n")
+    md.append("One fresh process per arm (`veloxquant bench --rss-only`): RSS read with the model loaded and "
+              "warmed and no cache, then after prefilling real WikiText-2 tokens through the cache. "
+              f"Saving ratio = measured RSS saving vs f16 / accounted saving (vq_kv_bytes); PASS within "
+              f"{100 * s.get('tolerance', 0.05):.0f}% (f16 row: RSS delta / its own KV bytes). 'After malloc_trim': the "
+              "same with RSS read right after malloc_trim(0), which gives back freed scratch the allocator kept "
+              "(it cannot give back memory the cache holds); PASS is judged on the raw ratio.\n")
+    md.append("| KV arm | ctx | KV bytes (accounted) | RSS delta (measured) | saving accounted | saving measured | ratio "
+              "| ratio after malloc_trim | result |")
+    md.append("|---|---|---|---|---|---|---|---|---|")
+    for r in s.get("rows", []):
+        if "error" in r:
+            md.append(f"| `{r['kv']}` | | | | | | | | not run: {r['error'][:80]} |")
+            continue
+        sa = f"{r['saving_accounted'] / MB:.2f} MB" if "saving_accounted" in r else "-"
+        sm = f"{r['saving_measured'] / MB:.2f} MB" if "saving_measured" in r else "-"
+        ra = f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-"
+        rt = f"{r['ratio_trim']:.4f}" if r.get("ratio_trim") is not None else "-"
+        md.append(f"| `{r['kv']}` | {r['ctx']} | {r['kv_bytes'] / MB:.2f} MB | {r['rss_delta'] / MB:.2f} MB | {sa} | "
+                  f"{sm} | {ra} | {rt} | {'PASS' if r.get('pass') else 'FAIL'} |")
+    series = []
+    for f in sorted(glob.glob(os.path.join(d, "*.json"))):
+        j = load(f)
+        if not j or "points" not in j:
+            continue
+        series.append((j["kv"], [(p["ctx"], p["rss"] / MB) for p in j["points"]]))
+    png = os.path.join(results, "memory_vs_ctx.png")
+    why = gnuplot(png, series, "context (tokens in the cache)", "process resident memory (MB)",
+                  "Resident memory against context, one process per arm", logx=True)
+    plots.append(("resident MB vs context", png, why))
+    md.append("")
+
+
+def throughput(results, md, plots):
+    d = os.path.join(results, "throughput")
+    j = load(os.path.join(d, "bench.json"))
+    md.append("## Throughput: decode tokens/s against context\n")
+    if not j:
+        md.append("not run\n")
+        return
+    st, _ = stamp_line(d)
+    md.append(st + "\n")
+    bw = j.get("bandwidth", {})
+    md.append(f"{j.get('machine', '')}; threads {j.get('threads')}, kernels {j.get('isa')}; {j.get('reps')} repeats, "
+              f"arms interleaved (rep outermost); {j.get('gen')} decode tokens timed per repeat; load average "
+              f"{j.get('load1_min', 0):.2f}-{j.get('load1_max', 0):.2f}. Read bandwidth measured in the same run: "
+              f"{bw.get('median_gbps', 0):.2f} GB/s median [{bw.get('min_gbps', 0):.2f}, {bw.get('max_gbps', 0):.2f}] "
+              f"({bw.get('buffer_bytes', 0) / MB:.0f} MiB buffer). Physical limit = bandwidth / (KV bytes held + "
+              f"model file bytes {j.get('model_bytes', 0) / MB:.1f} MB, an upper bound of the weights one step "
+              f"reads). Noise = the baseline ({j.get('baseline')}) arm's (max-min)/median at that ctx: a ratio "
+              f"within 1 ± noise is no result. Peak RSS: VmHWM over that arm's own runs.\n")
+    md.append("| KV arm | ctx | decode tok/s med [min, max] | vs f16 [lo, hi] | noise | limit tok/s | of limit | "
+              "prefill tok/s med | peak RSS MB | KV MB |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|")
+    series = {}
+    for r in j.get("summary", []):
+        dt, v, p = r["decode_tps"], r["vs_baseline"], r["prefill_tps"]
+        md.append(f"| `{r['kv']}` | {r['ctx']} | {dt['median']:.1f} [{dt['min']:.1f}, {dt['max']:.1f}] | "
+                  f"{v['median']:.3f} [{v['lo']:.3f}, {v['hi']:.3f}] | {100 * r['noise_floor']:.1f}% | "
+                  f"{r['max_tps']:.1f} | {100 * r['fraction_of_max']:.0f}% | {p['median']:.1f} | "
+                  f"{r['peak_rss'] / MB:.1f} | {r['kv_bytes'] / MB:.2f} |")
+        series.setdefault(r["kv"], []).append((r["ctx"], dt["median"]))
+    md.append("")
+    lc = sorted(glob.glob(os.path.join(d, "llamacpp_*.json")))
+    skipped = os.path.join(d, "llamacpp_skipped.txt")
+    if lc:
+        md.append("llama.cpp beside ours (`bench/decode_vs_llamacpp.py`: one process per engine and repeat, "
+                  "alternating):\n")
+        md.append("| engine | KV | ctx | decode tok/s med [min, max] | prefill tok/s med | peak RSS MB |")
+        md.append("|---|---|---|---|---|---|")
+        for f in lc:
+            kv = os.path.basename(f)[len("llamacpp_"):-len(".json")]
+            raw = (load(f) or {}).get("raw", [])
+            for c in sorted({x["ctx"] for x in raw}):
+                for eng in ("veloxquant", "llama.cpp"):
+                    rs = [x for x in raw if x["ctx"] == c and x["engine"] == eng]
+                    if not rs:
+                        continue
+                    dd = [x["decode_tps"] for x in rs]
+                    md.append(f"| {eng} | {kv} | {c} | {statistics.median(dd):.1f} [{min(dd):.1f}, {max(dd):.1f}] | "
+                              f"{statistics.median(x['prefill_tps'] for x in rs):.1f} | "
+                              f"{max(x['peak_rss'] for x in rs) / MB:.1f} |")
+                    if eng == "llama.cpp":
+                        series.setdefault(f"llama.cpp {kv}", []).append((c, statistics.median(dd)))
+        md.append("")
+    if os.path.exists(skipped):
+        md.append(open(skipped).read().strip() + "\n")
+    png = os.path.join(results, "throughput_vs_ctx.png")
+    why = gnuplot(png, list(series.items()), "context (tokens)", "decode tokens/s (median)",
+                  "Decode throughput against context", logx=True)
+    plots.append(("tokens/s vs context", png, why))
+
+
+def needle(results, md):
+    d = os.path.join(results, "needle")
+    j = load(os.path.join(d, "needle.json"))
+    md.append("## Needle (passkey retrieval)\n")
+    if not j:
+        sk = os.path.join(d, "skipped.txt")
+        md.append((open(sk).read().strip() if os.path.exists(sk) else "not run") + "\n")
+        return
+    st, _ = stamp_line(d)
+    md.append(st + "\n")
+    md.append(f"filler {j.get('filler')}, format {j.get('format')}, {j.get('digits')} digits, seed {j.get('seed')}.\n")
+    acc = j.get("accuracy", [])
+    ctxs = sorted({a["ctx"] for a in acc})
+    arms = list(dict.fromkeys(a["arm"] for a in acc))
+    md.append("| KV arm | " + " | ".join(f"ctx {c}" for c in ctxs) + " |")
+    md.append("|---|" + "---|" * len(ctxs))
+    for arm in arms:
+        cells = []
+        for c in ctxs:
+            a = next((x for x in acc if x["arm"] == arm and x["ctx"] == c), None)
+            cells.append(f"{a['correct']}/{a['total']}" if a else "-")
+        md.append(f"| `{arm}` | " + " | ".join(cells) + " |")
+    md.append("")
+
+
+def kernels(results, md, outdir):
+    d = os.path.join(results, "bench-kernels")
+    j = os.path.join(d, "bench_kernels.json")
+    md.append("## Decode-attention kernels (bench-kernels)\n")
+    if not os.path.exists(j):
+        md.append("not run\n")
+        return
+    st, _ = stamp_line(d)
+    md.append(st + "\n")
+    t = os.path.join(d, "bench_kernels.txt")
+    if os.path.exists(t):
+        md.append("```\n" + open(t).read().rstrip() + "\n```\n")
+    md.append(f"Every raw repeat: [{os.path.relpath(j, outdir)}]({os.path.relpath(j, outdir)}).\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default="docs/results")
+    ap.add_argument("--out", default="docs/results.md")
+    ap.add_argument("--command", default="make report")
+    a = ap.parse_args()
+    outdir = os.path.dirname(os.path.abspath(a.out))
+    md = ["# VeloxQuant measured results\n",
+          f"Generated by `bench/report_gen.py` from the JSON in `{os.path.relpath(a.results, outdir)}/`; "
+          f"regenerate everything with `{a.command}` (scripts/report.sh; FORCE=1 reruns stages whose JSON "
+          "exists). Each section names the commit, date and exact command of its own run.\n",
+          machine_section(a.results) + "\n"]
+    plots = []
+    quality(a.results, md, plots)
+    memory(a.results, md, plots)
+    throughput(a.results, md, plots)
+    needle(a.results, md)
+    kernels(a.results, md, outdir)
+    md.append("## Plots\n")
+    for name, png, why in plots:
+        rel = os.path.relpath(png, outdir)
+        md.append(f"- {name}: " + (f"not made ({why})" if why else f"![{name}]({rel})"))
+    with open(a.out, "w") as f:
+        f.write("\n".join(md) + "\n")
+    print(f"report_gen: wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

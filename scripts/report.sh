@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# report.sh: the whole measured report (issue 4 item 6) in one command (`make report`). Runs the
+# stages below, each writing JSON into $RESULTS/<stage>/ with a stamp.json (commit of the source the
+# binary was built from, date, machine, load, the exact commands, seconds), then builds
+# docs/results.md and the PNGs from the JSON (bench/report_gen.py). A stage whose JSON is already
+# there is skipped unless FORCE=1 (quality and memory skip per arm, so an interrupted run resumes).
+#   quality     scripts/report_ppl.sh (decode-mode WikiText-2 ppl, ctx 2048, one JSON per arm)
+#   memory      bench/report_memory.py: RSS delta vs vq_kv_bytes, one process per arm, ctx to 8192
+#   throughput  veloxquant bench (arms interleaved, 5 reps) [+ llama.cpp arms when importable]
+#   needle      veloxquant needle --json (skipped with a note when the command is absent)
+#   kernels     veloxquant bench-kernels --json-file
+# Knobs (env): BIN, RESULTS (default docs/results), OUTMD (default docs/results.md), STAGES (default
+# "quality memory throughput needle kernels"), FORCE, THREADS; per stage: CTX/MAXTOK (quality, read by
+# report_ppl.sh), PPL_ARMS (default: report_ppl.sh's list), MEM_CTX, BENCH_CTX, BENCH_REPS, BENCH_GEN, BENCH_ARMS, BW_MB, LLAMA_KV, NEEDLE_ARGS,
+# BK_ARGS. Smoke test: RESULTS=/tmp/r OUTMD=/tmp/r/results.md CTX=256 MAXTOK=512 MEM_CTX=128,256
+#   BENCH_CTX=128,256 BENCH_REPS=2 BENCH_GEN=8 NEEDLE_ARGS="--ctx 256 --depths 0.5 --trials 1"
+#   BK_ARGS="--n 1024 --dims 64 --reps 2 --pool-mb 16" scripts/report.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/veloxquant}
+RESULTS=${RESULTS:-docs/results}
+OUTMD=${OUTMD:-docs/results.md}
+STAGES=${STAGES:-quality memory throughput needle kernels}
+THREADS=${THREADS:-2}
+MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+TEXT=${TEXT:-../shared/data/wikitext-2-raw-test.txt}
+BENCH_CTX=${BENCH_CTX:-1024,4096,8192}
+BENCH_REPS=${BENCH_REPS:-5}
+BENCH_GEN=${BENCH_GEN:-32}
+BENCH_ARMS=${BENCH_ARMS:-"f16 q8_0 q4_0 q4_0:rotate=1 turboquant_mse:k=4,v=4 turboquant_mse:k=3,v=3 kivi:bits=4"}
+MEM_CTX=${MEM_CTX:-1024,2048,4096,8192}
+BW_MB=${BW_MB:-1024}
+LLAMA_KV=${LLAMA_KV:-f16}
+LLAMA_PY=${LLAMA_PY:-.venv-llamacpp/bin/python}
+export BIN MODEL TEXT THREADS
+[ -x "$BIN" ] || { echo "report: $BIN not built (make build)" >&2; exit 1; }
+[ -f "$TEXT" ] || { echo "report: $TEXT missing (../shared absent?)" >&2; exit 1; }
+mkdir -p "$RESULTS"
+
+# stamp DIR STAGE SECONDS CMD...: what produced the stage's JSON
+stamp() {
+  local dir=$1 stage=$2 secs=$3; shift 3
+  python3 - "$dir/stamp.json" "$stage" "$secs" "$BIN" "$@" <<'PY'
+import json, os, platform, subprocess, sys, time
+out, stage, secs, binp, cmds = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5:]
+def sh(*c):
+    try: return subprocess.run(c, capture_output=True, text=True).stdout.strip()
+    except OSError: return ""
+commit = sh("git", "rev-parse", "HEAD")
+dirty = sh("git", "status", "--porcelain", "--untracked-files=no", "--", "src", "include", "tools", "CMakeLists.txt")
+model = ""
+for l in sh("lscpu").splitlines():
+    if l.startswith("Model name:"): model = l.split(":", 1)[1].strip()
+mem = ""
+for l in open("/proc/meminfo"):
+    if l.startswith("MemTotal:"): mem = l.split()[1] + " kB"
+json.dump({"stage": stage, "commit": commit, "source_dirty": bool(dirty),
+           "binary": binp, "binary_mtime_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(binp))),
+           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": secs,
+           "commands": cmds, "load1_end": os.getloadavg()[0],
+           "machine": {"cpu": model, "cores": os.cpu_count(), "ram": mem, "kernel": platform.release()}},
+          open(out, "w"), indent=1)
+PY
+}
+
+has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+t_start() { T0=$(date +%s); echo "report: stage $1 ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))" >&2; }
+elapsed() { echo $(( $(date +%s) - T0 )); }
+
+if has quality; then
+  D=$RESULTS/ppl; t_start quality
+  read -r -a pa <<< "${PPL_ARMS:-}"   # empty: report_ppl.sh's own arm list (the issue's)
+  C="scripts/report_ppl.sh $D ${PPL_ARMS:-}   # CTX=${CTX:-2048} MAXTOK=${MAXTOK:-18432}"
+  if bash scripts/report_ppl.sh "$D" "${pa[@]}"; then stamp "$D" quality "$(elapsed)" "$C"
+  else echo "report: quality stage failed (see above); the report marks missing arms" >&2; fi
+fi
+
+if has memory; then
+  D=$RESULTS/memory; mkdir -p "$D"; t_start memory
+  C="python3 bench/report_memory.py --out $D --ctx $MEM_CTX --bin $BIN"
+  if python3 bench/report_memory.py --out "$D" --ctx "$MEM_CTX" --bin "$BIN" --model "$MODEL" --text "$TEXT" \
+       --threads "$THREADS" | tee "$D.txt.tmp"; then
+    mv "$D.txt.tmp" "$D/table.txt"; stamp "$D" memory "$(elapsed)" "$C"
+  else echo "report: memory stage failed" >&2; rm -f "$D.txt.tmp"; fi
+fi
+
+if has throughput; then
+  D=$RESULTS/throughput; mkdir -p "$D"; t_start throughput
+  if [ -s "$D/bench.json" ] && [ -z "${FORCE:-}" ]; then echo "report: throughput: kept $D/bench.json" >&2
+  else
+    kv=(); for a in $BENCH_ARMS; do kv+=(--kv "$a"); done
+    C="$BIN bench -m $MODEL -f $TEXT --ctx $BENCH_CTX ${kv[*]} --reps $BENCH_REPS --gen $BENCH_GEN -t $THREADS --bw-mb $BW_MB --json-file $D/bench.json"
+    if "$BIN" bench -m "$MODEL" -f "$TEXT" --ctx "$BENCH_CTX" "${kv[@]}" --reps "$BENCH_REPS" --gen "$BENCH_GEN" \
+         -t "$THREADS" --bw-mb "$BW_MB" --json-file "$D/bench.json.tmp" > "$D/bench.txt"; then
+      mv "$D/bench.json.tmp" "$D/bench.json"; cat "$D/bench.txt"
+      # llama.cpp beside ours (f16 cache, one process per arm and repeat, interleaved)
+      rm -f "$D/llamacpp_skipped.txt"
+      why=""
+      if [ ! -x "$LLAMA_PY" ]; then why="$LLAMA_PY absent (tests/fixtures/README.md says how to make the venv)"
+      elif ! "$LLAMA_PY" -c "import llama_cpp" 2>/dev/null; then why="llama_cpp not importable from $LLAMA_PY"; fi
+      if [ -z "$why" ]; then
+        for k in $LLAMA_KV; do
+          LC="$LLAMA_PY bench/decode_vs_llamacpp.py --bin $BIN --model $MODEL --ctx $BENCH_CTX --reps $BENCH_REPS --gen $BENCH_GEN --threads $THREADS --kv $k --json $D/llamacpp_$k.json"
+          if $LC > "$D/llamacpp_$k.txt"; then C="$C ; $LC"; cat "$D/llamacpp_$k.txt"
+          else echo "llama.cpp arm $k failed: see $D/llamacpp_$k.txt" >> "$D/llamacpp_skipped.txt"; fi
+        done
+      else echo "llama.cpp arms skipped: $why" > "$D/llamacpp_skipped.txt"; cat "$D/llamacpp_skipped.txt"; fi
+      stamp "$D" throughput "$(elapsed)" "$C"
+    else echo "report: throughput stage failed" >&2; rm -f "$D/bench.json.tmp"; fi
+  fi
+fi
+
+if has needle; then
+  D=$RESULTS/needle; mkdir -p "$D"; t_start needle
+  if [ -s "$D/needle.json" ] && [ -z "${FORCE:-}" ]; then echo "report: needle: kept $D/needle.json" >&2
+  elif ! "$BIN" needle --help >/dev/null 2>&1; then
+    echo "needle skipped: '$BIN needle --help' failed (command not built in this binary)" > "$D/skipped.txt"; cat "$D/skipped.txt"
+  else
+    rm -f "$D/skipped.txt"
+    kv=(); for a in $BENCH_ARMS; do kv+=(--kv "$a"); done
+    # NEEDLE_ARGS replaces the arms and settings (default: the throughput arms, needle's own defaults)
+    if [ -n "${NEEDLE_ARGS:-}" ]; then read -r -a na <<< "$NEEDLE_ARGS"; else na=("${kv[@]}"); fi
+    C="$BIN needle -m $MODEL -t $THREADS ${na[*]} --json"
+    if "$BIN" needle -m "$MODEL" -t "$THREADS" "${na[@]}" --json > "$D/needle.json.tmp"; then
+      mv "$D/needle.json.tmp" "$D/needle.json"; stamp "$D" needle "$(elapsed)" "$C"
+    else echo "report: needle stage failed" >&2; rm -f "$D/needle.json.tmp"; fi
+  fi
+fi
+
+if has kernels; then
+  D=$RESULTS/bench-kernels; mkdir -p "$D"; t_start kernels
+  if [ -s "$D/bench_kernels.json" ] && [ -z "${FORCE:-}" ]; then echo "report: kernels: kept $D/bench_kernels.json" >&2
+  else
+    read -r -a ba <<< "${BK_ARGS:-}"
+    C="$BIN bench-kernels ${BK_ARGS:-} --json-file $D/bench_kernels.json"
+    if "$BIN" bench-kernels "${ba[@]}" --json-file "$D/bench_kernels.json.tmp" > "$D/bench_kernels.txt"; then
+      mv "$D/bench_kernels.json.tmp" "$D/bench_kernels.json"; stamp "$D" kernels "$(elapsed)" "$C"
+    else echo "report: bench-kernels stage failed" >&2; rm -f "$D/bench_kernels.json.tmp"; fi
+  fi
+fi
+
+python3 bench/report_gen.py --results "$RESULTS" --out "$OUTMD" --command "make report${FORCE:+ FORCE=1}"
