@@ -1,7 +1,8 @@
 /* test_kv_layers.c: per-layer overrides ("base@0,-1=f16"): the grammar, its normalized form and
  * every error path (messages name the bad text); overridden layers really use their codec; bytes
  * per layer add up against a count from the codecs' block sizes (and the allocation tally); and
- * attention/read-back of an overridden layer equal those of a plain cache of that layer's spec. */
+ * attention/read-back of an overridden layer equal those of a plain cache of that layer's spec;
+ * random specs from the grammar's pieces never crash and round-trip when accepted. */
 #include "../vq_test.h"
 #include "kv/kv.h"
 #include "codec/codec.h"
@@ -93,6 +94,59 @@ static void test_grammar(void) {
     spec_bad(longspec, "longer than 2047", NULL);
     vq_err err;
     CHECK(vq_kv_create(NULL, &D, 1, &err) == NULL && err.code == VQ_ERR_ARG);
+}
+
+/* Random specs from the grammar's pieces: never a crash (ASan/UBSan builds), either VQ_ERR_ARG
+ * with a message or a cache whose normalized spec round-trips and whose layers hold a codec. */
+static void test_random_specs(vq_rng *rng) {
+    static const char *specs[] = {"f16", "q8_0", "f32;window=3", "q4_0:rotate=1", "k=q8_0;v=f16",
+                                  "turboquant_mse:k=4,v=3", "f16;page=8", "kivi:residual=16", "", "nosuch"};
+    static const char *items[] = {"0", "1", "5", "-1", "-6", "2..4", "-3..-2", "7", "-7", "x", "", "3..1", " 2 "};
+    static const char *piece[] = {"@", "=", ",", "..", "-", "0", ";", "k=", ":", "x", " "};
+    int ok = 0, bad = 0;
+    for (int it = 0; it < 1200; it++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, "%s", specs[vq_rng_u64(rng) % 8]);   /* a valid base */
+        int n_ovr = (int)(vq_rng_u64(rng) % 4);
+        for (int o = 0; o < n_ovr; o++) {
+            strcat(spec, "@");
+            int n_it = 1 + (int)(vq_rng_u64(rng) % 3);
+            for (int i = 0; i < n_it; i++) {
+                if (i) strcat(spec, ",");
+                size_t range = vq_rng_u64(rng) % 4 ? 7 : VQ_ARRAY_LEN(items);   /* mostly valid items */
+                strcat(spec, items[vq_rng_u64(rng) % range]);
+            }
+            strcat(spec, "=");
+            size_t range = vq_rng_u64(rng) % 4 ? 8 : VQ_ARRAY_LEN(specs);
+            strcat(spec, specs[vq_rng_u64(rng) % range]);
+        }
+        if (vq_rng_u64(rng) % 4 == 0) {   /* a stray piece somewhere */
+            size_t at = vq_rng_u64(rng) % (strlen(spec) + 1);
+            char tail[512];
+            snprintf(tail, sizeof tail, "%s", spec + at);
+            spec[at] = 0;
+            strcat(spec, piece[vq_rng_u64(rng) % VQ_ARRAY_LEN(piece)]);
+            strcat(spec, tail);
+        }
+        vq_err err;
+        vq_kv *kv = vq_kv_create(spec, &D, 3, &err);
+        if (!kv) {
+            bad++;
+            CHECKF(err.code == VQ_ERR_ARG && err.msg[0], "'%s': code %d, msg '%s'", spec, err.code, err.msg);
+            continue;
+        }
+        ok++;
+        vq_kv *kv2 = vq_kv_create(vq_kv_spec(kv), &D, 3, &err);
+        CHECKF(kv2 && !strcmp(vq_kv_spec(kv2), vq_kv_spec(kv)), "'%s' -> '%s' does not round-trip", spec,
+               vq_kv_spec(kv));
+        for (int l = 0; l < D.n_layers; l++)
+            CHECK(vq_kv_codec_state(kv, l, 0) && vq_kv_codec_state(kv, l, 1) && vq_kv_layer_spec(kv, l)[0]);
+        CHECK(vq_kv_bytes(kv) == vq_kv_bytes_tally(kv));
+        vq_kv_destroy(kv2);
+        vq_kv_destroy(kv);
+    }
+    printf("random specs: %d accepted, %d rejected\n", ok, bad);
+    CHECK(ok > 150 && bad > 150);
 }
 
 static void fill(vq_rng *r, float *x, size_t n) {
@@ -233,6 +287,7 @@ int main(void) {
     vq_rng rng;
     vq_rng_seed(&rng, seed);
     test_grammar();
+    test_random_specs(&rng);
     test_bytes(&rng);
     test_same_as_plain(&rng);
     return vq_t_done();
