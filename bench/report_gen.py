@@ -30,6 +30,9 @@ def stamp_line(d):
     cmds = "\n".join(s.get("commands", []))
     line = (f"commit `{s.get('commit', '?')[:12]}`{dirty}, {s.get('date_utc', '?')}, {s.get('seconds', 0):.0f} s, "
             f"load at end {s.get('load1_end', 0):.2f}\n\n```\n{cmds}\n```")
+    if s.get("kept_from_earlier_runs"):
+        line += ("\n\nKept from earlier runs (not rerun by this one; their commit is not recorded here, "
+                 "FORCE=1 redoes them): " + ", ".join(f"`{k}`" for k in s["kept_from_earlier_runs"]))
     return line, s
 
 
@@ -289,6 +292,8 @@ def main():
     needle(a.results, md)
     kernels(a.results, md, outdir)
     md.append("## Plots\n")
+    if not plots:
+        md.append("none (no stage with data)")
     for name, png, why in plots:
         rel = os.path.relpath(png, outdir)
         md.append(f"- {name}: " + (f"not made ({why})" if why else f"![{name}]({rel})"))

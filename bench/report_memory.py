@@ -86,6 +86,7 @@ def main():
             row["pass"] = acc != 0 and abs(row["saving_measured"] - acc) <= a.tol * abs(acc)
         elif arm == "f16":
             row["ratio"] = p["rss_delta"] / p["kv_bytes"] if p["kv_bytes"] else None
+            row["ratio_trim"] = p["rss_delta_trim"] / p["kv_bytes"] if p["kv_bytes"] and "rss_delta_trim" in p else None
             row["pass"] = row["ratio"] is not None and abs(row["ratio"] - 1) <= a.tol
         fails += 0 if row.get("pass") else 1
         rows.append(row)

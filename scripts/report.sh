@@ -54,7 +54,9 @@ for l in sh("lscpu").splitlines():
 mem = ""
 for l in open("/proc/meminfo"):
     if l.startswith("MemTotal:"): mem = l.split()[1] + " kB"
+kept = [k for k in os.environ.get("KEPT", "").split() if k]
 json.dump({"stage": stage, "commit": commit, "source_dirty": bool(dirty),
+           "kept_from_earlier_runs": kept,
            "binary": binp, "binary_mtime_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(binp))),
            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": secs,
            "commands": cmds, "load1_end": os.getloadavg()[0],
@@ -63,12 +65,16 @@ json.dump({"stage": stage, "commit": commit, "source_dirty": bool(dirty),
 PY
 }
 
+# kept DIR: the per-arm JSON already there before a stage runs (made by an earlier run: their commit
+# is not this stamp's, and the report says so)
+kept() { (cd "$1" 2>/dev/null && ls -1 -- *.json 2>/dev/null | grep -v -e '^stamp.json$' -e '^summary.json$' | tr '\n' ' '); }
 has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 t_start() { T0=$(date +%s); echo "report: stage $1 ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))" >&2; }
 elapsed() { echo $(( $(date +%s) - T0 )); }
 
 if has quality; then
   D=$RESULTS/ppl; t_start quality
+  if [ -z "${FORCE:-}" ]; then KEPT=$(kept "$D"); else KEPT=""; fi; export KEPT
   read -r -a pa <<< "${PPL_ARMS:-}"   # empty: report_ppl.sh's own arm list (the issue's)
   C="scripts/report_ppl.sh $D ${PPL_ARMS:-}   # CTX=${CTX:-2048} MAXTOK=${MAXTOK:-18432}"
   if bash scripts/report_ppl.sh "$D" "${pa[@]}"; then stamp "$D" quality "$(elapsed)" "$C"
@@ -77,6 +83,7 @@ fi
 
 if has memory; then
   D=$RESULTS/memory; mkdir -p "$D"; t_start memory
+  if [ -z "${FORCE:-}" ]; then KEPT=$(kept "$D"); else KEPT=""; fi; export KEPT
   C="python3 bench/report_memory.py --out $D --ctx $MEM_CTX --bin $BIN"
   if python3 bench/report_memory.py --out "$D" --ctx "$MEM_CTX" --bin "$BIN" --model "$MODEL" --text "$TEXT" \
        --threads "$THREADS" | tee "$D.txt.tmp"; then
@@ -84,6 +91,7 @@ if has memory; then
   else echo "report: memory stage failed" >&2; rm -f "$D.txt.tmp"; fi
 fi
 
+KEPT=""; export KEPT
 if has throughput; then
   D=$RESULTS/throughput; mkdir -p "$D"; t_start throughput
   if [ -s "$D/bench.json" ] && [ -z "${FORCE:-}" ]; then echo "report: throughput: kept $D/bench.json" >&2
