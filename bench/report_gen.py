@@ -108,7 +108,8 @@ def quality(results, md, plots):
     base = next((a for a in arms if a["kv"] == "f16"), None)
     ref = next((a for a in arms if a["kv"] == REF_ARM), None)
     md.append(f"ctx {ctx}, scored tokens {base['scored'] if base else '?'}; goals (ΔPPL vs f16): 4-bit ≤ +1%, "
-              f"3-bit ≤ +3%, 2-bit ≤ +10%; last column: lower PPL than {REF_ARM} at ≤ its bits/elem.\n")
+              f"3-bit ≤ +3%, 2-bit ≤ +10%; bits class = the spec's bits= (or the mean of k=/v=, or the N of qN_0/fN), "
+              f"else bits/elem rounded; last column: lower PPL than {REF_ARM} at ≤ its bits/elem.\n")
     md.append("| KV arm | PPL | ΔPPL vs f16 | bits/elem | KV bytes | bits class | goal | beats " + REF_ARM + " |")
     md.append("|---|---|---|---|---|---|---|---|")
     pts = []
