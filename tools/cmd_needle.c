@@ -45,6 +45,8 @@ static const char *needle_help =
     "  -s, --seed N          run seed: picks the numbers (and text offsets) (default 1)\n"
     "  -t, --threads N       threads\n"
     "  -b, --batch N         prefill chunk (default 64)\n"
+    "      --print-prompt    print the first trial's prompt (first ctx and depth), decoded from its\n"
+    "                        tokens, with its token counts on stderr, and run nothing\n"
     "      --json            every trial as JSON (ctx, depth, arm, number, generated text, correct)\n"
     "                        plus accuracy per arm x ctx and per arm x ctx x depth\n";
 
@@ -136,7 +138,7 @@ int vq_cmd_needle(int argc, char **argv) {
     const char *specs_in[MAX_LIST]; int n_specs_in = 0;
     int ctxs[MAX_LIST] = { 1024, 4096, 8192 }, n_ctxs = 3;
     double depths[MAX_LIST] = { 0, 0.25, 0.5, 0.75, 1.0 }; int n_depths = 5;
-    int trials = 2, digits = 5, n_gen = 0, threads = 0, batch = 64, json = 0;
+    int trials = 2, digits = 5, n_gen = 0, threads = 0, batch = 64, json = 0, print_prompt = 0;
     vq_needle_filler filler = VQ_NEEDLE_FILLER_CLASSIC;
     vq_needle_format format = VQ_NEEDLE_FMT_PLAIN;
     uint64_t seed = 1;
@@ -173,6 +175,7 @@ int vq_cmd_needle(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { threads = (int)nparse_long(a, v, 1, 1024); i++; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch")) { batch = (int)nparse_long(a, v, 1, 8192); i++; }
         else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--print-prompt")) print_prompt = 1;
         else ndie("unknown option '%s' (see veloxquant needle --help)", a);
     }
     if (!n_gen) n_gen = digits + 3;
@@ -206,6 +209,26 @@ int vq_cmd_needle(int argc, char **argv) {
         .base = { .digits = digits, .n_gen = n_gen, .filler = filler, .filler_text = text,
                   .format = format, .seed = seed },
     };
+    if (print_prompt) {
+        vq_needle_params q = rp.base;
+        q.ctx = ctxs[0]; q.depth = depths[0]; q.seed = vq_needle_trial_seed(seed, q.ctx, 0, 0);
+        vq_needle_prompt pr;
+        if (vq_needle_build(m, &q, &pr, &err)) ndie("%s", err.msg);
+        size_t need = vq_detokenize(m->tok, pr.tok, pr.n, NULL, 0);
+        char *buf = malloc(need + 1);
+        if (!buf) ndie("out of memory");
+        buf[vq_detokenize(m->tok, pr.tok, pr.n, buf, need)] = 0;
+        printf("%s\n", buf);
+        fprintf(stderr, "needle: %d prompt tokens (ctx %d - %d answer), number %s, needle at token %d (%d tokens), "
+                        "%d of %d filler tokens before it (depth %.4f), longest filler sentence %d tokens\n",
+                pr.n, q.ctx, q.n_gen, pr.number, pr.needle_at, pr.needle_len, pr.filler_before, pr.filler_total,
+                pr.filler_total ? (double)pr.filler_before / pr.filler_total : 0, pr.max_unit);
+        free(buf);
+        vq_needle_prompt_free(&pr);
+        free(text);
+        vq_model_free(m);
+        return 0;
+    }
     long total = (long)n_ctxs * n_depths * trials * n_specs;
     vq_needle_trial *tr = calloc((size_t)total, sizeof *tr);
     if (!tr) ndie("out of memory for %ld trials", total);

@@ -13,6 +13,18 @@
 #include "../vq_test.h"
 #include "eval/needle.h"
 
+/* Under ASan the forward pass is ~20x slower: the real run then uses a shorter context. */
+#if defined(__SANITIZE_ADDRESS__)
+#define REAL_CTX 256
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REAL_CTX 256
+#endif
+#endif
+#ifndef REAL_CTX
+#define REAL_CTX 1024
+#endif
+
 static int count_occ(const char *hay, const char *needle) {
     int n = 0;
     for (const char *p = hay; (p = strstr(p, needle)); p++) n++;
@@ -153,11 +165,11 @@ int main(void) {
         CHECK(vq_needle_run(m, &rp, tr, NULL, NULL, &err) == VQ_ERR_ARG && strstr(err.msg, "trials"));
     }
 
-    /* a real run: ctx 1024, f16, needle at the start and at the end, one trial each; one thread,
+    /* a real run: ctx 1024 (256 under ASan), f16, needle at the start and at the end, one trial each; one thread,
      * because two threads on a busy 2-core machine are several times slower than one */
     {
         omp_set_num_threads(1);
-        int ctx = 1024;
+        int ctx = REAL_CTX;
         double dd[] = { 0, 1 };
         const char *specs[] = { "f16" };
         vq_needle_trial tr[2];
@@ -172,7 +184,7 @@ int main(void) {
             printf("ctx %d depth %.2f: %s -> '%s' %s (%.1f s)\n", t->ctx, t->depth, t->number, t->gen,
                    t->correct ? "ok" : "miss", t->seconds);
             CHECK(t->ctx == ctx && t->ctx_index == 0 && t->spec_index == 0 && t->trial == 0 && t->depth_index == i);
-            CHECK(t->depth == dd[i] && fabs(t->depth_actual - dd[i]) < 0.02);
+            CHECK(t->depth == dd[i] && fabs(t->depth_actual - dd[i]) < 0.05);
             CHECK(t->n_prompt == ctx - 8 && t->n_gen >= 1 && t->n_gen <= 8);
             CHECK(t->gen[0] != 0);
             CHECK(t->correct == (strstr(t->gen, t->number) != NULL));
@@ -186,7 +198,7 @@ int main(void) {
             }
             correct += t->correct;
         }
-        printf("f16 at ctx 1024: %d/2 correct (printed, not asserted)\n", correct);
+        printf("f16 at ctx %d: %d/2 correct (printed, not asserted)\n", ctx, correct);
     }
     free(wiki);
     vq_model_free(m);
