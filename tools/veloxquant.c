@@ -320,6 +320,10 @@ static const char *ppl_help =
     "      --kv-layers L=SPEC  per-layer override, appended to every --kv as '@L=SPEC': layers L\n"
     "                        (comma list, a..b ranges, negative = from the end) use SPEC, e.g.\n"
     "                        --kv q4_0 --kv-layers 0,-1=f16 -> q4_0@0,-1=f16 (repeatable)\n"
+    "      --serial-arms     decode mode, several --kv: run the arms one after another (default:\n"
+    "                        together, one batched forward per token, each arm its own cache;\n"
+    "                        same figures, the weights read once for all arms; tok/s is then\n"
+    "                        the pass's text tokens per second, shared by the arms)\n"
     "  -b, --batch N         prefill chunk (default 64)\n"
     "  -t, --threads N       threads\n"
     "      --json            machine-readable output\n";
@@ -327,6 +331,7 @@ static const char *ppl_help =
 static int cmd_perplexity(int argc, char **argv) {
     opts o; defaults(&o);
     o.n_ctx = 512;
+    int serial = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (common_opt(&o, argc, argv, &i)) continue;
@@ -338,6 +343,7 @@ static int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--split")) { if (!v) die("--split needs windows or paragraphs"); o.split = v; i++; }
         else if (!strcmp(a, "--max-paragraphs")) { o.max_paras = (int)parse_long(a, v, 1, INT_MAX); i++; }
         else if (!strcmp(a, "--bos-per-window")) o.bos_window = 1;
+        else if (!strcmp(a, "--serial-arms")) serial = 1;
         else die("perplexity: unknown option '%s' (see veloxquant perplexity --help)", a);
     }
     if (!o.file) die("perplexity: no text: use -f FILE");
@@ -363,17 +369,27 @@ static int cmd_perplexity(int argc, char **argv) {
         if (!kv) die("%s", e.msg);
         vq_kv_destroy(kv);
     }
+    const int batched = !serial && !paragraphs && mode == VQ_PPL_DECODE && o.n_kv > 1;
+    vq_ppl_acc *accs = calloc((size_t)o.n_kv, sizeof *accs);
+    if (!accs) die("out of memory");
+    if (batched) {   /* every arm in one pass: the figures come before any output */
+        vq_err err; vq_err_clear(&err);
+        if (vq_perplexity_windows_arms(m, o.kv_list, o.n_kv, tok, n_tok, &pp, progress, NULL, accs, &err))
+            die("%s", err.msg);
+    }
     if (o.json) {
         printf("{\"model\": ");
         json_str(stdout, m->path);
-        printf(", \"ctx\": %d, \"mode\": \"%s\", \"arms\": [", o.n_ctx, o.mode);
+        printf(", \"ctx\": %d, \"mode\": \"%s\", \"arms_batched\": %s, \"arms\": [", o.n_ctx, o.mode,
+               batched ? "true" : "false");
     }
     else printf("%-34s %9s %10s %10s %9s %12s %8s\n", "kv", "tokens", "mean_nll", "ppl", "tok/s", "kv bytes", "bits/el");
     for (int a = 0; a < o.n_kv; a++) {
-        vq_ppl_acc acc = { 0 };
+        vq_ppl_acc acc = accs[a];
         vq_err err; vq_err_clear(&err);
         int np = 0;
-        vq_status s = paragraphs ? vq_perplexity_paragraphs(m, o.kv_list[a], text, &pp, progress, NULL, &acc, &np, &err)
+        vq_status s = batched ? VQ_OK
+                    : paragraphs ? vq_perplexity_paragraphs(m, o.kv_list[a], text, &pp, progress, NULL, &acc, &np, &err)
                                  : vq_perplexity_windows(m, o.kv_list[a], tok, n_tok, &pp, progress, NULL, &acc, &err);
         if (s) die("%s", err.msg);
         double nll = acc.nll_sum / (double)VQ_MAX(acc.n_scored, 1);
@@ -393,6 +409,7 @@ static int cmd_perplexity(int argc, char **argv) {
         fflush(stdout);
     }
     if (o.json) printf("]}\n");
+    free(accs);
     free(tok);
     free(text);
     vq_model_free(m);

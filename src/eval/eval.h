@@ -69,6 +69,13 @@ vq_status vq_perplexity_windows(const vq_model *m, const char *kv_spec, const in
                                 const vq_ppl_params *p, vq_progress_cb cb, void *user,
                                 vq_ppl_acc *acc, vq_err *err);
 
+/* Decode mode over several KV arms in one pass: the same windows as vq_perplexity_windows, every
+ * arm's cache fed the same token at each step through vq_forward_arms (weights read once per step
+ * for all arms). accs[a] gets arm a's figures; seconds is the shared wall time of the pass. */
+vq_status vq_perplexity_windows_arms(const vq_model *m, const char *const *specs, int n_specs,
+                                     const int *tok, long n, const vq_ppl_params *p,
+                                     vq_progress_cb cb, void *user, vq_ppl_acc *accs, vq_err *err);
+
 /* llama2.c convention: text split on blank lines into paragraphs; each is [BOS] + its tokens,
  * cut at ctx; every next token from position 1 on is scored. */
 vq_status vq_perplexity_paragraphs(const vq_model *m, const char *kv_spec, const char *text,

@@ -80,6 +80,64 @@ vq_status vq_perplexity_windows(const vq_model *m, const char *kv_spec, const in
     return s;
 }
 
+vq_status vq_perplexity_windows_arms(const vq_model *m, const char *const *specs, int n_specs,
+                                     const int *tok, long n, const vq_ppl_params *p,
+                                     vq_progress_cb cb, void *user, vq_ppl_acc *accs, vq_err *err) {
+    if (n_specs < 1) return vq_err_set(err, VQ_ERR_ARG, "perplexity: no KV arm");
+    if (p->ctx < 2) return vq_err_set(err, VQ_ERR_ARG, "perplexity: --ctx %d must be at least 2", p->ctx);
+    if (p->max_tokens > 0 && n > p->max_tokens) n = p->max_tokens;
+    const int text_per_win = p->bos_per_window ? p->ctx - 1 : p->ctx, vocab = m->cfg.vocab_size;
+    const long n_win = n / text_per_win;
+    if (n_win < 1)
+        return vq_err_set(err, VQ_ERR_RANGE, "perplexity: the text has %ld tokens, fewer than one window of %d",
+                          n, text_per_win);
+    const int bos = vq_tok_bos(m->tok);
+    if (p->bos_per_window && bos < 0)
+        return vq_err_set(err, VQ_ERR_ARG, "perplexity: the model has no BOS token for --bos-per-window");
+    if (p->first_scored < 0 || p->first_scored > p->ctx - 2)
+        return vq_err_set(err, VQ_ERR_ARG, "perplexity: first scored position %d out of range for %d tokens",
+                          p->first_scored, p->ctx);
+    vq_kv_dims dims = vq_model_kv_dims(m, p->ctx);
+    vq_kv **kvs = calloc((size_t)n_specs, sizeof *kvs);
+    int *win = malloc((size_t)p->ctx * sizeof(int)), *step = malloc((size_t)n_specs * sizeof(int));
+    float *logits = malloc((size_t)n_specs * vocab * sizeof(float));
+    vq_fwd *f = NULL;
+    vq_status s = (!kvs || !win || !step || !logits) ? vq_err_set(err, VQ_ERR_NOMEM, "out of memory") : VQ_OK;
+    for (int a = 0; a < n_specs && !s; a++)
+        if (!(kvs[a] = vq_kv_create(specs[a], &dims, p->kv_seed, err))) s = err ? err->code : VQ_ERR_ARG;
+    if (!s && !(f = vq_fwd_create(m, n_specs, err))) s = err ? err->code : VQ_ERR_NOMEM;
+    for (long w = 0; w < n_win && !s; w++) {
+        int k = 0;
+        if (p->bos_per_window) win[k++] = bos;
+        for (int i = 0; i < text_per_win; i++) win[k++] = tok[w * text_per_win + i];
+        for (int a = 0; a < n_specs; a++) vq_kv_clear(kvs[a]);
+        double t0 = vq_now_s();
+        for (int i = 0; i < p->ctx - 1 && !s; i++) {   /* position ctx-1 is only a target */
+            for (int a = 0; a < n_specs; a++) step[a] = win[i];
+            s = vq_forward_arms(m, f, kvs, n_specs, step, i, logits, err);
+            if (s || i < p->first_scored) continue;
+            for (int a = 0; a < n_specs; a++) {
+                accs[a].nll_sum += nll_of(logits + (size_t)a * vocab, vocab, win[i + 1]);
+                accs[a].n_scored++;
+            }
+        }
+        double dt = vq_now_s() - t0;
+        for (int a = 0; a < n_specs && !s; a++) {
+            accs[a].n_tokens += p->ctx - 1;
+            accs[a].seconds += dt;
+            if (vq_kv_bytes(kvs[a]) > accs[a].kv_bytes) {
+                accs[a].kv_bytes = vq_kv_bytes(kvs[a]);
+                accs[a].kv_bits = vq_kv_bits_per_elem(kvs[a]);
+            }
+        }
+        if (cb) cb(w + 1, n_win, user);
+    }
+    for (int a = 0; kvs && a < n_specs; a++) vq_kv_destroy(kvs[a]);
+    vq_fwd_destroy(f);
+    free(kvs); free(win); free(step); free(logits);
+    return s;
+}
+
 vq_status vq_perplexity_paragraphs(const vq_model *m, const char *kv_spec, const char *text,
                                    const vq_ppl_params *p, vq_progress_cb cb, void *user,
                                    vq_ppl_acc *acc, int *n_paragraphs, vq_err *err) {

@@ -64,8 +64,11 @@ static void matmul(float *y, const vq_wmat *w, const float *x, int n) {
     vq_matmul(y, w->data, w->type, x, n, w->rows, w->cols);
 }
 
-vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens, int n, int pos0,
-                     float *logits, int n_logits, vq_err *err) {
+/* kvs == NULL: n tokens of one sequence at pos0.. in kv. kvs != NULL: n arms, row t at position
+ * pos0 in kvs[t] (vq_forward_arms). */
+static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *kvs,
+                         const int *tokens, int n, int pos0, float *logits, int n_logits,
+                         vq_err *err) {
     const vq_model_config *c = &m->cfg;
     if (n < 1 || n > f->max_batch)
         return vq_err_set(err, VQ_ERR_ARG, "forward: %d tokens, batch holds 1..%d", n, f->max_batch);
@@ -76,7 +79,7 @@ vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens,
         if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
             return vq_err_set(err, VQ_ERR_ARG, "forward: token id %d out of range [0, %d)", tokens[t], c->vocab_size);
         vq_get_row(m->tok_embd.data, m->tok_embd.type, dim, tokens[t], f->x + (size_t)t * dim);
-        f->pos[t] = pos0 + t;
+        f->pos[t] = kvs ? pos0 : pos0 + t;
     }
     for (int l = 0; l < c->n_layers; l++) {
         const vq_layer_weights *L = &m->layers[l];
@@ -96,10 +99,25 @@ vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens,
             vq_rope(f->k + (size_t)t * kvd, c->n_kv_heads, c->head_dim, c->rope_dim, f->pos[t], c->rope_base, c->rope_neox);
         }
         if (f->tap) f->tap(f->tap_user, l, n, f->pos, f->q, f->k, f->v);
-        vq_status s = vq_kv_append(kv, l, pos0, n, f->k, f->v, err);
-        if (s) return s;
-        s = vq_kv_attend(kv, l, n, f->pos, f->q, f->att, err);
-        if (s) return s;
+        if (kvs) {   /* each arm's row to its own cache; arms in parallel */
+            vq_status s = VQ_OK;
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+            for (int t = 0; t < n; t++) {
+                vq_err e;
+                vq_status st = vq_kv_append(kvs[t], l, pos0, 1, f->k + (size_t)t * kvd, f->v + (size_t)t * kvd, &e);
+                if (!st) st = vq_kv_attend(kvs[t], l, 1, f->pos + t, f->q + (size_t)t * qd, f->att + (size_t)t * qd, &e);
+                if (st) {
+#pragma omp critical(vq_forward_arms_err)
+                    if (!s) { s = st; if (err) *err = e; }
+                }
+            }
+            if (s) return s;
+        } else {
+            vq_status s = vq_kv_append(kv, l, pos0, n, f->k, f->v, err);
+            if (s) return s;
+            s = vq_kv_attend(kv, l, n, f->pos, f->q, f->att, err);
+            if (s) return s;
+        }
         matmul(f->xb, &L->wo, f->att, n);
         for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
 
@@ -121,4 +139,17 @@ vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens,
         matmul(logits, &m->output, f->xb, n_logits);
     }
     return VQ_OK;
+}
+
+vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens, int n, int pos0,
+                     float *logits, int n_logits, vq_err *err) {
+    return forward(m, f, kv, NULL, tokens, n, pos0, logits, n_logits, err);
+}
+
+vq_status vq_forward_arms(const vq_model *m, vq_fwd *f, vq_kv *const *kvs, int n_arms,
+                          const int *tokens, int pos, float *logits, vq_err *err) {
+    if (!kvs || n_arms < 1) return vq_err_set(err, VQ_ERR_ARG, "forward_arms: %d arms", n_arms);
+    for (int a = 0; a < n_arms; a++)
+        if (!kvs[a]) return vq_err_set(err, VQ_ERR_ARG, "forward_arms: arm %d has no cache", a);
+    return forward(m, f, NULL, kvs, tokens, n_arms, pos, logits, logits ? n_arms : 0, err);
 }
