@@ -38,7 +38,7 @@ static arm_out run_child(const char *model, const char *text_path, const char *s
             c.delta = (long)pt.rss - (long)rr.rss_base;
             c.delta_trim = (long)pt.rss_trim - (long)rr.rss_base;
             c.fill_s = rr.fill_s;
-        } else snprintf(c.msg, sizeof c.msg, "%s (tokens %d)", err.msg, n);
+        } else snprintf(c.msg, sizeof c.msg, "%.200s (tokens %d)", err.msg, n);   /* msg is 256 B */
         free(text);
         if (m) vq_model_free(m);
         ssize_t w = write(fd[1], &c, sizeof c);
