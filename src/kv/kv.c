@@ -32,7 +32,7 @@ static uint64_t mix_seed(uint64_t seed, int layer, int side) {
 static size_t layer_fixed_bytes(const vq_kvg *kv) {
     size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
     return (size_t)kv->page_cap * (sizeof(uint8_t *) + sizeof(int32_t)) +
-           (size_t)kv->win_cap * (2 * wrow + sizeof(int32_t));
+           (size_t)(kv->win_cap + kv->S) * (2 * wrow + sizeof(int32_t));
 }
 
 size_t vq_kvg_bytes(const vq_kvg *kv) {
@@ -45,7 +45,9 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
     }
     return b;
 }
-int vq_kvg_rows(const vq_kvg *kv, int l) { return kv->layers[l].n_coded + kv->layers[l].win_count; }
+int vq_kvg_rows(const vq_kvg *kv, int l) {
+    return kv->layers[l].n_coded + kv->layers[l].win_count + kv->layers[l].sink_count;
+}
 
 void vq_kvg_destroy(vq_kvg *kv) {
     if (!kv) return;
@@ -58,6 +60,9 @@ void vq_kvg_destroy(vq_kvg *kv) {
         kv_free(kv, L->win_k, (size_t)kv->win_cap * wrow);
         kv_free(kv, L->win_v, (size_t)kv->win_cap * wrow);
         kv_free(kv, L->win_pos, (size_t)kv->win_cap * sizeof(int32_t));
+        kv_free(kv, L->sink_k, (size_t)kv->S * wrow);
+        kv_free(kv, L->sink_v, (size_t)kv->S * wrow);
+        kv_free(kv, L->sink_pos, (size_t)kv->S * sizeof(int32_t));
     }
     for (int s = 0; s < 2; s++) {
         for (int l = 0; kv->st[s] && l < kv->dims.n_layers; l++)
@@ -75,7 +80,7 @@ void vq_kvg_clear(vq_kvg *kv) {
     for (int l = 0; l < kv->dims.n_layers; l++) {
         vq_kv_layer *L = &kv->layers[l];
         for (int p = 0; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
-        L->n_pages = L->n_coded = L->win_start = L->win_count = 0;
+        L->n_pages = L->n_coded = L->win_start = L->win_count = L->sink_count = 0;
     }
 }
 
@@ -99,9 +104,12 @@ static void normalize_spec(vq_kvg *kv, const vq_kv_parsed *sp) {
     if (!strcmp(side[0], side[1])) o = snprintf(kv->spec, sizeof kv->spec, "%s", side[0]);
     else o = snprintf(kv->spec, sizeof kv->spec, "k=%s;v=%s", side[0], side[1]);
     if (o < 0 || (size_t)o >= sizeof kv->spec) return;
-    if (kv->R > 0 || kv->P != 256)
-        snprintf(kv->spec + o, sizeof kv->spec - (size_t)o, ";window=%d,wprec=%d,page=%d", kv->R,
-                 kv->wprec, kv->P);
+    if (kv->R > 0 || kv->P != 256 || kv->S > 0) {
+        int q = snprintf(kv->spec + o, sizeof kv->spec - (size_t)o, ";window=%d,wprec=%d,page=%d", kv->R,
+                         kv->wprec, kv->P);
+        if (q > 0 && (size_t)(o + q) < sizeof kv->spec && kv->S > 0)
+            snprintf(kv->spec + o + q, sizeof kv->spec - (size_t)(o + q), ",sink=%d", kv->S);
+    }
 }
 
 /* A group for the layers gl[0..dims->n_layers) of a cache (dims already validated). */
@@ -162,6 +170,7 @@ vq_kvg *vq_kvg_create(const char *spec, const vq_kv_dims *dims, const int *gl, u
         return NULL;
     }
     kv->R = sp.window >= 0 ? sp.window : fpw;
+    kv->S = VQ_MIN(sp.sink, D->max_ctx);
     kv->P = (sp.page + kv->rpb_store - 1) / kv->rpb_store * kv->rpb_store;
     int wr = VQ_MIN(kv->R, D->max_ctx);
     kv->win_cap = wr + kv->rpb_store - 1;
@@ -187,6 +196,12 @@ vq_kvg *vq_kvg_create(const char *spec, const vq_kv_dims *dims, const int *gl, u
             L->win_v = kv_alloc(kv, (size_t)kv->win_cap * wrow);
             L->win_pos = kv_alloc(kv, (size_t)kv->win_cap * sizeof(int32_t));
             if (!L->win_k || !L->win_v || !L->win_pos) goto nomem;
+        }
+        if (kv->S > 0) {
+            L->sink_k = kv_alloc(kv, (size_t)kv->S * wrow);
+            L->sink_v = kv_alloc(kv, (size_t)kv->S * wrow);
+            L->sink_pos = kv_alloc(kv, (size_t)kv->S * sizeof(int32_t));
+            if (!L->sink_k || !L->sink_v || !L->sink_pos) goto nomem;
         }
     }
     normalize_spec(kv, &sp);
@@ -234,13 +249,34 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
                         vq_err *err) {
     const int layer = kv->gl[local];
     vq_kv_layer *L = &kv->layers[local];
-    int rows = L->n_coded + L->win_count;
+    int rows = L->n_coded + L->win_count + L->sink_count;
     if ((int64_t)rows + n > kv->dims.max_ctx)
         return vq_err_set(err, VQ_ERR_RANGE, "vq_kv_append: layer %d holds %d rows, +%d exceeds "
                           "max_ctx %d", layer, rows, n, kv->dims.max_ctx);
     vq_status rc = check_rows(kv, layer, pos0, n, k, "K", err);
     if (!rc) rc = check_rows(kv, layer, pos0, n, v, "V", err);
     if (rc) return rc;
+
+    /* attention sink: the leading rows whose position is < S stay in full precision for good */
+    const size_t w = (size_t)kv->H * kv->d;
+    int ns = 0;
+    while (ns < n && pos0 + ns < kv->S && L->sink_count < kv->S) {
+        int slot = L->sink_count++;
+        if (kv->wprec == 16) {
+            vq_f32_to_f16_row(k + (size_t)ns * w, (vq_f16 *)L->sink_k + (size_t)slot * w, w);
+            vq_f32_to_f16_row(v + (size_t)ns * w, (vq_f16 *)L->sink_v + (size_t)slot * w, w);
+        } else {
+            memcpy((float *)L->sink_k + (size_t)slot * w, k + (size_t)ns * w, w * sizeof(float));
+            memcpy((float *)L->sink_v + (size_t)slot * w, v + (size_t)ns * w, w * sizeof(float));
+        }
+        L->sink_pos[slot] = pos0 + ns;
+        ns++;
+    }
+    if (ns == n) return VQ_OK;
+    k += (size_t)ns * w;
+    v += (size_t)ns * w;
+    pos0 += ns;
+    n -= ns;
 
     const int total = L->win_count + n, rpb = kv->rpb_store, d = kv->d;
     const int F = total >= kv->R + rpb ? (total - kv->R) / rpb * rpb : 0;   /* rows to encode */
@@ -293,7 +329,6 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     int from_win = VQ_MIN(F, L->win_count);
     if (kv->win_cap > 0) L->win_start = (L->win_start + from_win) % kv->win_cap;
     L->win_count -= from_win;
-    const size_t w = (size_t)kv->H * d;
     for (int i = F - from_win; i < n; i++) {
         int slot = (L->win_start + L->win_count) % kv->win_cap;
         if (kv->wprec == 16) {
@@ -345,6 +380,17 @@ vq_status vq_kvg_read(const vq_kvg *kv, int layer, float *k, float *v, int32_t *
         } else {
             memcpy(k + (size_t)r * w, (const float *)L->win_k + (size_t)slot * w, w * sizeof(float));
             memcpy(v + (size_t)r * w, (const float *)L->win_v + (size_t)slot * w, w * sizeof(float));
+        }
+    }
+    for (int i = 0; i < L->sink_count; i++) {   /* then the sink rows */
+        int r = L->n_coded + L->win_count + i;
+        pos[r] = L->sink_pos[i];
+        if (kv->wprec == 16) {
+            vq_f16_to_f32_row((const vq_f16 *)L->sink_k + (size_t)i * w, k + (size_t)r * w, w);
+            vq_f16_to_f32_row((const vq_f16 *)L->sink_v + (size_t)i * w, v + (size_t)r * w, w);
+        } else {
+            memcpy(k + (size_t)r * w, (const float *)L->sink_k + (size_t)i * w, w * sizeof(float));
+            memcpy(v + (size_t)r * w, (const float *)L->sink_v + (size_t)i * w, w * sizeof(float));
         }
     }
     return VQ_OK;

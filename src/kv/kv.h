@@ -50,7 +50,8 @@ const char *vq_kv_spec(const vq_kv *kv);  /* normalized spec string */
 double vq_kv_bits_per_elem(const vq_kv *kv); /* bytes held * 8 / (rows * kv_heads * head_dim * 2) */
 
 /* ---- additions by the kv owner (diagnostics, tests, eval) ---- */
-/* What attention sees for every row of a layer, in storage order (coded rows, then the window):
+/* What attention sees for every row of a layer, in storage order (coded rows, the window, then
+ * the sink rows of sink=S):
  * k, v: rows x (n_kv_heads * head_dim) decoded floats; pos: rows true positions. Reference path
  * (decodes every block); buffers must hold vq_kv_rows(kv, layer) rows. */
 vq_status vq_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err);

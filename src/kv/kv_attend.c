@@ -172,18 +172,47 @@ static void softmax_update(sm *s, float *S, int rows, const int32_t *pos, const 
 
 static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* Full-precision rows (the recent window, a ring, or the sink, start 0): scored, softmaxed and
+ * summed directly into accw. Row r of the block is slot (start + r) % cap. */
+static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const task *t,
+                     const void *kb, const void *vb, const int32_t *posb, int start, int cap,
+                     int count, const int *qpos) {
+    const int d = kv->d, G = kv->G, nh = kv->dims.n_heads, nv = s->nv;
+    const size_t w = (size_t)kv->H * d, hoff = (size_t)t->h * d;
+    const int f16 = kv->wprec == 16;
+    for (int r = 0; r < count; r++) {
+        size_t row = (size_t)((start + r) % cap) * w + hoff;
+        for (int j = 0; j < nv; j++) {
+            const float *qrow = t->q + ((size_t)(t->q0 + j / G) * nh + (size_t)t->h * G + j % G) * d;
+            S[(size_t)j * count + r] = f16 ? vq_cvec_dot_f16(qrow, (const vq_f16 *)kb + row, d)
+                                           : vq_cvec_dot(qrow, (const float *)kb + row, d);
+        }
+    }
+    for (int r = 0; r < count; r++) wpos[r] = posb[(start + r) % cap];
+    softmax_update(s, S, count, wpos, qpos);
+    for (int r = 0; r < count; r++) {
+        size_t row = (size_t)((start + r) % cap) * w + hoff;
+        for (int j = 0; j < nv; j++) {
+            float wt = S[(size_t)j * count + r];
+            if (wt == 0.0f) continue;
+            if (f16) vq_cvec_axpy_f16(s->accw + (size_t)j * d, wt, (const vq_f16 *)vb + row, d);
+            else vq_cvec_axpy(s->accw + (size_t)j * d, wt, (const float *)vb + row, d);
+        }
+    }
+}
+
 static int run_task(const task *t) {
     const vq_kvg *kv = t->kv;
     const vq_kv_layer *L = t->L;
     const vq_codec_state *sk = &kv->st[VQ_SIDE_K][t->layer], *sv = &kv->st[VQ_SIDE_V][t->layer];
     const int d = kv->d, G = kv->G, nv = t->nq * G, nh = kv->dims.n_heads;
-    const int wc = L->win_count, smax = VQ_MAX(kv->P, wc);
+    const int wc = L->win_count, sc = L->sink_count, smax = VQ_MAX(kv->P, VQ_MAX(wc, sc));
     const size_t qsb = al64(VQ_MAX(sk->qstate_bytes, 1));
     const int acc_stride = (int)(al64((size_t)sv->acc_floats * sizeof(float)) / sizeof(float));
     size_t need = nv * qsb + al64(nv * sizeof(void *)) * 2 + al64((size_t)nv * smax * sizeof(float)) +
                   2 * al64(nv * sizeof(float)) + (size_t)nv * acc_stride * sizeof(float) +
                   al64((size_t)nv * d * sizeof(float)) + al64((size_t)d * sizeof(float)) +
-                  al64((size_t)VQ_MAX(wc, 1) * sizeof(int32_t));
+                  al64((size_t)VQ_MAX(VQ_MAX(wc, sc), 1) * sizeof(int32_t));
     uint8_t *mem = vq_aligned_alloc(need);
     if (!mem) return 1;
     uint8_t *p = mem;
@@ -220,29 +249,9 @@ static int run_task(const task *t) {
         sv->codec->accumulate(sv, nv, S, page + kv->off_v[t->h], rows / kv->rpb[1], accptr);
     }
 
-    if (wc > 0) {
-        const size_t w = (size_t)kv->H * d, hoff = (size_t)t->h * d;
-        const int f16 = kv->wprec == 16;
-        for (int r = 0; r < wc; r++) {
-            size_t row = (size_t)((L->win_start + r) % kv->win_cap) * w + hoff;
-            for (int j = 0; j < nv; j++) {
-                const float *qrow = t->q + ((size_t)(t->q0 + j / G) * nh + (size_t)t->h * G + j % G) * d;
-                S[(size_t)j * wc + r] = f16 ? vq_cvec_dot_f16(qrow, (const vq_f16 *)L->win_k + row, d)
-                                            : vq_cvec_dot(qrow, (const float *)L->win_k + row, d);
-            }
-        }
-        for (int r = 0; r < wc; r++) wpos[r] = L->win_pos[(L->win_start + r) % kv->win_cap];
-        softmax_update(&s, S, wc, wpos, qpos);
-        for (int r = 0; r < wc; r++) {
-            size_t row = (size_t)((L->win_start + r) % kv->win_cap) * w + hoff;
-            for (int j = 0; j < nv; j++) {
-                float wt = S[(size_t)j * wc + r];
-                if (wt == 0.0f) continue;
-                if (f16) vq_cvec_axpy_f16(s.accw + (size_t)j * d, wt, (const vq_f16 *)L->win_v + row, d);
-                else vq_cvec_axpy(s.accw + (size_t)j * d, wt, (const float *)L->win_v + row, d);
-            }
-        }
-    }
+    if (sc > 0) fp_block(&s, S, wpos, kv, t, L->sink_k, L->sink_v, L->sink_pos, 0, kv->S, sc, qpos);
+    if (wc > 0)
+        fp_block(&s, S, wpos, kv, t, L->win_k, L->win_v, L->win_pos, L->win_start, kv->win_cap, wc, qpos);
 
     for (int j = 0; j < nv; j++) {
         float *o = t->out + ((size_t)(t->q0 + j / G) * nh + (size_t)t->h * G + j % G) * d;
@@ -263,7 +272,7 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int n_q, const i
                         const float *q, float *out, vq_err *err) {
     const vq_kv_layer *L = &kv->layers[local];
     const int nchunks = (n_q + QCHUNK - 1) / QCHUNK, ntasks = nchunks * kv->H;
-    const double work = (double)n_q * kv->dims.n_heads * kv->d * (L->n_coded + L->win_count);
+    const double work = (double)n_q * kv->dims.n_heads * kv->d * (L->n_coded + L->win_count + L->sink_count);
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) if (ntasks > 1 && work > 2e5)
     for (int i = 0; i < ntasks; i++) {

@@ -17,6 +17,7 @@ typedef struct vq_kv_parsed {
     vq_codec_param p[2][VQ_KV_MAX_PARAMS];
     int np[2];
     int window;                           /* -1: not given (codec's fp_window or 0) */
+    int sink;                             /* first rows (positions < sink) kept in full precision */
     int wprec;                            /* 16 or 32 */
     int page;                             /* rows per page (rounded up to a multiple of rpb) */
     int side_bits[2];                     /* k= / v= seen (parser bookkeeping) */
@@ -35,6 +36,9 @@ typedef struct vq_kv_layer {
     void *win_k, *win_v;   /* ring of win_cap rows x (H*d) elements, fp16 or fp32 */
     int32_t *win_pos;
     int win_start, win_count;
+    void *sink_k, *sink_v; /* rows with position < S, full precision, never coded (sink=S) */
+    int32_t *sink_pos;
+    int sink_count;
 } vq_kv_layer;
 
 /* One group: the layers that share one codec config. dims.n_layers = layers in the group;
@@ -48,6 +52,7 @@ typedef struct vq_kvg {
     int rpb[2];            /* rows per block, K and V */
     int rpb_store;         /* rows leave the window in multiples of this (lcm of rpb[]) */
     int R;                 /* full-precision window (rows) */
+    int S;                 /* attention-sink rows: positions < S stay in full precision (0: none) */
     int wprec;             /* 16 or 32 */
     int P;                 /* rows per page */
     int win_cap;           /* ring capacity: R + rpb_store - 1 (0 when no window needed) */

@@ -9,8 +9,9 @@
 #include "kv/kv_impl.h"
 
 static const char *STORE_HELP =
-    "store keys (any codec): window=0..1048576 (full-precision recent rows), wprec=16|32 "
-    "(window precision, default 16), page=1..65536 (rows per page, default 256)";
+    "store keys (any codec): window=0..1048576 (full-precision recent rows), sink=0..65536 "
+    "(full-precision first rows: positions < sink, the attention sink), wprec=16|32 (window and "
+    "sink precision, default 16), page=1..65536 (rows per page, default 256)";
 
 /* Every codec with its parameters, then the store keys (for CLIs and docs). */
 size_t vq_kv_spec_help(char *buf, size_t n) {
@@ -37,7 +38,7 @@ static vq_status spec_err(vq_err *err, const char *spec, const char *what) {
         if (w > 0) o += (size_t)w;
     }
     return vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s': %s. Codecs: %s. Store keys: window=R, "
-                      "wprec=16|32, page=N. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
+                      "sink=S, wprec=16|32, page=N. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
                       "(docs/kv-spec.md; parameters of every codec: vq_kv_spec_help)", spec, what, names);
 }
 
@@ -51,7 +52,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 }
 
 static int is_store_key(const char *k) {
-    return !strcmp(k, "window") || !strcmp(k, "wprec") || !strcmp(k, "page");
+    return !strcmp(k, "window") || !strcmp(k, "sink") || !strcmp(k, "wprec") || !strcmp(k, "page");
 }
 
 static vq_status add_param(vq_kv_parsed *o, int side, const char *key, const char *val,
@@ -78,6 +79,9 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
         if (!parse_int(val, 0, 1048576, &x)) goto bad;
         if (o->window >= 0 && o->window != x) goto twice;
         o->window = x;
+    } else if (!strcmp(key, "sink")) {
+        if (!parse_int(val, 0, 65536, &x)) goto bad;
+        o->sink = x;
     } else if (!strcmp(key, "wprec")) {
         if (!parse_int(val, 16, 32, &x) || (x != 16 && x != 32)) goto bad;
         o->wprec = x;
@@ -88,7 +92,8 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
     return VQ_OK;
 bad:
     snprintf(m, sizeof m, "%s=%s is out of range or not an integer (%s)", key, val,
-             !strcmp(key, "window") ? "0..1048576" : !strcmp(key, "wprec") ? "16 or 32" : "1..65536");
+             !strcmp(key, "window") ? "0..1048576" : !strcmp(key, "sink") ? "0..65536"
+             : !strcmp(key, "wprec") ? "16 or 32" : "1..65536");
     return spec_err(err, spec, m);
 twice:
     snprintf(m, sizeof m, "window given twice with different values");
@@ -143,7 +148,7 @@ static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *
         if (is_store_key(key)) {
             st = store_key(o, key, val, spec, err);
         } else if (side == -1) {
-            snprintf(m, sizeof m, "'%s' is not a store key (window, wprec, page) and no codec precedes it", key);
+            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page) and no codec precedes it", key);
             return spec_err(err, spec, m);
         } else if (side == 2 && (!strcmp(key, "k") || !strcmp(key, "v"))) {
             int s = key[0] == 'k' ? VQ_SIDE_K : VQ_SIDE_V;
