@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # report_ppl.sh: the quality stage of the report (issue 4): WikiText-2 perplexity of SmolLM2 in decode
-# mode (every prediction reads the cache), ctx 2048, 8 windows = 16376 scored tokens, every KV arm
-# in ONE process: `perplexity --kv A --kv B ...` runs the arms together, one batched forward per
-# token with a cache per arm (vq_forward_arms; the weights are read once for all arms). Output:
-# OUT/arms.json (kept when present unless FORCE=1).
-# usage: scripts/report_ppl.sh OUT_DIR [ARM...]   (default arms: the issue's list + diagnostics)
+# mode (every prediction reads the cache), ctx 2048, 8 windows = 16376 scored tokens, the KV arms of
+# a pass in ONE process: `perplexity --kv A --kv B ...` runs them together, one batched forward per
+# token with a cache per arm (vq_forward_arms; the weights are read once for all arms).
+# Two passes: OUT/arms.json (the issue's list at defaults + K/V, layer and window diagnostics) and
+# OUT/arms_window.json (4/3/2-bit codecs with a recent full-precision window and an attention sink,
+# against q4_0:rotate=1 with the same). f16 is in both passes (same arithmetic: equal figures).
+# A pass whose JSON is there is kept unless FORCE=1.
+# usage: scripts/report_ppl.sh OUT_DIR [ARM...]   (arms given: one pass, OUT/arms_custom.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: scripts/report_ppl.sh OUT_DIR [ARM...]}; shift || true
@@ -12,24 +15,30 @@ BIN=${BIN:-build/veloxquant}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 TEXT=${TEXT:-../shared/data/wikitext-2-raw-test.txt}
 CTX=${CTX:-2048}; MAXTOK=${MAXTOK:-16384}; THREADS=${THREADS:-2}
-ARMS=("$@")
-if [ ${#ARMS[@]} -eq 0 ]; then
-  ARMS=(f16 q8_0 q4_0 q4_0:rotate=1
-        turboquant_mse:bits=4 turboquant_mse:bits=3 turboquant_mse:bits=2
-        turboquant_prod:bits=4 turboquant_prod:bits=3 turboquant_rvq:bits=2 turboquant_rvq:bits=1
-        qjl polar kivi:bits=4 kivi:bits=2 rabitq rabitq:bits=3
-        # diagnostics: which of K/V, which layers, how much a recent window buys
-        "k=turboquant_mse:bits=4;v=f16" "k=f16;v=turboquant_mse:bits=4"
-        "k=turboquant_mse:bits=2;v=f16" "k=f16;v=turboquant_mse:bits=2"
-        "turboquant_mse:bits=4@0,-1=f16" "turboquant_mse:bits=4,window=128")
-fi
 [ -x "$BIN" ] || { echo "report_ppl: $BIN not built (make build)" >&2; exit 1; }
 [ -f "$TEXT" ] || { echo "report_ppl: $TEXT missing (../shared absent?)" >&2; exit 1; }
 mkdir -p "$OUT"
-f="$OUT/arms.json"
-if [ -s "$f" ] && [ -z "${FORCE:-}" ]; then echo "report_ppl: kept $f (FORCE=1 to redo)"; exit 0; fi
-kv=(); for a in "${ARMS[@]}"; do kv+=(--kv "$a"); done
-echo "report_ppl: ${#ARMS[@]} arms, ctx $CTX, $MAXTOK tokens, decode, $(date -u +%H:%M:%S) UTC" >&2
-"$BIN" perplexity -m "$MODEL" -f "$TEXT" --ctx "$CTX" --max-tokens "$MAXTOK" --mode decode \
-  -t "$THREADS" "${kv[@]}" --json > "$f.tmp"
-mv "$f.tmp" "$f"
+
+pass() {   # pass NAME ARM...
+  local f="$OUT/$1.json"; shift
+  if [ -s "$f" ] && [ -z "${FORCE:-}" ]; then echo "report_ppl: kept $f (FORCE=1 to redo)"; return 0; fi
+  local kv=(); for a in "$@"; do kv+=(--kv "$a"); done
+  echo "report_ppl: $f: $# arms, ctx $CTX, $MAXTOK tokens, decode, $(date -u +%H:%M:%S) UTC" >&2
+  "$BIN" perplexity -m "$MODEL" -f "$TEXT" --ctx "$CTX" --max-tokens "$MAXTOK" --mode decode \
+    -t "$THREADS" "${kv[@]}" --json > "$f.tmp"
+  mv "$f.tmp" "$f"
+}
+
+if [ $# -gt 0 ]; then pass arms_custom "$@"; exit 0; fi
+pass arms f16 q8_0 q4_0 q4_0:rotate=1 \
+  turboquant_mse:bits=4 turboquant_mse:bits=3 turboquant_mse:bits=2 \
+  turboquant_prod:bits=4 turboquant_prod:bits=3 turboquant_rvq:bits=2 turboquant_rvq:bits=1 \
+  qjl polar kivi:bits=4 kivi:bits=2 rabitq rabitq:bits=3 \
+  "k=turboquant_mse:bits=4;v=f16" "k=f16;v=turboquant_mse:bits=4" \
+  "k=turboquant_mse:bits=2;v=f16" "k=f16;v=turboquant_mse:bits=2" \
+  "turboquant_mse:bits=4@0,-1=f16" "turboquant_mse:bits=4,window=128"
+pass arms_window f16 \
+  "turboquant_mse:bits=4;window=128" "turboquant_mse:bits=3;window=128" "turboquant_mse:bits=2;window=128" \
+  "q4_0:rotate=1;window=128" "turboquant_prod:bits=3;window=128" "turboquant_rvq:bits=1;window=128" \
+  "turboquant_mse:bits=4;window=32,sink=4" "turboquant_mse:bits=3;window=32,sink=4" \
+  "turboquant_mse:bits=2;window=32,sink=4" "q4_0:rotate=1;window=32,sink=4"
