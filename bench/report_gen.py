@@ -37,7 +37,7 @@ def stamp_line(d):
 
 
 def nominal_bits(arm, bpe):
-    if ";" in arm:   # K and V with different codecs: a diagnostic arm, no bits class
+    if re.match(r"^[kv]=", arm):   # K and V with different codecs: a diagnostic arm, no bits class
         return None
     m = re.search(r"bits=(\d+)", arm)
     if m:
