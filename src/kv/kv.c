@@ -244,6 +244,28 @@ static vq_status check_rows(const vq_kvg *kv, int layer, int pos0, int n, const 
     return VQ_OK;
 }
 
+/* Full-precision rows (the window ring and the sink): row `slot` of kb/vb <- / -> float rows */
+static void put_fp_row(const vq_kvg *kv, void *kb, void *vb, int slot, const float *k, const float *v) {
+    const size_t w = (size_t)kv->H * kv->d;
+    if (kv->wprec == 16) {
+        vq_f32_to_f16_row(k, (vq_f16 *)kb + (size_t)slot * w, w);
+        vq_f32_to_f16_row(v, (vq_f16 *)vb + (size_t)slot * w, w);
+    } else {
+        memcpy((float *)kb + (size_t)slot * w, k, w * sizeof(float));
+        memcpy((float *)vb + (size_t)slot * w, v, w * sizeof(float));
+    }
+}
+static void get_fp_row(const vq_kvg *kv, const void *kb, const void *vb, int slot, float *k, float *v) {
+    const size_t w = (size_t)kv->H * kv->d;
+    if (kv->wprec == 16) {
+        vq_f16_to_f32_row((const vq_f16 *)kb + (size_t)slot * w, k, w);
+        vq_f16_to_f32_row((const vq_f16 *)vb + (size_t)slot * w, v, w);
+    } else {
+        memcpy(k, (const float *)kb + (size_t)slot * w, w * sizeof(float));
+        memcpy(v, (const float *)vb + (size_t)slot * w, w * sizeof(float));
+    }
+}
+
 /* Append to local layer `local` (arguments checked by vq_kv_append, n > 0). */
 vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, const float *v,
                         vq_err *err) {
@@ -262,13 +284,7 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     int ns = 0;
     while (ns < n && pos0 + ns < kv->S && L->sink_count < kv->S) {
         int slot = L->sink_count++;
-        if (kv->wprec == 16) {
-            vq_f32_to_f16_row(k + (size_t)ns * w, (vq_f16 *)L->sink_k + (size_t)slot * w, w);
-            vq_f32_to_f16_row(v + (size_t)ns * w, (vq_f16 *)L->sink_v + (size_t)slot * w, w);
-        } else {
-            memcpy((float *)L->sink_k + (size_t)slot * w, k + (size_t)ns * w, w * sizeof(float));
-            memcpy((float *)L->sink_v + (size_t)slot * w, v + (size_t)ns * w, w * sizeof(float));
-        }
+        put_fp_row(kv, L->sink_k, L->sink_v, slot, k + (size_t)ns * w, v + (size_t)ns * w);
         L->sink_pos[slot] = pos0 + ns;
         ns++;
     }
@@ -331,13 +347,7 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     L->win_count -= from_win;
     for (int i = F - from_win; i < n; i++) {
         int slot = (L->win_start + L->win_count) % kv->win_cap;
-        if (kv->wprec == 16) {
-            vq_f32_to_f16_row(k + (size_t)i * w, (vq_f16 *)L->win_k + (size_t)slot * w, w);
-            vq_f32_to_f16_row(v + (size_t)i * w, (vq_f16 *)L->win_v + (size_t)slot * w, w);
-        } else {
-            memcpy((float *)L->win_k + (size_t)slot * w, k + (size_t)i * w, w * sizeof(float));
-            memcpy((float *)L->win_v + (size_t)slot * w, v + (size_t)i * w, w * sizeof(float));
-        }
+        put_fp_row(kv, L->win_k, L->win_v, slot, k + (size_t)i * w, v + (size_t)i * w);
         L->win_pos[slot] = pos0 + i;
         L->win_count++;
     }
@@ -374,24 +384,12 @@ vq_status vq_kvg_read(const vq_kvg *kv, int layer, float *k, float *v, int32_t *
     for (int i = 0; i < L->win_count; i++) {
         int slot = (L->win_start + i) % kv->win_cap, r = L->n_coded + i;
         pos[r] = L->win_pos[slot];
-        if (kv->wprec == 16) {
-            vq_f16_to_f32_row((const vq_f16 *)L->win_k + (size_t)slot * w, k + (size_t)r * w, w);
-            vq_f16_to_f32_row((const vq_f16 *)L->win_v + (size_t)slot * w, v + (size_t)r * w, w);
-        } else {
-            memcpy(k + (size_t)r * w, (const float *)L->win_k + (size_t)slot * w, w * sizeof(float));
-            memcpy(v + (size_t)r * w, (const float *)L->win_v + (size_t)slot * w, w * sizeof(float));
-        }
+        get_fp_row(kv, L->win_k, L->win_v, slot, k + (size_t)r * w, v + (size_t)r * w);
     }
     for (int i = 0; i < L->sink_count; i++) {   /* then the sink rows */
         int r = L->n_coded + L->win_count + i;
         pos[r] = L->sink_pos[i];
-        if (kv->wprec == 16) {
-            vq_f16_to_f32_row((const vq_f16 *)L->sink_k + (size_t)i * w, k + (size_t)r * w, w);
-            vq_f16_to_f32_row((const vq_f16 *)L->sink_v + (size_t)i * w, v + (size_t)r * w, w);
-        } else {
-            memcpy(k + (size_t)r * w, (const float *)L->sink_k + (size_t)i * w, w * sizeof(float));
-            memcpy(v + (size_t)r * w, (const float *)L->sink_v + (size_t)i * w, w * sizeof(float));
-        }
+        get_fp_row(kv, L->sink_k, L->sink_v, i, k + (size_t)r * w, v + (size_t)r * w);
     }
     return VQ_OK;
 }
