@@ -14,12 +14,6 @@ typedef enum vq_gguf_type {
     VQ_GGUF_FLOAT64 = 12,
 } vq_gguf_type;
 
-/* tensor element types, numbered as ggml numbers them (only those we read are listed) */
-typedef enum vq_ggml_type {
-    VQ_TYPE_F32 = 0, VQ_TYPE_F16 = 1, VQ_TYPE_Q4_0 = 2, VQ_TYPE_Q4_1 = 3,
-    VQ_TYPE_Q8_0 = 8, VQ_TYPE_BF16 = 30,
-} vq_ggml_type;
-
 typedef struct vq_str { const char *ptr; uint64_t len; } vq_str;   /* not NUL-terminated */
 
 typedef struct vq_gguf_kv {
@@ -41,7 +35,7 @@ typedef struct vq_gguf_tensor {
     vq_str name;
     uint32_t n_dims;
     uint64_t ne[4];          /* ne[0] is the contiguous (row) dimension, as in ggml; unused = 1 */
-    uint32_t type;           /* vq_ggml_type */
+    uint32_t type;           /* ggml type id (kernels/wtype_ids.h names them) */
     uint64_t offset;         /* relative to the data section */
     uint64_t nbytes;
     const void *data;        /* into the mapping, aligned to the file's alignment */

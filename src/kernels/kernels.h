@@ -6,7 +6,7 @@
 #ifndef VQ_KERNELS_H
 #define VQ_KERNELS_H
 #include "core/core.h"
-#include "formats/gguf.h"   /* vq_ggml_type numbering */
+#include "kernels/wtype_ids.h"   /* vq_ggml_type numbering */
 
 typedef struct vq_wtype {
     uint32_t type;            /* vq_ggml_type */

@@ -2,6 +2,7 @@
  * type, one tensor of each type), every truncation of them, one-field corruptions, and, when it
  * was fetched, the real SmolLM2 model. */
 #include "formats/gguf.h"
+#include "kernels/wtype_ids.h"   /* type ids (header only) */
 #include "../vq_test.h"
 #include "gguf_writer.h"
 

@@ -1,0 +1,15 @@
+/* wtype_ids.h: tensor element types, numbered as ggml (and so GGUF files) number them.
+ * The kernels' weight-type table is keyed by these ids; the GGUF reader keeps its own layout
+ * table by the same numbers, so neither layer includes the other's header. */
+#ifndef VQ_WTYPE_IDS_H
+#define VQ_WTYPE_IDS_H
+
+typedef enum vq_ggml_type {
+    VQ_TYPE_F32 = 0, VQ_TYPE_F16 = 1, VQ_TYPE_Q4_0 = 2, VQ_TYPE_Q4_1 = 3,
+    VQ_TYPE_Q5_0 = 6, VQ_TYPE_Q5_1 = 7, VQ_TYPE_Q8_0 = 8,
+    VQ_TYPE_Q2_K = 10, VQ_TYPE_Q3_K = 11, VQ_TYPE_Q4_K = 12, VQ_TYPE_Q5_K = 13,
+    VQ_TYPE_Q6_K = 14, VQ_TYPE_Q8_K = 15,
+    VQ_TYPE_IQ4_NL = 20, VQ_TYPE_IQ4_XS = 23,
+    VQ_TYPE_BF16 = 30,
+} vq_ggml_type;
+#endif
