@@ -15,6 +15,73 @@ _Static_assert(sizeof(vq_block_q4_0) == 18, "q4_0 block must be 18 bytes (ggml l
 _Static_assert(sizeof(vq_block_q4_1) == 20, "q4_1 block must be 20 bytes (ggml layout)");
 /* q4 nibble order: byte j holds element j in its low nibble and element j+16 in its high one */
 
+/* ---- Q5_0/Q5_1/IQ4_NL (32 per block) and the K-quants (256 per super-block) ----
+ * Layouts as ggml stores them; the meaning of each field is spelled out in the decoders
+ * (wtypes_k.c) and docs/weights-kquants.md. */
+typedef struct { vq_f16 d; uint8_t qh[4]; uint8_t qs[VQ_QK / 2]; } vq_block_q5_0;     /* d*(q-16) */
+typedef struct { vq_f16 d, m; uint8_t qh[4]; uint8_t qs[VQ_QK / 2]; } vq_block_q5_1;  /* d*q + m */
+typedef struct { vq_f16 d; uint8_t qs[VQ_QK / 2]; } vq_block_iq4_nl;                  /* d*kv[q] */
+#define VQ_QKK 256
+typedef struct { uint8_t scales[16]; uint8_t qs[64]; vq_f16 d, dmin; } vq_block_q2_k;
+typedef struct { uint8_t hmask[32]; uint8_t qs[64]; uint8_t scales[12]; vq_f16 d; } vq_block_q3_k;
+typedef struct { vq_f16 d, dmin; uint8_t scales[12]; uint8_t qs[128]; } vq_block_q4_k;
+typedef struct { vq_f16 d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } vq_block_q5_k;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; vq_f16 d; } vq_block_q6_k;
+typedef struct { vq_f16 d; uint16_t scales_h; uint8_t scales_l[4]; uint8_t qs[128]; } vq_block_iq4_xs;
+_Static_assert(sizeof(vq_block_q5_0) == 22, "q5_0 block must be 22 bytes (ggml layout)");
+_Static_assert(sizeof(vq_block_q5_1) == 24, "q5_1 block must be 24 bytes (ggml layout)");
+_Static_assert(sizeof(vq_block_iq4_nl) == 18, "iq4_nl block must be 18 bytes (ggml layout)");
+_Static_assert(sizeof(vq_block_q2_k) == 84, "q2_K block must be 84 bytes (ggml layout)");
+_Static_assert(sizeof(vq_block_q3_k) == 110, "q3_K block must be 110 bytes (ggml layout)");
+_Static_assert(sizeof(vq_block_q4_k) == 144, "q4_K block must be 144 bytes (ggml layout)");
+_Static_assert(sizeof(vq_block_q5_k) == 176, "q5_K block must be 176 bytes (ggml layout)");
+_Static_assert(sizeof(vq_block_q6_k) == 210, "q6_K block must be 210 bytes (ggml layout)");
+_Static_assert(sizeof(vq_block_iq4_xs) == 136, "iq4_xs block must be 136 bytes (ggml layout)");
+
+/* the 16 non-uniform levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl) */
+extern const int8_t vq_iq4_levels[16];
+
+/* A block of any of these types decoded to integers: element i is
+ *   x_i = (d * sc[i/16]) * q[i]  (+ (dm * m[i/16]) when has_min)
+ * with every integer exact. The scalar row kernels and to_float both go through it, so the
+ * product's definition and the dequantization share one reading of the bits. n = 32 or 256. */
+typedef struct vq_kdec {
+    float d, dm;              /* dm: the signed multiplier of the mins (-dmin; Q5_1: +m) */
+    int has_min;
+    int8_t q[VQ_QKK];
+    int16_t sc[VQ_QKK / 16];
+    int16_t m[VQ_QKK / 16];
+} vq_kdec;
+typedef void (*vq_kdec_fn)(const void *blk, vq_kdec *out);
+void vq_kdec_q5_0(const void *blk, vq_kdec *o);
+void vq_kdec_q5_1(const void *blk, vq_kdec *o);
+void vq_kdec_iq4_nl(const void *blk, vq_kdec *o);
+void vq_kdec_q2_k(const void *blk, vq_kdec *o);
+void vq_kdec_q3_k(const void *blk, vq_kdec *o);
+void vq_kdec_q4_k(const void *blk, vq_kdec *o);
+void vq_kdec_q5_k(const void *blk, vq_kdec *o);
+void vq_kdec_q6_k(const void *blk, vq_kdec *o);
+void vq_kdec_iq4_xs(const void *blk, vq_kdec *o);
+
+/* Q4_K / Q5_K: 8 six-bit scales and 8 six-bit mins packed in 12 bytes */
+static inline void vq_k4_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) { *sc = s[j] & 63; *m = s[j + 4] & 63; }
+    else {
+        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+/* Q3_K: 16 six-bit scales (stored +32) in 12 bytes: low nibbles in bytes 0-7, high pairs in 8-11 */
+static inline int vq_q3k_scale(const uint8_t *s, int j) {
+    int lo = (s[j & 7] >> (4 * (j >> 3))) & 15, hi = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+/* IQ4_XS: 8 six-bit scales (stored +32): low nibbles in scales_l, high pairs in scales_h */
+static inline int vq_iq4xs_scale(const vq_block_iq4_xs *b, int j) {
+    int lo = (b->scales_l[j >> 1] >> (4 * (j & 1))) & 15, hi = (b->scales_h >> (2 * j)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
 /* ---- activations quantized to 8 bits, one token row of nb blocks at base ----
  * [qs: nb*32 int8][ds: nb pairs {d, s} of float][isum: nb int32], padded to 64 bytes.
  * Per block: d = max|x|/127, qs = round(x/d), isum = sum(qs), s = d*isum (ggml's q8_1 sum),
@@ -65,6 +132,13 @@ void vq_rows_bf16_scalar(const uint8_t *, size_t, int, const void *, size_t, int
 void vq_rows_q8_0_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q4_0_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q4_1_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+/* matmul_kquants.c: scalar references of the types read through vq_kdec */
+#define VQ_DECL_ROWS(name, isa) \
+    void vq_rows_##name##_##isa(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+#define VQ_DECL_KROWS(isa) VQ_DECL_ROWS(q5_0, isa) VQ_DECL_ROWS(q5_1, isa) VQ_DECL_ROWS(iq4_nl, isa) \
+    VQ_DECL_ROWS(q2_k, isa) VQ_DECL_ROWS(q3_k, isa) VQ_DECL_ROWS(q4_k, isa) VQ_DECL_ROWS(q5_k, isa) \
+    VQ_DECL_ROWS(q6_k, isa) VQ_DECL_ROWS(iq4_xs, isa)
+VQ_DECL_KROWS(scalar)
 
 void vq_rows_f32_avx2(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_f16_avx2(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);

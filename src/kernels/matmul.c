@@ -158,6 +158,15 @@ static const vq_kern_row kern_rows[] = {
     {VQ_TYPE_Q8_0, 1, {vq_rows_q8_0_scalar, vq_rows_q8_0_avx2, NULL}},
     {VQ_TYPE_Q4_0, 1, {vq_rows_q4_0_scalar, vq_rows_q4_0_avx2, NULL}},
     {VQ_TYPE_Q4_1, 1, {vq_rows_q4_1_scalar, vq_rows_q4_1_avx2, NULL}},
+    {VQ_TYPE_Q5_0, 1, {vq_rows_q5_0_scalar, NULL, NULL}},
+    {VQ_TYPE_Q5_1, 1, {vq_rows_q5_1_scalar, NULL, NULL}},
+    {VQ_TYPE_IQ4_NL, 1, {vq_rows_iq4_nl_scalar, NULL, NULL}},
+    {VQ_TYPE_Q2_K, 1, {vq_rows_q2_k_scalar, NULL, NULL}},
+    {VQ_TYPE_Q3_K, 1, {vq_rows_q3_k_scalar, NULL, NULL}},
+    {VQ_TYPE_Q4_K, 1, {vq_rows_q4_k_scalar, NULL, NULL}},
+    {VQ_TYPE_Q5_K, 1, {vq_rows_q5_k_scalar, NULL, NULL}},
+    {VQ_TYPE_Q6_K, 1, {vq_rows_q6_k_scalar, NULL, NULL}},
+    {VQ_TYPE_IQ4_XS, 1, {vq_rows_iq4_xs_scalar, NULL, NULL}},
 };
 
 /* The best ISA the CPU has, or a lower one named by the environment variable VQ_ISA

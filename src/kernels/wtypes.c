@@ -52,6 +52,34 @@ static void q4_1_to_float(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* the types read through vq_kdec: x = (d*sc)*q (+ dm*m), each product rounded to float as
+ * gguf-py's numpy dequantize rounds it (float32 d*sc first), so the bits agree */
+static void kdec_to_float(vq_kdec_fn dec, int blk, size_t bb, const void *src, float *dst, int64_t n) {
+    vq_kdec k;
+    for (int64_t i = 0; i < n / blk; i++) {
+        dec((const uint8_t *)src + (size_t)i * bb, &k);
+        float *y = dst + i * blk;
+        for (int g = 0; g < blk / 16; g++) {
+            float dl = k.d * (float)k.sc[g], ml = k.dm * (float)k.m[g];
+            for (int j = g * 16; j < g * 16 + 16; j++)
+                y[j] = k.has_min ? dl * (float)k.q[j] + ml : dl * (float)k.q[j];
+        }
+    }
+}
+#define KDEC_TO_FLOAT(name, blk, btype)                                                 \
+    static void name##_to_float(const void *src, float *dst, int64_t n) {                \
+        kdec_to_float(vq_kdec_##name, blk, sizeof(btype), src, dst, n);                  \
+    }
+KDEC_TO_FLOAT(q5_0, VQ_QK, vq_block_q5_0)
+KDEC_TO_FLOAT(q5_1, VQ_QK, vq_block_q5_1)
+KDEC_TO_FLOAT(iq4_nl, VQ_QK, vq_block_iq4_nl)
+KDEC_TO_FLOAT(q2_k, VQ_QKK, vq_block_q2_k)
+KDEC_TO_FLOAT(q3_k, VQ_QKK, vq_block_q3_k)
+KDEC_TO_FLOAT(q4_k, VQ_QKK, vq_block_q4_k)
+KDEC_TO_FLOAT(q5_k, VQ_QKK, vq_block_q5_k)
+KDEC_TO_FLOAT(q6_k, VQ_QKK, vq_block_q6_k)
+KDEC_TO_FLOAT(iq4_xs, VQ_QKK, vq_block_iq4_xs)
+
 static const vq_wtype wtypes[] = {
     {VQ_TYPE_F32, "f32", 1, 4, f32_to_float},
     {VQ_TYPE_F16, "f16", 1, 2, f16_to_float},
@@ -59,6 +87,15 @@ static const vq_wtype wtypes[] = {
     {VQ_TYPE_Q8_0, "q8_0", VQ_QK, sizeof(vq_block_q8_0), q8_0_to_float},
     {VQ_TYPE_Q4_0, "q4_0", VQ_QK, sizeof(vq_block_q4_0), q4_0_to_float},
     {VQ_TYPE_Q4_1, "q4_1", VQ_QK, sizeof(vq_block_q4_1), q4_1_to_float},
+    {VQ_TYPE_Q5_0, "q5_0", VQ_QK, sizeof(vq_block_q5_0), q5_0_to_float},
+    {VQ_TYPE_Q5_1, "q5_1", VQ_QK, sizeof(vq_block_q5_1), q5_1_to_float},
+    {VQ_TYPE_IQ4_NL, "iq4_nl", VQ_QK, sizeof(vq_block_iq4_nl), iq4_nl_to_float},
+    {VQ_TYPE_Q2_K, "q2_K", VQ_QKK, sizeof(vq_block_q2_k), q2_k_to_float},
+    {VQ_TYPE_Q3_K, "q3_K", VQ_QKK, sizeof(vq_block_q3_k), q3_k_to_float},
+    {VQ_TYPE_Q4_K, "q4_K", VQ_QKK, sizeof(vq_block_q4_k), q4_k_to_float},
+    {VQ_TYPE_Q5_K, "q5_K", VQ_QKK, sizeof(vq_block_q5_k), q5_k_to_float},
+    {VQ_TYPE_Q6_K, "q6_K", VQ_QKK, sizeof(vq_block_q6_k), q6_k_to_float},
+    {VQ_TYPE_IQ4_XS, "iq4_xs", VQ_QKK, sizeof(vq_block_iq4_xs), iq4_xs_to_float},
 };
 
 const vq_wtype *vq_wtype_get(uint32_t type) {

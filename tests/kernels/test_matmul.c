@@ -9,7 +9,48 @@
 #include "../vq_test.h"
 #include <omp.h>
 
-static const uint32_t TYPES[] = {VQ_TYPE_F32, VQ_TYPE_F16, VQ_TYPE_BF16, VQ_TYPE_Q8_0, VQ_TYPE_Q4_0, VQ_TYPE_Q4_1};
+static const uint32_t TYPES[] = {VQ_TYPE_F32, VQ_TYPE_F16, VQ_TYPE_BF16, VQ_TYPE_Q8_0, VQ_TYPE_Q4_0, VQ_TYPE_Q4_1,
+                                 VQ_TYPE_Q5_0, VQ_TYPE_Q5_1, VQ_TYPE_IQ4_NL, VQ_TYPE_Q2_K, VQ_TYPE_Q3_K,
+                                 VQ_TYPE_Q4_K, VQ_TYPE_Q5_K, VQ_TYPE_Q6_K, VQ_TYPE_IQ4_XS};
+
+/* Types tested on random blocks rather than quantized floats: every code and scale value is
+ * reachable that way. Byte offsets of each type's fp16 fields (d, and dmin / m where present). */
+/* For the exact case, byte ranges {at, len, and, or} that hold the sub-block scales are masked so
+ * every scale is 0..3 (the integer sums then stay well inside float's 24 bits). */
+typedef struct { int at, len; uint8_t and_, or_; } scale_mask;
+typedef struct { uint32_t type; int f16_at[2]; scale_mask sm[2]; } rnd_type;
+static const rnd_type RND[] = {
+    {VQ_TYPE_Q5_0, {0, -1}, {{0}}}, {VQ_TYPE_Q5_1, {0, 2}, {{0}}}, {VQ_TYPE_IQ4_NL, {0, -1}, {{0}}},
+    {VQ_TYPE_Q2_K, {80, 82}, {{0, 16, 0x33, 0}}},                     /* scale | min << 4 */
+    {VQ_TYPE_Q3_K, {108, -1}, {{96, 8, 0x33, 0}, {104, 4, 0, 0xAA}}}, /* high pairs 2: +32 offset gone */
+    {VQ_TYPE_Q4_K, {0, 2}, {{4, 12, 0x03, 0}}}, {VQ_TYPE_Q5_K, {0, 2}, {{4, 12, 0x03, 0}}},
+    {VQ_TYPE_Q6_K, {208, -1}, {{192, 16, 0x03, 0}}},
+    {VQ_TYPE_IQ4_XS, {0, -1}, {{2, 2, 0, 0xAA}, {4, 4, 0x33, 0}}},
+};
+static const rnd_type *rnd_type_of(uint32_t type) {
+    for (size_t i = 0; i < VQ_ARRAY_LEN(RND); i++) if (RND[i].type == type) return &RND[i];
+    return NULL;
+}
+/* nb random blocks; fp16 fields: exact = 0: d ~ 0.002 * 2^U(-2,2), second field a tenth of it;
+ * exact = 1: powers of two (2^-4 .. 2^-8), so every product is exact in float */
+static void random_blocks(vq_rng *rng, const rnd_type *rt, int nb, uint8_t *dst, int exact) {
+    size_t bb = vq_wtype_get(rt->type)->block_bytes;
+    for (size_t i = 0; i < bb * (size_t)nb; i++) dst[i] = (uint8_t)vq_rng_u64(rng);
+    for (int b = 0; b < nb; b++)
+        for (int f = 0; f < 2; f++) {
+            if (rt->f16_at[f] < 0) continue;
+            float v = exact ? ldexpf(1.0f, -(int)(vq_rng_u64(rng) % 5) - 4)
+                            : 0.002f * exp2f(4.0f * vq_rng_uniformf(rng) - 2.0f) * (f ? 0.1f : 1.0f);
+            vq_f16 h = vq_f32_to_f16(v);
+            memcpy(dst + bb * b + rt->f16_at[f], &h, 2);
+        }
+    for (int b = 0; b < nb && exact; b++)
+        for (int m = 0; m < 2; m++)
+            for (int i = 0; i < rt->sm[m].len; i++) {
+                uint8_t *p = dst + bb * b + rt->sm[m].at + i;
+                *p = (uint8_t)((*p & rt->sm[m].and_) | rt->sm[m].or_);
+            }
+}
 
 /* the test's own quantizers (ggml's recipes), independent of the library */
 static void quantize_row(uint32_t type, const float *x, int n, uint8_t *dst) {
@@ -58,15 +99,20 @@ static void check_case(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
     float *Wf = malloc(sizeof(float) * rows * cols), *X = malloc(sizeof(float) * n * cols);
     float *tmp = malloc(sizeof(float) * cols);
     float *Y0 = malloc(sizeof(float) * n * rows), *Y1 = malloc(sizeof(float) * n * rows);
+    const rnd_type *rt = rnd_type_of(type);
     for (int r = 0; r < rows; r++) {
-        for (int c = 0; c < cols; c++) tmp[c] = (float)vq_rng_gauss(rng) * 0.05f + (c % 7 == 0 ? 0.02f : 0.0f);
-        quantize_row(type, tmp, cols, W + rb * r);
+        if (rt) {
+            random_blocks(rng, rt, cols / wt->block, W + rb * r, 0);
+        } else {
+            for (int c = 0; c < cols; c++) tmp[c] = (float)vq_rng_gauss(rng) * 0.05f + (c % 7 == 0 ? 0.02f : 0.0f);
+            quantize_row(type, tmp, cols, W + rb * r);
+        }
         wt->to_float(W + rb * r, Wf + (size_t)r * cols, cols);
     }
     for (int i = 0; i < n * cols; i++) X[i] = (float)vq_rng_gauss(rng) * (i % 13 == 0 ? 3.0f : 1.0f);
 
     vq_matmul_isa(VQ_ISA_SCALAR, Y0, W, type, X, n, rows, cols);
-    int quant = type == VQ_TYPE_Q8_0 || type == VQ_TYPE_Q4_0 || type == VQ_TYPE_Q4_1;
+    int quant = wt->block > 1;
     int bad_ref = 0, bad_isa = 0;
     double worst_ref = 0, worst_isa = 0;
     for (int t = 0; t < n; t++)
@@ -126,7 +172,9 @@ static void check_exact(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
         int v = (int)(vq_rng_u64(rng) % 255) - 127;
         X[i] = (float)((i % 32 == 5) ? ((vq_rng_u64(rng) & 1) ? 127 : -127) : v);   /* max|x| = 127: d = 1 */
     }
-    for (int r = 0; r < rows; r++) {
+    const rnd_type *rt = rnd_type_of(type);
+    for (int r = 0; r < rows && rt; r++) random_blocks(rng, rt, cols / vq_wtype_get(type)->block, W + rb * r, 1);
+    for (int r = 0; r < rows && !rt; r++) {
         uint8_t *row = W + rb * r;
         for (int b = 0; b < nb; b++) {
             int e = -(int)(vq_rng_u64(rng) % 5) - 4;              /* d = 2^-4 .. 2^-8 */
@@ -267,9 +315,10 @@ int main(void) {
     const int ns[] = {1, 3, 17};
     for (size_t ti = 0; ti < VQ_ARRAY_LEN(TYPES); ti++) {
         uint32_t type = TYPES[ti];
-        int quant = vq_wtype_get(type)->block == 32;
+        int blk = vq_wtype_get(type)->block, quant = blk > 1;
         const int qcols[] = {32, 64, 96, 576, 1536}, fcols[] = {1, 7, 16, 37, 100, 576};
-        const int *cols = quant ? qcols : fcols;
+        const int kcols[] = {256, 512, 768, 1536, 2304};
+        const int *cols = blk == 256 ? kcols : quant ? qcols : fcols;
         int ncols = quant ? 5 : 6;
         for (int ci = 0; ci < ncols; ci++)
             for (size_t ni = 0; ni < VQ_ARRAY_LEN(ns); ni++) {
@@ -278,9 +327,9 @@ int main(void) {
                 check_case(&rng, type, rows, cols[ci], ns[ni]);
             }
         if (quant) {
-            check_exact(&rng, type, 37, 576, 5);
-            check_exact(&rng, type, 3, 32, 1);
-            check_exact(&rng, type, 130, 96, 17);
+            check_exact(&rng, type, 37, blk == 256 ? 512 : 576, 5);
+            check_exact(&rng, type, 3, blk, 1);
+            check_exact(&rng, type, 130, blk == 256 ? 768 : 96, 17);
         }
     }
     /* the default entry point is the best ISA */

@@ -23,6 +23,22 @@ int main(void) {
     CHECK(!vq_matmul_supported(VQ_TYPE_Q8_0, 33));
     CHECK(!vq_matmul_supported(12345, 64));
     CHECK(!vq_matmul_supported(VQ_TYPE_F32, 0));
+    /* K-quants: 256-element super-blocks; a row of 576 (SmolLM2's width) cannot be one */
+    const uint32_t ktypes[] = {VQ_TYPE_Q2_K, VQ_TYPE_Q3_K, VQ_TYPE_Q4_K, VQ_TYPE_Q5_K, VQ_TYPE_Q6_K, VQ_TYPE_IQ4_XS};
+    const size_t kbytes[] = {84, 110, 144, 176, 210, 136};
+    for (size_t i = 0; i < VQ_ARRAY_LEN(ktypes); i++) {
+        const vq_wtype *t = vq_wtype_get(ktypes[i]);
+        CHECKF(t && t->block == 256 && t->block_bytes == kbytes[i], "K type %u: block/bytes", ktypes[i]);
+        CHECK(vq_matmul_supported(ktypes[i], 1536) && !vq_matmul_supported(ktypes[i], 576));
+        CHECK(vq_wtype_row_bytes(ktypes[i], 576) == 0 && vq_wtype_row_bytes(ktypes[i], 512) == 2 * kbytes[i]);
+    }
+    const uint32_t t32[] = {VQ_TYPE_Q5_0, VQ_TYPE_Q5_1, VQ_TYPE_IQ4_NL};
+    const size_t b32[] = {22, 24, 18};
+    for (size_t i = 0; i < VQ_ARRAY_LEN(t32); i++) {
+        const vq_wtype *t = vq_wtype_get(t32[i]);
+        CHECKF(t && t->block == 32 && t->block_bytes == b32[i], "type %u: block/bytes", t32[i]);
+        CHECK(vq_matmul_supported(t32[i], 576));
+    }
 
     float out[64];
     /* q8_0: d = -0.5, qs = j - 16 (covers negatives, zero, positives) and -128 at the end */
@@ -90,6 +106,12 @@ int main(void) {
     /* matmul misuse: NaN out, nothing read past W */
     float x[33] = {0}, y[2] = {0, 0};
     vq_matmul(y, b8, VQ_TYPE_Q8_0, x, 1, 2, 33);
+    CHECK(isnan(y[0]) && isnan(y[1]));
+    /* a K-quant matrix of 576 columns: NaN, not a read past the row */
+    uint8_t kq[2 * 144] = {0};
+    float x576[576] = {0};
+    y[0] = y[1] = 0;
+    vq_matmul(y, kq, VQ_TYPE_Q4_K, x576, 1, 2, 576);
     CHECK(isnan(y[0]) && isnan(y[1]));
     return vq_t_done();
 }
