@@ -109,6 +109,7 @@ typedef struct vq_kern_row {
     uint32_t type;
     int quantized;            /* 1: activations quantized to q8act first */
     vq_rows_fn rows[3];       /* per vq_isa; NULL where that ISA has no kernel of its own */
+    vq_rows_fn vnni;          /* AVX-512 with VNNI (vpdpbusd): preferred to rows[2] when present */
 } vq_kern_row;
 
 #define VQ_TILE 4             /* tokens per pass over a weight row */
@@ -139,6 +140,8 @@ void vq_rows_q4_1_scalar(const uint8_t *, size_t, int, const void *, size_t, int
     VQ_DECL_ROWS(q2_k, isa) VQ_DECL_ROWS(q3_k, isa) VQ_DECL_ROWS(q4_k, isa) VQ_DECL_ROWS(q5_k, isa) \
     VQ_DECL_ROWS(q6_k, isa) VQ_DECL_ROWS(iq4_xs, isa)
 VQ_DECL_KROWS(scalar)
+VQ_DECL_KROWS(avx2)
+VQ_DECL_KROWS(avx512vnni)
 
 void vq_rows_f32_avx2(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_f16_avx2(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);

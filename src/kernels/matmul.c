@@ -152,21 +152,21 @@ void vq_rows_q4_1_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa,
 
 /* ---- dispatch ---- */
 static const vq_kern_row kern_rows[] = {
-    {VQ_TYPE_F32, 0, {vq_rows_f32_scalar, vq_rows_f32_avx2, vq_rows_f32_avx512}},
-    {VQ_TYPE_F16, 0, {vq_rows_f16_scalar, vq_rows_f16_avx2, vq_rows_f16_avx512}},
-    {VQ_TYPE_BF16, 0, {vq_rows_bf16_scalar, vq_rows_bf16_avx2, vq_rows_bf16_avx512}},
-    {VQ_TYPE_Q8_0, 1, {vq_rows_q8_0_scalar, vq_rows_q8_0_avx2, NULL}},
-    {VQ_TYPE_Q4_0, 1, {vq_rows_q4_0_scalar, vq_rows_q4_0_avx2, NULL}},
-    {VQ_TYPE_Q4_1, 1, {vq_rows_q4_1_scalar, vq_rows_q4_1_avx2, NULL}},
-    {VQ_TYPE_Q5_0, 1, {vq_rows_q5_0_scalar, NULL, NULL}},
-    {VQ_TYPE_Q5_1, 1, {vq_rows_q5_1_scalar, NULL, NULL}},
-    {VQ_TYPE_IQ4_NL, 1, {vq_rows_iq4_nl_scalar, NULL, NULL}},
-    {VQ_TYPE_Q2_K, 1, {vq_rows_q2_k_scalar, NULL, NULL}},
-    {VQ_TYPE_Q3_K, 1, {vq_rows_q3_k_scalar, NULL, NULL}},
-    {VQ_TYPE_Q4_K, 1, {vq_rows_q4_k_scalar, NULL, NULL}},
-    {VQ_TYPE_Q5_K, 1, {vq_rows_q5_k_scalar, NULL, NULL}},
-    {VQ_TYPE_Q6_K, 1, {vq_rows_q6_k_scalar, NULL, NULL}},
-    {VQ_TYPE_IQ4_XS, 1, {vq_rows_iq4_xs_scalar, NULL, NULL}},
+    {VQ_TYPE_F32, 0, {vq_rows_f32_scalar, vq_rows_f32_avx2, vq_rows_f32_avx512}, NULL},
+    {VQ_TYPE_F16, 0, {vq_rows_f16_scalar, vq_rows_f16_avx2, vq_rows_f16_avx512}, NULL},
+    {VQ_TYPE_BF16, 0, {vq_rows_bf16_scalar, vq_rows_bf16_avx2, vq_rows_bf16_avx512}, NULL},
+    {VQ_TYPE_Q8_0, 1, {vq_rows_q8_0_scalar, vq_rows_q8_0_avx2, NULL}, vq_rows_q8_0_avx512vnni},
+    {VQ_TYPE_Q4_0, 1, {vq_rows_q4_0_scalar, vq_rows_q4_0_avx2, NULL}, vq_rows_q4_0_avx512vnni},
+    {VQ_TYPE_Q4_1, 1, {vq_rows_q4_1_scalar, vq_rows_q4_1_avx2, NULL}, vq_rows_q4_1_avx512vnni},
+    {VQ_TYPE_Q5_0, 1, {vq_rows_q5_0_scalar, vq_rows_q5_0_avx2, NULL}, vq_rows_q5_0_avx512vnni},
+    {VQ_TYPE_Q5_1, 1, {vq_rows_q5_1_scalar, vq_rows_q5_1_avx2, NULL}, vq_rows_q5_1_avx512vnni},
+    {VQ_TYPE_IQ4_NL, 1, {vq_rows_iq4_nl_scalar, vq_rows_iq4_nl_avx2, NULL}, vq_rows_iq4_nl_avx512vnni},
+    {VQ_TYPE_Q2_K, 1, {vq_rows_q2_k_scalar, vq_rows_q2_k_avx2, NULL}, vq_rows_q2_k_avx512vnni},
+    {VQ_TYPE_Q3_K, 1, {vq_rows_q3_k_scalar, vq_rows_q3_k_avx2, NULL}, vq_rows_q3_k_avx512vnni},
+    {VQ_TYPE_Q4_K, 1, {vq_rows_q4_k_scalar, vq_rows_q4_k_avx2, NULL}, vq_rows_q4_k_avx512vnni},
+    {VQ_TYPE_Q5_K, 1, {vq_rows_q5_k_scalar, vq_rows_q5_k_avx2, NULL}, vq_rows_q5_k_avx512vnni},
+    {VQ_TYPE_Q6_K, 1, {vq_rows_q6_k_scalar, vq_rows_q6_k_avx2, NULL}, vq_rows_q6_k_avx512vnni},
+    {VQ_TYPE_IQ4_XS, 1, {vq_rows_iq4_xs_scalar, vq_rows_iq4_xs_avx2, NULL}, vq_rows_iq4_xs_avx512vnni},
 };
 
 /* The best ISA the CPU has, or a lower one named by the environment variable VQ_ISA
@@ -193,14 +193,7 @@ static int cpu_has_vnni(void) {
 }
 
 static vq_rows_fn pick(const vq_kern_row *k, vq_isa isa) {
-    if (isa == VQ_ISA_AVX512 && k->quantized && cpu_has_vnni()) {
-        switch (k->type) {
-        case VQ_TYPE_Q8_0: return vq_rows_q8_0_avx512vnni;
-        case VQ_TYPE_Q4_0: return vq_rows_q4_0_avx512vnni;
-        case VQ_TYPE_Q4_1: return vq_rows_q4_1_avx512vnni;
-        default: break;
-        }
-    }
+    if (isa == VQ_ISA_AVX512 && k->vnni && cpu_has_vnni()) return k->vnni;
     for (int i = (int)isa; i >= 0; i--)
         if (k->rows[i]) return k->rows[i];
     return NULL;

@@ -79,6 +79,9 @@ static inline __attribute__((always_inline)) __m256i dot_us_avx2(__m256i u, __m2
 #define KSUF(n) n##_avx2
 #define DOT_US(u, s) dot_us_avx2(u, s)
 #include "kq256.inc"
+#define DOT_SC(u, s, sc16, sc32) ((void)(sc32), _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc16))
+#include "kquants256.inc"
+#undef DOT_SC
 #undef KSUF
 #undef DOT_US
 
