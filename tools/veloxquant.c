@@ -316,6 +316,8 @@ static const char *ppl_help =
     "                        cut at --ctx: the llama2.c reference convention)\n"
     "      --max-paragraphs N  paragraph mode: only the first N paragraphs\n"
     "      --bos-per-window  start every window with BOS\n"
+    "      --first-scored P  score only window positions >= P (default 0; 256 at --ctx 512 is what\n"
+    "                        llama.cpp's llama-perplexity scores)\n"
     "      --kv SPEC         KV cache (default f16; repeat for several arms)\n"
     "      --kv-layers L=SPEC  per-layer override, appended to every --kv as '@L=SPEC': layers L\n"
     "                        (comma list, a..b ranges, negative = from the end) use SPEC, e.g.\n"
@@ -343,6 +345,7 @@ static int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--split")) { if (!v) die("--split needs windows or paragraphs"); o.split = v; i++; }
         else if (!strcmp(a, "--max-paragraphs")) { o.max_paras = (int)parse_long(a, v, 1, INT_MAX); i++; }
         else if (!strcmp(a, "--bos-per-window")) o.bos_window = 1;
+        else if (!strcmp(a, "--first-scored")) { o.first_scored = (int)parse_long(a, v, 0, INT_MAX); i++; }
         else if (!strcmp(a, "--serial-arms")) serial = 1;
         else die("perplexity: unknown option '%s' (see veloxquant perplexity --help)", a);
     }
@@ -360,7 +363,7 @@ static int cmd_perplexity(int argc, char **argv) {
     int n_tok = 0, *tok = NULL;
     if (!paragraphs) tok = tokenize_all(m, text, 0, 0, &n_tok);
     vq_ppl_params pp = { .ctx = o.n_ctx, .mode = mode, .batch = o.batch, .max_tokens = o.max_tokens,
-                         .first_scored = 0, .bos_per_window = o.bos_window, .max_paragraphs = o.max_paras,
+                         .first_scored = o.first_scored, .bos_per_window = o.bos_window, .max_paragraphs = o.max_paras,
                          .kv_seed = 0x5eed };
     for (int a = 0; a < o.n_kv; a++) {   /* a bad spec fails before any output */
         vq_err e; vq_err_clear(&e);
