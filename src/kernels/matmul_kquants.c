@@ -11,32 +11,35 @@ static inline __attribute__((always_inline)) void rows_kdec(vq_kdec_fn dec, int 
     vq_kdec k;
     for (int r = 0; r < nrows; r++) {
         const uint8_t *w = W + (size_t)r * ws;
-        for (int t = 0; t < nt; t++) {
-            const void *xb = (const uint8_t *)xa + (size_t)t * xs;
-            const int8_t *q = xb;
-            const float *ds = vq_q8act_ds(xb, nb);
-            float acc = 0.0f;
+        for (int t0 = 0; t0 < nt; t0 += VQ_TILE) {   /* each block decoded once per tile of tokens */
+            int tn = VQ_MIN(VQ_TILE, nt - t0);
+            float acc[VQ_TILE] = {0};
             for (int wb = 0; wb < nwb; wb++) {
                 dec(w + (size_t)wb * bb, &k);
-                for (int a = 0; a < blk / VQ_QK; a++) {
-                    int ab = wb * (blk / VQ_QK) + a;   /* activation block */
-                    const int8_t *x = q + (size_t)ab * VQ_QK;
-                    int s1 = 0, s2 = 0;
-                    for (int g = 0; g < 2; g++) {
-                        int dq = 0, sx = 0, gi = a * 2 + g;
-                        for (int j = 0; j < 16; j++) {
-                            dq += k.q[gi * 16 + j] * x[g * 16 + j];
-                            sx += x[g * 16 + j];
+                for (int t = 0; t < tn; t++) {
+                    const void *xb = (const uint8_t *)xa + (size_t)(t0 + t) * xs;
+                    const int8_t *q = xb;
+                    const float *ds = vq_q8act_ds(xb, nb);
+                    for (int a = 0; a < blk / VQ_QK; a++) {
+                        int ab = wb * (blk / VQ_QK) + a;   /* activation block */
+                        const int8_t *x = q + (size_t)ab * VQ_QK;
+                        int s1 = 0, s2 = 0;
+                        for (int g = 0; g < 2; g++) {
+                            int dq = 0, sx = 0, gi = a * 2 + g;
+                            for (int j = 0; j < 16; j++) {
+                                dq += k.q[gi * 16 + j] * x[g * 16 + j];
+                                sx += x[g * 16 + j];
+                            }
+                            s1 += k.sc[gi] * dq;
+                            s2 += k.m[gi] * sx;
                         }
-                        s1 += k.sc[gi] * dq;
-                        s2 += k.m[gi] * sx;
+                        float dx = ds[2 * ab];
+                        acc[t] += (k.d * dx) * (float)s1;
+                        if (k.has_min) acc[t] += (k.dm * dx) * (float)s2;
                     }
-                    float dx = ds[2 * ab];
-                    acc += (k.d * dx) * (float)s1;
-                    if (k.has_min) acc += (k.dm * dx) * (float)s2;
                 }
             }
-            Y[(size_t)t * ldy + r] = acc;
+            for (int t = 0; t < tn; t++) Y[(size_t)(t0 + t) * ldy + r] = acc[t];
         }
     }
 }

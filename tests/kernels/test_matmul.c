@@ -317,12 +317,12 @@ int main(void) {
         uint32_t type = TYPES[ti];
         int blk = vq_wtype_get(type)->block, quant = blk > 1;
         const int qcols[] = {32, 64, 96, 576, 1536}, fcols[] = {1, 7, 16, 37, 100, 576};
-        const int kcols[] = {256, 512, 768, 1536, 2304};
-        const int *cols = blk == 256 ? kcols : quant ? qcols : fcols;
-        int ncols = quant ? 5 : 6;
+        const int kcols[] = {256, 768, 2304}, rcols[] = {32, 96, 576};
+        const int *cols = blk == 256 ? kcols : rnd_type_of(type) ? rcols : quant ? qcols : fcols;
+        int ncols = rnd_type_of(type) ? 3 : quant ? 5 : 6;
         for (int ci = 0; ci < ncols; ci++)
             for (size_t ni = 0; ni < VQ_ARRAY_LEN(ns); ni++) {
-                int rows = 1 + (int)(vq_rng_u64(&rng) % 300);
+                int rows = 1 + (int)(vq_rng_u64(&rng) % (rnd_type_of(type) ? 150 : 300));
                 if (ci == 0) rows = 1;
                 check_case(&rng, type, rows, cols[ci], ns[ni]);
             }
