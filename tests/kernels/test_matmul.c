@@ -134,6 +134,17 @@ static void check_case(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
     CHECKF(bad_ref == 0, "%s %dx%d n=%d: %d outputs off the float64 reference beyond bound (worst %.2f of bound)",
            wt->name, rows, cols, n, bad_ref, worst_ref);
 
+    /* K-quants: AVX2 (maddubs+madd) and AVX-512 VNNI (vpdpbusd+mullo) form the same integer
+     * lanes and sum them alike, so their bits must agree */
+    __builtin_cpu_init();
+    if (wt->block == 256 && isa_ok(VQ_ISA_AVX512) && __builtin_cpu_supports("avx512vnni")) {
+        vq_matmul_isa(VQ_ISA_AVX2, Y1, W, type, X, n, rows, cols);
+        float *Y2 = malloc(sizeof(float) * n * rows);
+        vq_matmul_isa(VQ_ISA_AVX512, Y2, W, type, X, n, rows, cols);
+        CHECKF(memcmp(Y1, Y2, sizeof(float) * n * rows) == 0, "%s %dx%d n=%d: AVX2 and AVX-512 VNNI bits differ",
+               wt->name, rows, cols, n);
+        free(Y2);
+    }
     for (int isa = VQ_ISA_AVX2; isa <= VQ_ISA_AVX512; isa++) {
         if (!isa_ok((vq_isa)isa)) continue;
         vq_matmul_isa((vq_isa)isa, Y1, W, type, X, n, rows, cols);
