@@ -1,7 +1,18 @@
-/* veloxquant.h: the public API of libveloxquant.
+/* veloxquant.h: the public API of libveloxquant, the one header a program includes.
  *
- * Stable part: status codes, model loading, tokenization, generation, the KV cache boundary.
- * Experimental part (below the fence): may change between versions. */
+ * VeloxQuant runs language models (GGUF files, llama2.c checkpoints) on x86-64 CPUs with a KV
+ * cache that is really compressed: the cache stores codes and attention reads them directly.
+ *
+ * Conventions (in the manner of zstd.h and llama.h):
+ *   - opaque handles with create/free pairs; free(NULL) is a no-op;
+ *   - parameter structs come from a *_default_params() function, then the caller edits fields;
+ *   - a function that can fail returns vq_status (or NULL) and fills an optional vq_err with the
+ *     code and a message naming what was wrong; err may be NULL;
+ *   - sizes are in tokens unless named *_bytes; positions count from 0;
+ *   - a model is read-only after load and may be shared by many sessions and threads; a session is
+ *     used by one thread at a time.
+ * The section behind VQ_EXPERIMENTAL (diagnostics and evaluation) may change between versions.
+ * docs/api.md describes every function. */
 #ifndef VELOXQUANT_H
 #define VELOXQUANT_H
 
@@ -12,23 +23,263 @@
 extern "C" {
 #endif
 
-#define VQ_VERSION_MAJOR 0
-#define VQ_VERSION_MINOR 1
-#define VQ_VERSION_PATCH 0
+#if defined(VQ_BUILDING_LIBRARY) && defined(__GNUC__)
+#define VQ_API __attribute__((visibility("default")))
+#else
+#define VQ_API
+#endif
 
+/* ---- version ---------------------------------------------------------------------------------- */
+#define VQ_VERSION_MAJOR 0
+#define VQ_VERSION_MINOR 2
+#define VQ_VERSION_PATCH 0
+#define VQ_VERSION_NUMBER (VQ_VERSION_MAJOR * 10000 + VQ_VERSION_MINOR * 100 + VQ_VERSION_PATCH)
+#define VQ_VERSION_STRING "0.2.0"
+VQ_API unsigned    vq_version_number(void);   /* VQ_VERSION_NUMBER of the library linked */
+VQ_API const char *vq_version_string(void);   /* "0.2.0" */
+
+/* ---- status and errors ------------------------------------------------------------------------ */
 typedef enum vq_status {
     VQ_OK = 0,
-    VQ_ERR_IO,          /* a file could not be opened, read or mapped */
+    VQ_ERR_IO,          /* a file could not be opened, read, written or mapped */
     VQ_ERR_FORMAT,      /* a file's contents are corrupt, truncated or inconsistent */
     VQ_ERR_UNSUPPORTED, /* valid input we do not handle (tensor type, architecture) */
     VQ_ERR_ARG,         /* a bad argument: unknown name, out-of-range value, malformed spec */
     VQ_ERR_NOMEM,       /* an allocation failed */
     VQ_ERR_RANGE,       /* a size limit was hit (e.g. prompt longer than the context) */
+    VQ_ERR_NUMERIC,     /* the model produced NaN or infinite values */
+    VQ_ERR_STATE,       /* a saved session state does not fit this model or spec */
 } vq_status;
 
-const char *vq_status_name(vq_status s);
+typedef struct vq_err {
+    vq_status code;
+    char msg[512];      /* what was wrong and where; control bytes are replaced by '?' */
+} vq_err;
+
+VQ_API const char *vq_status_name(vq_status s);   /* "bad argument", ... */
+VQ_API void        vq_free(void *p);               /* frees strings the library returns */
+
+/* ---- model -------------------------------------------------------------------------------------- */
+typedef struct vq_model vq_model;
+
+typedef struct vq_model_params {
+    const char *tokenizer_path;   /* llama2.c checkpoints only: the tokenizer .bin (GGUF: NULL) */
+    int n_threads;                /* OpenMP threads for all work; 0: leave the runtime's default */
+} vq_model_params;
+
+VQ_API vq_model_params vq_model_default_params(void);
+/* Load a GGUF file (weights used in place from the mapping) or a llama2.c checkpoint. The path
+ * must name a regular file; a corrupt or truncated file is VQ_ERR_FORMAT naming the field. */
+VQ_API vq_model *vq_model_load(const char *path, const vq_model_params *p, vq_err *err);
+VQ_API void      vq_model_free(vq_model *m);
+
+typedef struct vq_model_info {
+    char arch[32];          /* "llama", ... */
+    int n_layers, n_heads, n_kv_heads, head_dim, dim, hidden_dim, n_vocab;
+    int n_ctx_train;        /* context length the model was trained for */
+    float rope_base;
+    size_t file_bytes;      /* size of the model file */
+    int has_chat_template;
+} vq_model_info;
+VQ_API vq_model_info vq_model_get_info(const vq_model *m);
+VQ_API int         vq_model_n_layers(const vq_model *m);
+VQ_API int         vq_model_n_vocab(const vq_model *m);
+VQ_API int         vq_model_n_ctx_train(const vq_model *m);
+VQ_API const char *vq_model_chat_template(const vq_model *m);   /* NULL when the file has none */
+VQ_API const char *vq_model_path(const vq_model *m);
+
+/* ---- tokenizer ---------------------------------------------------------------------------------- */
+/* Encode len bytes of text. add_bos: prepend BOS (-1: as the model file asks). parse_special:
+ * special-token text such as "<|im_start|>" becomes single tokens (chat templates). Writes at most
+ * max_out ids and returns how many the full encoding needs (call again with more room when it
+ * exceeds max_out), or -1 with err set. */
+VQ_API int vq_tokenize(const vq_model *m, const char *text, size_t len, int add_bos,
+                       int parse_special, int *out, int max_out, vq_err *err);
+/* Bytes of token id as generation prints them after token prev (prev < 0: start of text).
+ * Special tokens print as nothing unless show_special. Returns the byte count (<= cap written). */
+VQ_API size_t vq_token_piece(const vq_model *m, int prev, int id, int show_special, char *buf,
+                             size_t cap);
+/* A whole sequence as text; returns the bytes needed, writes at most cap. */
+VQ_API size_t vq_detokenize(const vq_model *m, const int *ids, int n, char *buf, size_t cap);
+VQ_API int vq_token_bos(const vq_model *m);            /* -1 when none */
+VQ_API int vq_token_eos(const vq_model *m);
+VQ_API int vq_token_is_eog(const vq_model *m, int id);  /* end of generation (eos, <|im_end|>) */
+VQ_API int vq_token_add_bos(const vq_model *m);         /* what the model file asks for */
+
+/* One turn of a conversation. role: "system", "user" or "assistant". */
+typedef struct vq_chat_message { const char *role; const char *content; } vq_chat_message;
+/* Render messages with the model's chat template (recognized by family: ChatML). When the first
+ * message is not "system" and the template has a default system prompt, it is added (only when
+ * add_default_system). add_assistant: end with the assistant header, ready to generate.
+ * Returns a malloc'd string (vq_free) or NULL with err set. */
+VQ_API char *vq_chat_apply(const vq_model *m, const vq_chat_message *msgs, int n, int add_assistant,
+                           int add_default_system, vq_err *err);
+
+/* ---- KV cache spec ------------------------------------------------------------------------------ */
+/* The spec says how a session's KV cache is stored, e.g. "f16", "turboquant_mse:k=4,v=4",
+ * "q4_0:rotate=1;sink=4,window=64", "k=turboquant_mse:bits=4;v=q8_0", "q4_0@0,-1=f16".
+ * docs/kv-spec.md has the grammar. Parsing is the only validation: a parsed spec is valid for
+ * every model whose head_dim the codecs accept, and nothing re-reads the text after parsing. */
+typedef struct vq_kv_spec vq_kv_spec;
+#define VQ_KV_SPEC_MAX_LEN 2047
+VQ_API vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err);
+VQ_API void        vq_kv_spec_free(vq_kv_spec *s);
+VQ_API const char *vq_kv_spec_text(const vq_kv_spec *s);   /* normalized: every default spelled out */
+/* Bytes a session's cache holds when every layer holds n_ctx rows (exact: the cache's own
+ * accounting for those rows, codes + metadata + full-precision window + codec state). */
+VQ_API vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_ctx, size_t *bytes,
+                                  vq_err *err);
+/* Every codec with its parameters, then the store keys, one per line; returns the length needed. */
+VQ_API size_t vq_kv_spec_help(char *buf, size_t cap);
+
+/* ---- sampler ------------------------------------------------------------------------------------ */
+typedef struct vq_sampler vq_sampler;
+typedef struct vq_sampler_params {
+    float temp;      /* <= 0: greedy (argmax) */
+    int top_k;       /* <= 0: off */
+    float top_p;     /* >= 1: off */
+    float min_p;     /* <= 0: off */
+    uint64_t seed;   /* the portable RNG: a seed reproduces a run on any machine */
+} vq_sampler_params;
+VQ_API vq_sampler_params vq_sampler_default_params(void);   /* temp 0.8, top-k 40, top-p 0.95, min-p 0.05 */
+VQ_API vq_sampler *vq_sampler_create(const vq_sampler_params *p, int n_vocab, vq_err *err);
+VQ_API void        vq_sampler_free(vq_sampler *s);
+VQ_API int         vq_sampler_sample(vq_sampler *s, const float *logits);   /* n_vocab logits */
+
+/* ---- session: a model + a compressed KV cache + scratch + position -------------------------- */
+typedef struct vq_session vq_session;
+typedef struct vq_session_params {
+    int n_ctx;          /* positions the session holds (prompt + generated); 0: 2048, capped at
+                           the model's training context unless allow_ctx_over_train */
+    int n_batch;        /* tokens per forward pass when decoding many (prefill chunk); 0: 64 */
+    uint64_t kv_seed;   /* seeds the codecs' rotations and sketches */
+    int allow_ctx_over_train;
+} vq_session_params;
+VQ_API vq_session_params vq_session_default_params(void);
+/* The session owns all memory decode needs (cache pages grow as rows arrive; scratch is made
+ * here), so decode fails for lack of memory only when a new cache page cannot be had. */
+VQ_API vq_session *vq_session_create(const vq_model *m, const vq_kv_spec *spec,
+                                     const vq_session_params *p, vq_err *err);
+VQ_API void vq_session_free(vq_session *s);
+
+/* Run n tokens at the session's next positions. logits: NULL, or room for the logits of the last
+ * token (n_vocab floats), or of every token when all_logits (n x n_vocab). Non-finite logits are
+ * VQ_ERR_NUMERIC. Longer than the room left: VQ_ERR_RANGE, nothing run. */
+VQ_API vq_status vq_session_decode(vq_session *s, const int *tokens, int n, float *logits,
+                                   int all_logits, vq_err *err);
+/* One token for each of n sessions, each at its own position, in one forward pass (the weights
+ * are read once for all): what a server's decode step and perplexity's KV arms do. The sessions
+ * must share one model and be distinct. logits: n x n_vocab, or NULL. Each session's result
+ * equals a vq_session_decode of that one token. */
+VQ_API vq_status vq_decode_batch(vq_session *const *sessions, int n, const int *tokens,
+                                 float *logits, vq_err *err);
+VQ_API int vq_session_pos(const vq_session *s);        /* tokens held (next position) */
+VQ_API int vq_session_n_ctx(const vq_session *s);
+/* The tokens held, in order (n = vq_session_pos): for prefix reuse. */
+VQ_API const int *vq_session_tokens(const vq_session *s);
+/* Keep the first n positions, drop the rest (n <= pos). Rows that share a code block with a
+ * dropped row are recomputed from the held tokens, so the state equals a session that never
+ * saw the dropped tokens. */
+VQ_API vq_status vq_session_truncate(vq_session *s, int n, vq_err *err);
+VQ_API size_t vq_session_kv_bytes(const vq_session *s);      /* bytes the cache holds now */
+VQ_API double vq_session_kv_bits(const vq_session *s);       /* bits per K/V element held */
+VQ_API size_t vq_session_scratch_bytes(const vq_session *s); /* forward + attention scratch */
+VQ_API const char *vq_session_kv_spec_text(const vq_session *s);  /* layers resolved */
+VQ_API const vq_model *vq_session_model(const vq_session *s);
+
+/* ---- generation --------------------------------------------------------------------------------- */
+typedef enum vq_stop_reason {
+    VQ_STOP_NONE = 0,
+    VQ_STOP_LENGTH,      /* n_predict tokens made */
+    VQ_STOP_EOG,         /* the model ended its turn (the end token is held, not printed) */
+    VQ_STOP_STRING,      /* a stop string appeared (it is not printed) */
+    VQ_STOP_CALLBACK,    /* the callback returned nonzero */
+    VQ_STOP_CONTEXT,     /* the session's context is full */
+} vq_stop_reason;
+VQ_API const char *vq_stop_reason_name(vq_stop_reason r);   /* "length", "eog", ... */
+
+/* Called with the printable bytes of generated text (possibly part of a UTF-8 character; text
+ * that could begin a stop string is held back until it cannot); return nonzero to stop. */
+typedef int (*vq_text_cb)(const char *bytes, size_t n, void *user);
+
+typedef struct vq_generate_params {
+    int n_predict;                  /* most tokens to generate; <= 0: until the context is full */
+    const char *const *stop;        /* stop strings (may be NULL) */
+    int n_stop;
+    int show_special;               /* print special tokens' text */
+} vq_generate_params;
+VQ_API vq_generate_params vq_generate_default_params(void);
+
+typedef struct vq_generate_result {
+    int n_prompt, n_gen;            /* tokens prefilled here, tokens generated */
+    double t_prefill_s, t_decode_s; /* wall seconds */
+    vq_stop_reason stop;
+} vq_generate_result;
+/* Prefill prompt (may be empty when the session already holds tokens) at the session's next
+ * positions, then sample until a stop condition. Every generated token ends up in the cache, so
+ * the next call continues the conversation without re-prefilling it. */
+VQ_API vq_status vq_session_generate(vq_session *s, const int *prompt, int n_prompt,
+                                     vq_sampler *smp, const vq_generate_params *p, vq_text_cb cb,
+                                     void *user, vq_generate_result *res, vq_err *err);
+
+/* ---- session state on disk --------------------------------------------------------------------- */
+/* The cache as packed codes (not decoded floats), the tokens and the position, in a versioned,
+ * checksummed file (docs/state-format.md) written atomically (temp file, fsync, rename). Loading
+ * into a session made from another model or spec, or a corrupt file, is VQ_ERR_STATE / _FORMAT.
+ * A loaded session gives bit-identical logits to the one that was saved. */
+VQ_API vq_status vq_session_save(const vq_session *s, const char *path, vq_err *err);
+VQ_API vq_status vq_session_load(vq_session *s, const char *path, vq_err *err);
+
+#ifdef VQ_EXPERIMENTAL
+/* ==== experimental: diagnostics and evaluation (may change between versions) ================= */
+/* Attention over decoded rows in float64 instead of the codecs' kernels (slow; for checks). */
+VQ_API void vq_session_set_ref_attention(vq_session *s, int on);
+/* The page layout of the cache: rows per page, bytes per page, pages held by a layer. */
+VQ_API int    vq_session_kv_page_rows(const vq_session *s);
+VQ_API size_t vq_session_kv_page_bytes(const vq_session *s);
+VQ_API int    vq_session_kv_pages(const vq_session *s, int layer);
+VQ_API int    vq_session_kv_rows(const vq_session *s, int layer);
+/* Rows a layer keeps in full precision: the window (plus a codec block's not yet full rows). */
+VQ_API int    vq_session_kv_window_rows(const vq_session *s);
+/* The codec serving a layer's K (side 0) or V (side 1): name and canonical parameters. */
+VQ_API const char *vq_session_kv_codec(const vq_session *s, int layer, int side, char *buf,
+                                       size_t cap);
+
+/* Perplexity of a token sequence (windows of n_ctx tokens). */
+typedef enum vq_ppl_mode { VQ_PPL_DECODE = 0, VQ_PPL_PREFILL = 1 } vq_ppl_mode;
+typedef enum vq_ppl_score {
+    VQ_PPL_SCORE_ALL = 0,          /* every next-token prediction in a window */
+    VQ_PPL_SCORE_SECOND_HALF = 1,  /* only the second half of each window (llama-perplexity) */
+} vq_ppl_score;
+typedef struct vq_ppl_params {
+    int n_ctx;                     /* window length in tokens */
+    vq_ppl_mode mode;
+    vq_ppl_score score;
+    int n_batch;                   /* prefill chunk */
+    long max_tokens;               /* 0: all */
+    int first_scored;              /* first position whose prediction counts (overrides score) */
+    int bos_per_window;
+    uint64_t kv_seed;
+    int kl_vs_first;               /* arms > 0 also report KL(arm 0 || arm) per token */
+} vq_ppl_params;
+VQ_API vq_ppl_params vq_ppl_default_params(void);
+typedef struct vq_ppl_result {
+    double nll_sum, ppl;
+    long n_scored, n_tokens;
+    double seconds;
+    size_t kv_bytes;               /* cache bytes at the end of the longest window */
+    double kv_bits;
+    double kl_sum;                 /* sum over scored tokens of KL(arm 0 || this arm) (kl_vs_first) */
+} vq_ppl_result;
+typedef void (*vq_progress_cb)(long done, long total, void *user);
+/* Several KV arms over the same windows (decode mode: one batched forward per step for all arms;
+ * prefill mode: one arm after another). out[n_specs]. */
+VQ_API vq_status vq_perplexity(const vq_model *m, const vq_kv_spec *const *specs, int n_specs,
+                               const int *tokens, long n_tokens, const vq_ppl_params *p,
+                               vq_progress_cb cb, void *user, vq_ppl_result *out, vq_err *err);
+#endif /* VQ_EXPERIMENTAL */
 
 #ifdef __cplusplus
 }
 #endif
-#endif
+#endif /* VELOXQUANT_H */

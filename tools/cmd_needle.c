@@ -199,7 +199,7 @@ int vq_cmd_needle(int argc, char **argv) {
         if (!strcmp(model, NEEDLE_DEFAULT_MODEL)) ndie("%s not found: run scripts/fetch_model.sh (or pass -m FILE)", model);
         ndie("%s: cannot read model file: %s", model, strerror(errno));
     }
-    vq_model *m = vq_model_load(model, NULL, &err);
+    vq_model *m = vq_model_open(model, NULL, &err);
     if (!m) ndie("%s", err.msg);
     if (threads > 0) omp_set_num_threads(threads);
 
@@ -214,10 +214,10 @@ int vq_cmd_needle(int argc, char **argv) {
         q.ctx = ctxs[0]; q.depth = depths[0]; q.seed = vq_needle_trial_seed(seed, q.ctx, 0, 0);
         vq_needle_prompt pr;
         if (vq_needle_build(m, &q, &pr, &err)) ndie("%s", err.msg);
-        size_t need = vq_detokenize(m->tok, pr.tok, pr.n, NULL, 0);
+        size_t need = vq_tok_decode(m->tok, pr.tok, pr.n, NULL, 0);
         char *buf = malloc(need + 1);
         if (!buf) ndie("out of memory");
-        buf[vq_detokenize(m->tok, pr.tok, pr.n, buf, need)] = 0;
+        buf[vq_tok_decode(m->tok, pr.tok, pr.n, buf, need)] = 0;
         printf("%s\n", buf);
         fprintf(stderr, "needle: %d prompt tokens (ctx %d - %d answer), number %s, needle at token %d (%d tokens), "
                         "%d of %d filler tokens before it (depth %.4f), longest filler sentence %d tokens\n",

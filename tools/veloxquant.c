@@ -139,7 +139,7 @@ static vq_model *load_model(const opts *o) {
         die("%s: cannot read model file: %s", o->model, strerror(errno));
     }
     vq_err err; vq_err_clear(&err);
-    vq_model *m = vq_model_load(o->model, o->tokenizer, &err);
+    vq_model *m = vq_model_open(o->model, o->tokenizer, &err);
     if (!m) die("%s", err.msg);
     if (o->threads > 0) omp_set_num_threads(o->threads);
     return m;
@@ -167,11 +167,11 @@ static char *read_text(const char *path) {
 static int *tokenize_all(const vq_model *m, const char *text, int add_bos, int special, int *n_out) {
     vq_err err; vq_err_clear(&err);
     size_t len = strlen(text);
-    int need = vq_tokenize(m->tok, text, len, add_bos, special, NULL, 0, &err);
+    int need = vq_tok_encode(m->tok, text, len, add_bos, special, NULL, 0, &err);
     if (need < 0) die("tokenize: %s", err.msg);
     int *ids = malloc(((size_t)need + 1) * sizeof(int));
     if (!ids) die("out of memory");
-    vq_tokenize(m->tok, text, len, add_bos, special, ids, need, &err);
+    vq_tok_encode(m->tok, text, len, add_bos, special, ids, need, &err);
     *n_out = need;
     return ids;
 }
@@ -368,7 +368,7 @@ static int cmd_perplexity(int argc, char **argv) {
     for (int a = 0; a < o.n_kv; a++) {   /* a bad spec fails before any output */
         vq_err e; vq_err_clear(&e);
         vq_kv_dims d = vq_model_kv_dims(m, o.n_ctx);
-        vq_kv *kv = vq_kv_create(o.kv_list[a], &d, 0x5eed, &e);
+        vq_kv *kv = vq_kv_create_str(o.kv_list[a], &d, 0x5eed, &e);
         if (!kv) die("%s", e.msg);
         vq_kv_destroy(kv);
     }
@@ -541,7 +541,7 @@ static int cmd_bench(int argc, char **argv) {
                            .n_gen = o.n_gen, .batch = o.batch, .text = tok, .n_text = n_tok, .kv_seed = 0x5eed };
     for (int a = 0; a < o.n_kv; a++) {   /* a bad spec fails before any timing */
         vq_kv_dims d = vq_model_kv_dims(m, 16);
-        vq_kv *kv = vq_kv_create(o.kv_list[a], &d, 0x5eed, &err);
+        vq_kv *kv = vq_kv_create_str(o.kv_list[a], &d, 0x5eed, &err);
         if (!kv) die("%s", err.msg);
         vq_kv_destroy(kv);
     }
@@ -626,7 +626,7 @@ static int cmd_tokenize(int argc, char **argv) {
     int *ids = tokenize_all(m, text, bos, special, &n);
     for (int i = 0; i < n; i++) {
         char buf[256];
-        size_t nb = vq_token_bytes(m->tok, i ? ids[i - 1] : -1, ids[i], 1, buf, sizeof buf - 1);
+        size_t nb = vq_tok_piece(m->tok, i ? ids[i - 1] : -1, ids[i], 1, buf, sizeof buf - 1);
         buf[nb] = 0;
         printf("%d\t", ids[i]);
         json_str(stdout, buf);

@@ -20,6 +20,8 @@ const char *vq_status_name(vq_status s) {
     case VQ_ERR_ARG: return "bad argument";
     case VQ_ERR_NOMEM: return "out of memory";
     case VQ_ERR_RANGE: return "out of range";
+    case VQ_ERR_NUMERIC: return "non-finite values";
+    case VQ_ERR_STATE: return "state does not match";
     }
     return "unknown status";
 }

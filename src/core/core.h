@@ -10,10 +10,7 @@
 #include "veloxquant.h"   /* vq_status */
 
 /* ---- errors: a code plus a message naming what was wrong and where ---- */
-typedef struct vq_err {
-    vq_status code;
-    char msg[512];
-} vq_err;
+/* vq_err (code + message) is public: include/veloxquant.h */
 
 /* Set err (if non-NULL) and return code. printf-style message. */
 vq_status vq_err_set(vq_err *err, vq_status code, const char *fmt, ...)

@@ -185,13 +185,13 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
     int maxp = 0;
     for (int a = 0; a < na; a++) {
         vq_err e; vq_err_clear(&e);
-        vq_kv *kv = vq_kv_create(arms[a].spec, &dims, p->seed + a, &e);
+        vq_kv *kv = vq_kv_create_str(arms[a].spec, &dims, p->seed + a, &e);
         if (kv && vq_kv_append(kv, 0, 0, N, K, V, &e) != VQ_OK) { vq_kv_destroy(kv); kv = NULL; }
         if (!kv) { arms[a].ok = 0; snprintf(arms[a].why, sizeof arms[a].why, "%.250s", e.msg); continue; }
         arms[a].ok = 1;
         arms[a].kv_bytes = vq_kv_bytes(kv);
         arms[a].bits = vq_kv_bits_per_elem(kv);
-        snprintf(arms[a].norm, sizeof arms[a].norm, "%s", vq_kv_spec(kv));
+        snprintf(arms[a].norm, sizeof arms[a].norm, "%s", vq_kv_spec_str(kv));
         size_t pb = arms[a].kv_bytes;
         arms[a].pool = (int)VQ_MIN(BK_MAX_POOL, VQ_MAX((size_t)p->reps, (p->pool_bytes + pb - 1) / pb));
         pools[a].kv = calloc((size_t)arms[a].pool, sizeof(vq_kv *));
@@ -205,7 +205,7 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
         for (int a = 0; a < na; a++) {
             if (!arms[a].ok) continue;
             size_t off = (size_t)((i * 7919L) % N) * d;
-            vq_kv *kv = vq_kv_create(arms[a].spec, &dims, p->seed + a, err);
+            vq_kv *kv = vq_kv_create_str(arms[a].spec, &dims, p->seed + a, err);
             if (!kv) { s = err->code; break; }
             double t0 = cpu_s();
             s = vq_kv_append(kv, 0, 0, N, K + off, V + off, err);
@@ -228,7 +228,7 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
         i += p->reps;
         size_t off = (size_t)((i * 7919L) % N) * d;
         vq_err e; vq_err_clear(&e);
-        vq_kv *kv = vq_kv_create(arms[a].spec, &dims, p->seed + a, &e);
+        vq_kv *kv = vq_kv_create_str(arms[a].spec, &dims, p->seed + a, &e);
         if (kv && vq_kv_append(kv, 0, 0, N, K + off, V + off, &e) != VQ_OK) { vq_kv_destroy(kv); kv = NULL; }
         pools[a].kv[i] = kv;
         if (!kv) {

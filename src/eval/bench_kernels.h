@@ -23,7 +23,7 @@ typedef struct vq_bk_params {
 typedef struct vq_bk_arm {
     int n, d;
     const char *spec;                     /* as given */
-    char norm[256];                       /* vq_kv_spec() of the cache */
+    char norm[256];                       /* vq_kv_spec_str() of the cache */
     int ok;
     char why[256];                        /* when !ok: the store's message */
     int pool;                             /* distinct caches rotated through */

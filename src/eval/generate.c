@@ -15,7 +15,7 @@ vq_status vq_generate(const vq_model *m, const char *kv_spec, const int *prompt,
                           "the prompt is %d tokens but the context holds %d (raise -c, or shorten the prompt)",
                           n_prompt, p->n_ctx);
     vq_kv_dims dims = vq_model_kv_dims(m, p->n_ctx);
-    vq_kv *kv = vq_kv_create(kv_spec, &dims, p->kv_seed, err);
+    vq_kv *kv = vq_kv_create_str(kv_spec, &dims, p->kv_seed, err);
     if (!kv) return err ? err->code : VQ_ERR_ARG;
     int batch = p->batch > 0 ? p->batch : 64;
     vq_fwd *f = vq_fwd_create(m, batch, err);
@@ -40,7 +40,7 @@ vq_status vq_generate(const vq_model *m, const char *kv_spec, const int *prompt,
         st->n_gen++;
         if (vq_tok_is_eog(m->tok, next)) { st->stopped_eog = 1; break; }
         char buf[256];
-        size_t nbytes = vq_token_bytes(m->tok, prev, next, 0, buf, sizeof buf);
+        size_t nbytes = vq_tok_piece(m->tok, prev, next, 0, buf, sizeof buf);
         if (cb && cb(buf, nbytes, next, user)) break;
         prev = next;
         if (g + 1 == p->n_predict) break;            /* no forward needed after the last token */

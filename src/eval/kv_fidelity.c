@@ -53,7 +53,7 @@ vq_kvfid_capture *vq_kvfid_capture_run(const vq_model *m, const int *tok, int n,
     if (bad) { vq_kvfid_capture_free(c); vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory for %d tokens", n); return NULL; }
     vq_fwd *f = vq_fwd_create(m, KF_CHUNK, err);
     vq_kv_dims dims = vq_model_kv_dims(m, n);
-    vq_kv *kv = f ? vq_kv_create("f32", &dims, 1, err) : NULL;
+    vq_kv *kv = f ? vq_kv_create_str("f32", &dims, 1, err) : NULL;
     vq_status s = kv ? VQ_OK : (err->code ? err->code : VQ_ERR_NOMEM);
     if (!s) vq_fwd_set_tap(f, tap, c);
     for (int i = 0; i < n && !s; i += KF_CHUNK)
@@ -64,7 +64,7 @@ vq_kvfid_capture *vq_kvfid_capture_run(const vq_model *m, const int *tok, int n,
     for (int i = 0; !s && i < n; i++) pos[i] = i;
     vq_kv_dims d1 = { 1, c->n_heads, c->n_kv, c->hd, n };
     for (int l = 0; l < c->n_layers && !s; l++) {
-        vq_kv *r = vq_kv_create("f32", &d1, 1, err);
+        vq_kv *r = vq_kv_create_str("f32", &d1, 1, err);
         if (!r) { s = err->code; break; }
         s = vq_kv_append(r, 0, 0, n, c->k[l], c->v[l], err);
         if (!s) s = vq_kv_attend(r, 0, n, pos, c->q[l], c->o[l], err);
@@ -127,7 +127,7 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const char *spec, 
     const size_t w = (size_t)H * d, wq = (size_t)nh * d;
     vq_kv_dims dims = { 1, nh, H, d, n };
     vq_err e; vq_err_clear(&e);
-    vq_kv *kv = vq_kv_create(spec, &dims, seed + 1000003ull * (uint64_t)l, &e);
+    vq_kv *kv = vq_kv_create_str(spec, &dims, seed + 1000003ull * (uint64_t)l, &e);
     if (!kv) {   /* unusable here (e.g. head_dim): reported, not fatal */
         r->ok = 0;
         snprintf(r->why, sizeof r->why, "%.250s", e.msg);
@@ -186,7 +186,7 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const char *spec, 
             r->bits = vq_kv_bits_per_elem(kv);
             r->bytes = vq_kv_bytes(kv);
             r->code_bits = 4.0 * ((double)sk->block_bytes / sk->rows_per_block + (double)sv->block_bytes / sv->rows_per_block) / d;
-            snprintf(r->norm, sizeof r->norm, "%s", vq_kv_spec(kv));
+            snprintf(r->norm, sizeof r->norm, "%s", vq_kv_spec_str(kv));
         }
     }
     free(kr); free(vr); free(kh); free(vh); free(oh); free(pos); free(sc); free(klq);

@@ -38,10 +38,10 @@ static int ivec_push(ivec *a, const int *x, int n) {
 
 /* Append the tokens of text (no BOS) to a. */
 static vq_status tok_append(const vq_model *m, const char *text, size_t len, int special, ivec *a, vq_err *err) {
-    int need = vq_tokenize(m->tok, text, len, 0, special, NULL, 0, err);
+    int need = vq_tok_encode(m->tok, text, len, 0, special, NULL, 0, err);
     if (need < 0) return err && err->code ? err->code : VQ_ERR_ARG;
     if (ivec_reserve(a, a->n + need)) return vq_err_set(err, VQ_ERR_NOMEM, "needle: out of memory");
-    vq_tokenize(m->tok, text, len, 0, special, a->v + a->n, need, err);
+    vq_tok_encode(m->tok, text, len, 0, special, a->v + a->n, need, err);
     a->n += need;
     return VQ_OK;
 }
@@ -342,7 +342,7 @@ vq_status vq_needle_run(const vq_model *m, const vq_needle_run_params *p, vq_nee
     }
     vq_kv_dims dims = vq_model_kv_dims(m, max_ctx);
     for (int a = 0; a < p->n_specs; a++) {
-        vq_kv *kv = vq_kv_create(p->specs[a], &dims, p->kv_seed, err);
+        vq_kv *kv = vq_kv_create_str(p->specs[a], &dims, p->kv_seed, err);
         if (!kv) return err && err->code ? err->code : VQ_ERR_ARG;
         vq_kv_destroy(kv);
     }

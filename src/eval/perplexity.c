@@ -61,7 +61,7 @@ vq_status vq_perplexity_windows(const vq_model *m, const char *kv_spec, const in
     if (p->bos_per_window && bos < 0)
         return vq_err_set(err, VQ_ERR_ARG, "perplexity: the model has no BOS token for --bos-per-window");
     vq_kv_dims dims = vq_model_kv_dims(m, p->ctx);
-    vq_kv *kv = vq_kv_create(kv_spec, &dims, p->kv_seed, err);
+    vq_kv *kv = vq_kv_create_str(kv_spec, &dims, p->kv_seed, err);
     if (!kv) return err ? err->code : VQ_ERR_ARG;
     vq_fwd *f = vq_fwd_create(m, p->mode == VQ_PPL_DECODE ? 1 : VQ_MAX(1, p->batch), err);
     int *win = malloc((size_t)p->ctx * sizeof(int));
@@ -104,7 +104,7 @@ vq_status vq_perplexity_windows_arms(const vq_model *m, const char *const *specs
     vq_fwd *f = NULL;
     vq_status s = (!kvs || !win || !step || !logits) ? vq_err_set(err, VQ_ERR_NOMEM, "out of memory") : VQ_OK;
     for (int a = 0; a < n_specs && !s; a++)
-        if (!(kvs[a] = vq_kv_create(specs[a], &dims, p->kv_seed, err))) s = err ? err->code : VQ_ERR_ARG;
+        if (!(kvs[a] = vq_kv_create_str(specs[a], &dims, p->kv_seed, err))) s = err ? err->code : VQ_ERR_ARG;
     if (!s && !(f = vq_fwd_create(m, n_specs, err))) s = err ? err->code : VQ_ERR_NOMEM;
     for (long w = 0; w < n_win && !s; w++) {
         int k = 0;
@@ -165,20 +165,20 @@ vq_status vq_perplexity_paragraphs(const vq_model *m, const char *kv_spec, const
     }
     if (p->max_paragraphs > 0 && np > p->max_paragraphs) np = p->max_paragraphs;
     vq_kv_dims dims = vq_model_kv_dims(m, p->ctx);
-    vq_kv *kv = vq_kv_create(kv_spec, &dims, p->kv_seed, err);
+    vq_kv *kv = vq_kv_create_str(kv_spec, &dims, p->kv_seed, err);
     if (!kv) { free(spans); return err ? err->code : VQ_ERR_ARG; }
     vq_fwd *f = vq_fwd_create(m, p->mode == VQ_PPL_DECODE ? 1 : VQ_MAX(1, p->batch), err);
     int cap_tok = 4096, *tok = malloc((size_t)cap_tok * sizeof(int));
     vq_status s = (!f || !tok) ? (f ? vq_err_set(err, VQ_ERR_NOMEM, "out of memory") : err->code) : VQ_OK;
     for (long k = 0; k < np && !s; k++) {
         size_t plen = spans[k][1] - spans[k][0];
-        int need = vq_tokenize(m->tok, text + spans[k][0], plen, 1, 0, tok, cap_tok, err);
+        int need = vq_tok_encode(m->tok, text + spans[k][0], plen, 1, 0, tok, cap_tok, err);
         if (need < 0) { s = err->code; break; }
         if (need > cap_tok) {
             int *nt = realloc(tok, (size_t)need * sizeof(int));
             if (!nt) { s = vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); break; }
             tok = nt; cap_tok = need;
-            need = vq_tokenize(m->tok, text + spans[k][0], plen, 1, 0, tok, cap_tok, err);
+            need = vq_tok_encode(m->tok, text + spans[k][0], plen, 1, 0, tok, cap_tok, err);
         }
         int n = VQ_MIN(need, p->ctx);
         s = vq_ppl_sequence(m, f, kv, tok, n, 0, p->mode, p->batch, acc, err);

@@ -84,40 +84,11 @@ void vq_kvg_clear(vq_kvg *kv) {
     }
 }
 
-/* the normalized spec: "codec[:params]" when both sides agree, else "k=..;v=..", then store keys */
-static void normalize_spec(vq_kvg *kv, const vq_kv_parsed *sp) {
-    char side[2][200];
-    for (int s = 0; s < 2; s++) {
-        const vq_codec_state *st = &kv->st[s][0];
-        char given[160] = "";
-        const char *params = st->params;
-        if (!params[0]) {   /* codec left params empty: echo what was given */
-            size_t o = 0;
-            for (int i = 0; i < sp->np[s] && o < sizeof given; i++)
-                o += (size_t)snprintf(given + o, sizeof given - o, "%s%s=%s", i ? "," : "",
-                                      sp->p[s][i].key, sp->p[s][i].val);
-            params = given;
-        }
-        snprintf(side[s], sizeof side[s], "%s%s%s", st->codec->name, params[0] ? ":" : "", params);
-    }
-    int o;
-    if (!strcmp(side[0], side[1])) o = snprintf(kv->spec, sizeof kv->spec, "%s", side[0]);
-    else o = snprintf(kv->spec, sizeof kv->spec, "k=%s;v=%s", side[0], side[1]);
-    if (o < 0 || (size_t)o >= sizeof kv->spec) return;
-    if (kv->R > 0 || kv->P != 256 || kv->S > 0) {
-        int q = snprintf(kv->spec + o, sizeof kv->spec - (size_t)o, ";window=%d,wprec=%d,page=%d", kv->R,
-                         kv->wprec, kv->P);
-        if (q > 0 && (size_t)(o + q) < sizeof kv->spec && kv->S > 0)
-            snprintf(kv->spec + o + q, sizeof kv->spec - (size_t)(o + q), ",sink=%d", kv->S);
-    }
-}
-
 /* A group for the layers gl[0..dims->n_layers) of a cache (dims already validated). */
-vq_kvg *vq_kvg_create(const char *spec, const vq_kv_dims *dims, const int *gl, uint64_t seed,
-                      vq_err *err) {
+vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dims *dims,
+                      const int *gl, uint64_t seed, vq_err *err) {
     const vq_kv_dims *D = dims;
-    vq_kv_parsed sp;
-    if (vq_kv_spec_parse(spec, &sp, err)) return NULL;
+    const vq_kv_parsed sp = *spp;
 
     vq_kvg *kv = vq_aligned_alloc(sizeof *kv);
     if (!kv) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); return NULL; }
@@ -171,7 +142,9 @@ vq_kvg *vq_kvg_create(const char *spec, const vq_kv_dims *dims, const int *gl, u
     }
     kv->R = sp.window >= 0 ? sp.window : fpw;
     kv->S = VQ_MIN(sp.sink, D->max_ctx);
-    kv->P = (sp.page + kv->rpb_store - 1) / kv->rpb_store * kv->rpb_store;
+    /* rows per page: as asked, but never more than the context needs (a page is allocated whole) */
+    int page = VQ_MIN(sp.page, D->max_ctx);
+    kv->P = (page + kv->rpb_store - 1) / kv->rpb_store * kv->rpb_store;
     int wr = VQ_MIN(kv->R, D->max_ctx);
     kv->win_cap = wr + kv->rpb_store - 1;
     kv->page_cap = (D->max_ctx + kv->P - 1) / kv->P + 1;
@@ -204,7 +177,8 @@ vq_kvg *vq_kvg_create(const char *spec, const vq_kv_dims *dims, const int *gl, u
             if (!L->sink_k || !L->sink_v || !L->sink_pos) goto nomem;
         }
     }
-    normalize_spec(kv, &sp);
+    vq_kv_normalize(kv->spec, sizeof kv->spec, &kv->st[0][0], &kv->st[1][0], &sp, kv->R, kv->wprec,
+                    kv->P, kv->S);
     return kv;
 nomem:
     vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory (spec '%s', %d layers)", spec, NL);

@@ -1,6 +1,6 @@
 /* kv.h: the KV cache boundary. The model hands the cache its K/V rows after RoPE, with their
  * true positions, and asks it for attention outputs; it never reads K/V memory itself.
- * A cache is made from a spec string ("f16", "turboquant_mse:k=4,v=4", ...): the codec table
+ * A cache is made from a parsed spec (vq_kv_spec_parse in veloxquant.h; "f16", "turboquant_mse:k=4,v=4", ...): the codec table
  * (codec/codec.h) says how rows are stored and how attention is computed from the codes. */
 #ifndef VQ_KV_H
 #define VQ_KV_H
@@ -29,7 +29,9 @@ typedef struct vq_kv vq_kv;
  * An override is a full, independent spec for the layers it lists (nothing is inherited from the
  * base); a layer named twice, out of range, an empty list or a bad override spec: VQ_ERR_ARG.
  * Unknown codec, parameter or value: NULL, err lists what is known/allowed. */
-vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err);
+vq_kv *vq_kv_create(const vq_kv_spec *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err);
+/* Parse + create + free the parsed spec (tests, tools that take one text once). */
+vq_kv *vq_kv_create_str(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err);
 void   vq_kv_destroy(vq_kv *kv);
 void   vq_kv_clear(vq_kv *kv);             /* drop every row, keep the allocation policy */
 
@@ -46,7 +48,7 @@ vq_status vq_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const fl
 
 size_t vq_kv_bytes(const vq_kv *kv);      /* bytes actually held: codes + metadata + fp window */
 int    vq_kv_rows(const vq_kv *kv, int layer);
-const char *vq_kv_spec(const vq_kv *kv);  /* normalized spec string */
+const char *vq_kv_spec_str(const vq_kv *kv);  /* normalized spec string, layers resolved */
 double vq_kv_bits_per_elem(const vq_kv *kv); /* bytes held * 8 / (rows * kv_heads * head_dim * 2) */
 
 /* ---- additions by the kv owner (diagnostics, tests, eval) ---- */

@@ -21,9 +21,32 @@ typedef struct vq_kv_parsed {
     int wprec;                            /* 16 or 32 */
     int page;                             /* rows per page (rounded up to a multiple of rpb) */
     int side_bits[2];                     /* k= / v= seen (parser bookkeeping) */
+    int bits_seen, store_seen;            /* bits= seen; store keys seen (bit per key) */
 } vq_kv_parsed;
 
-vq_status vq_kv_spec_parse(const char *spec, vq_kv_parsed *out, vq_err *err);
+/* One plain spec (no '@'): grammar only (codec parameters are checked by the codec's init). */
+vq_status vq_kv_part_parse(const char *spec, vq_kv_parsed *out, vq_err *err);
+
+/* A full spec, parsed once (kv_spec.c): the base clause and the per-layer overrides, each with its
+ * parsed codecs and parameters (validated by a probe of the codecs) and its layer items as
+ * written (negative = from the end; resolved against the cache's layers by vq_kv_create). */
+typedef struct vq_kv_item { int a, b; char tok[48]; } vq_kv_item;
+typedef struct vq_kv_clause {
+    vq_kv_parsed sp;
+    char norm[512];          /* normalized plain spec */
+    char given[512];         /* the clause as written ("0,-1=f16"; the base: its spec) */
+    int n_items;
+    vq_kv_item *items;
+} vq_kv_clause;
+struct vq_kv_spec {
+    char given[VQ_KV_SPEC_MAX];
+    char text[VQ_KV_SPEC_MAX];   /* normalized */
+    int n;                       /* clauses; c[0] is the base */
+    vq_kv_clause *c;
+};
+/* The normalized plain spec from codec states and store values (kv.c and the parser share it). */
+void vq_kv_normalize(char *out, size_t cap, const vq_codec_state *st_k, const vq_codec_state *st_v,
+                     const vq_kv_parsed *sp, int R, int wprec, int P, int S);
 
 /* One layer: pages of codes plus a ring of the most recent rows in full precision.
  * Page layout (page_bytes, 64-byte aligned sections):
@@ -75,8 +98,8 @@ struct vq_kv {
 
 /* kv.c: one group. spec: a plain spec (no '@'); gl: the cache layer of each of dims->n_layers
  * local layers (seeds derive from it, so a layer's codec state does not depend on grouping). */
-vq_kvg *vq_kvg_create(const char *spec, const vq_kv_dims *dims, const int *gl, uint64_t seed,
-                      vq_err *err);
+vq_kvg *vq_kvg_create(const vq_kv_parsed *sp, const char *spec, const vq_kv_dims *dims,
+                      const int *gl, uint64_t seed, vq_err *err);
 void vq_kvg_destroy(vq_kvg *g);
 void vq_kvg_clear(vq_kvg *g);
 size_t vq_kvg_bytes(const vq_kvg *g);   /* from the layout (the tally is g->bytes) */

@@ -11,84 +11,14 @@
 #include <string.h>
 #include "kv/kv_impl.h"
 
-static const char *OVR_FORM = "form: BASE@LAYERS=SPEC[@LAYERS=SPEC...], LAYERS = comma-separated "
-                              "layer numbers or ranges a..b, negative = from the end (e.g. "
-                              "'q4_0@0,-1=f16')";
-
 static vq_status ovr_err(vq_err *err, const char *spec, const char *clause, const char *what) {
-    return vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': layer override '@%.100s': %s; %s", spec,
-                      clause, what, OVR_FORM);
+    return vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': layer override '@%.100s': %s", spec,
+                      clause, what);
 }
 /* the override's own spec failed: its message (codecs, parameters) follows the clause */
 static vq_status ovr_spec_err(vq_err *err, const char *spec, const char *clause, const vq_err *e) {
     return vq_err_set(err, e->code ? e->code : VQ_ERR_ARG, "kv spec '%.160s': layer override "
                       "'@%.100s': %s", spec, clause, e->msg);
-}
-
-/* One layer number as written ("3", "-1"), resolved against n layers; 0 when malformed. */
-static int parse_layer(const char *s, int n, int *out) {
-    while (isspace((unsigned char)*s)) s++;
-    char *end = NULL;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || end == s) return 0;
-    while (isspace((unsigned char)*end)) end++;
-    if (*end) return 0;
-    if (x < -(long)n || x >= n) { *out = -1; return 1; }
-    *out = (int)(x < 0 ? x + n : x);
-    return 1;
-}
-
-/* The LAYERS text of clause c: marks owner[l] = c for each layer; errors name the token. */
-static vq_status parse_layers(char *list, int c, int n, int *owner, char **clauses,
-                              const char *spec, vq_err *err) {
-    char m[240];
-    int any = 0;
-    char *p = list;
-    for (;;) {
-        char *comma = strchr(p, ',');
-        if (comma) *comma = 0;
-        char tok[64];
-        snprintf(tok, sizeof tok, "%s", p);
-        char *dots = strstr(p, "..");
-        int a = 0, b = 0, ok;
-        if (dots) {
-            *dots = 0;
-            ok = parse_layer(p, n, &a) && parse_layer(dots + 2, n, &b);
-            *dots = '.';
-        } else {
-            ok = parse_layer(p, n, &a);
-            b = a;
-        }
-        if (comma) *comma = ',';
-        if (!ok) {
-            snprintf(m, sizeof m, "'%s' is not a layer number or range a..b", tok);
-            return ovr_err(err, spec, clauses[c], m);
-        }
-        if (a < 0 || b < 0) {
-            snprintf(m, sizeof m, "layer '%s' is outside the cache's %d layers (0..%d, or -%d..-1)",
-                     tok, n, n - 1, n);
-            return ovr_err(err, spec, clauses[c], m);
-        }
-        if (a > b) {
-            snprintf(m, sizeof m, "range '%s' runs backwards (layers %d..%d)", tok, a, b);
-            return ovr_err(err, spec, clauses[c], m);
-        }
-        for (int l = a; l <= b; l++) {
-            if (owner[l] >= 0) {
-                snprintf(m, sizeof m, "layer %d ('%s') is already given%s'@%.60s'", l, tok,
-                         owner[l] == c ? " in this override" : " by ",
-                         owner[l] == c ? "" : clauses[owner[l]]);
-                if (owner[l] == c) snprintf(m, sizeof m, "layer %d ('%s') is given twice", l, tok);
-                return ovr_err(err, spec, clauses[c], m);
-            }
-            owner[l] = c;
-        }
-        any = 1;
-        if (!comma) break;
-        p = comma + 1;
-    }
-    return any ? VQ_OK : ovr_err(err, spec, clauses[c], "no layers");
 }
 
 /* "0,1,2,3,7" -> "0..3,7" (runs of 3 or more as ranges) */
@@ -116,7 +46,7 @@ void vq_kv_destroy(vq_kv *kv) {
 }
 
 /* Group for the layers owned by clause c (owner[] == c); NULL + err on failure. */
-static vq_kvg *make_group(const char *gspec, const vq_kv_dims *D, const int *owner, int c,
+static vq_kvg *make_group(const vq_kv_clause *cl, const vq_kv_dims *D, const int *owner, int c,
                           uint64_t seed, vq_err *err) {
     int *gl = malloc((size_t)D->n_layers * sizeof(int)), cnt = 0;
     if (!gl) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); return NULL; }
@@ -124,14 +54,47 @@ static vq_kvg *make_group(const char *gspec, const vq_kv_dims *D, const int *own
         if (owner[l] == c) gl[cnt++] = l;
     vq_kv_dims gd = *D;
     gd.n_layers = cnt;
-    vq_kvg *g = cnt ? vq_kvg_create(gspec, &gd, gl, seed, err) : NULL;
+    vq_kvg *g = cnt ? vq_kvg_create(&cl->sp, cl->norm, &gd, gl, seed, err) : NULL;
     free(gl);
     return g;
 }
 
-vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err) {
+/* Resolve clause c's layer items against n layers into owner[]; errors name the item. */
+static vq_status own_layers(const vq_kv_spec *sp, int c, int n, int *owner, vq_err *err) {
+    const vq_kv_clause *cl = &sp->c[c];
+    char m[240];
+    for (int i = 0; i < cl->n_items; i++) {
+        const vq_kv_item *it = &cl->items[i];
+        int a = it->a, b = it->b;
+        if (a < -n || a >= n || b < -n || b >= n) {
+            snprintf(m, sizeof m, "layer '%s' is outside the cache's %d layers (0..%d, or -%d..-1)",
+                     it->tok, n, n - 1, n);
+            return ovr_err(err, sp->given, cl->given, m);
+        }
+        if (a < 0) a += n;
+        if (b < 0) b += n;
+        if (a > b) {
+            snprintf(m, sizeof m, "range '%s' runs backwards (layers %d..%d)", it->tok, a, b);
+            return ovr_err(err, sp->given, cl->given, m);
+        }
+        for (int l = a; l <= b; l++) {
+            if (owner[l] >= 0) {
+                snprintf(m, sizeof m, "layer %d ('%s') is already given%s'@%.60s'", l, it->tok,
+                         owner[l] == c ? " in this override" : " by ",
+                         owner[l] == c ? "" : sp->c[owner[l]].given);
+                if (owner[l] == c) snprintf(m, sizeof m, "layer %d ('%s') is given twice", l, it->tok);
+                return ovr_err(err, sp->given, cl->given, m);
+            }
+            owner[l] = c;
+        }
+    }
+    return VQ_OK;
+}
+
+vq_kv *vq_kv_create(const vq_kv_spec *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err) {
     vq_err_clear(err);
     if (!dims) { vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: dims is NULL"); return NULL; }
+    if (!spec) { vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: spec is NULL"); return NULL; }
     const vq_kv_dims *D = dims;
     if (D->n_layers < 1 || D->n_layers > 4096 || D->n_kv_heads < 1 || D->n_kv_heads > 1024 ||
         D->n_heads < 1 || D->n_heads % D->n_kv_heads || D->head_dim < 1 || D->head_dim > 4096 ||
@@ -142,24 +105,10 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
                    D->head_dim, D->max_ctx);
         return NULL;
     }
-    if (!spec || !*spec) {   /* the parser names the error */
-        vq_kv_parsed sp;
-        vq_kv_spec_parse(spec, &sp, err);
-        return NULL;
-    }
-    if (strlen(spec) >= VQ_KV_SPEC_MAX) {
-        vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s...': longer than %d characters", spec,
-                   VQ_KV_SPEC_MAX - 1);
-        return NULL;
-    }
-    const int NL = D->n_layers;
-    char *buf = strdup(spec);
-    int nc = 1;
-    for (const char *p = spec; *p; p++) nc += *p == '@';
-    char **clause = malloc((size_t)nc * sizeof(char *)), **cspec = malloc((size_t)nc * sizeof(char *));
+    const int NL = D->n_layers, nc = spec->n;
     int *owner = malloc((size_t)NL * sizeof(int)), *gid = malloc((size_t)nc * sizeof(int));
     vq_kv *kv = vq_aligned_alloc(sizeof *kv);
-    if (!buf || !clause || !cspec || !owner || !gid || !kv) {
+    if (!owner || !gid || !kv) {
         vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory");
         goto fail;
     }
@@ -168,42 +117,9 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
     kv->lg = vq_aligned_alloc((size_t)NL * sizeof(int));
     kv->ll = vq_aligned_alloc((size_t)NL * sizeof(int));
     if (!kv->lg || !kv->ll) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); goto fail; }
-
-    /* split: clause 0 = the base; clause c > 0 = "LAYERS=SPEC" after the c-th '@' */
-    clause[0] = buf;
-    for (int c = 1; c < nc; c++) {
-        char *at = strchr(clause[c - 1], '@');
-        *at = 0;
-        clause[c] = at + 1;
-    }
-    for (int c = 1; c < nc; c++) {   /* keep the clause texts intact for messages */
-        char *eq = strchr(clause[c], '=');
-        cspec[c] = eq ? eq + 1 : NULL;
-    }
     for (int l = 0; l < NL; l++) owner[l] = -1;
-    if (nc > 1) {
-        char *b = clause[0];
-        while (isspace((unsigned char)*b)) b++;
-        if (!*b) {
-            vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': no base spec before the first '@' (the "
-                       "spec of the layers no override names); %s", spec, OVR_FORM);
-            goto fail;
-        }
-    }
-    for (int c = 1; c < nc; c++) {
-        if (!cspec[c]) { ovr_err(err, spec, clause[c], "no '=' between the layers and their spec"); goto fail; }
-        char *s = cspec[c];
-        while (isspace((unsigned char)*s)) s++;
-        if (!*s) { ovr_err(err, spec, clause[c], "no spec after '='"); goto fail; }
-        char *list = strndup(clause[c], (size_t)(cspec[c] - 1 - clause[c]));
-        if (!list) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); goto fail; }
-        char *t = list;
-        while (isspace((unsigned char)*t)) t++;
-        vq_status st = !*t ? ovr_err(err, spec, clause[c], "no layers before '='")
-                           : parse_layers(list, c, NL, owner, clause, spec, err);
-        free(list);
-        if (st) goto fail;
-    }
+    for (int c = 1; c < nc; c++)
+        if (own_layers(spec, c, NL, owner, err)) goto fail;
     for (int l = 0; l < NL; l++)
         if (owner[l] < 0) owner[l] = 0;
 
@@ -213,7 +129,6 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
     kv->bytes += (size_t)nc * sizeof(vq_kvg *);
     kv->g_cap = nc;
     for (int c = 0; c < nc; c++) gid[c] = -1;
-    /* order: base group index 0 when used; then clauses in order of their smallest layer */
     int ng = 0, base_used = 0;
     for (int l = 0; l < NL; l++) base_used |= owner[l] == 0;
     if (base_used) gid[0] = ng++;
@@ -223,9 +138,9 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
         if (gid[c] < 0) continue;
         vq_err e;
         vq_err_clear(&e);
-        vq_kvg *g = make_group(c ? cspec[c] : clause[0], D, owner, c, seed, &e);
+        vq_kvg *g = make_group(&spec->c[c], D, owner, c, seed, &e);
         if (!g) {
-            if (c) ovr_spec_err(err, spec, clause[c], &e);
+            if (c) ovr_spec_err(err, spec->given, spec->c[c].given, &e);
             else vq_err_set(err, e.code ? e.code : VQ_ERR_ARG, "%s", e.msg);
             goto fail;
         }
@@ -238,19 +153,8 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
             kv->ll[kv->g[i]->gl[j]] = j;
         }
 
-    /* the normalized full spec: base (validated on one layer when no layer uses it), overrides */
-    if (base_used) {
-        snprintf(kv->spec, sizeof kv->spec, "%s", kv->g[0]->spec);
-    } else {
-        vq_kv_dims one = *D;
-        one.n_layers = 1;
-        one.max_ctx = 1;
-        int l0 = 0;
-        vq_kvg *t = vq_kvg_create(clause[0], &one, &l0, seed, err);
-        if (!t) goto fail;
-        snprintf(kv->spec, sizeof kv->spec, "%s", t->spec);
-        vq_kvg_destroy(t);
-    }
+    /* the normalized full spec with layers resolved: base (as parsed when no layer uses it) */
+    snprintf(kv->spec, sizeof kv->spec, "%s", base_used ? kv->g[0]->spec : spec->c[0].norm);
     for (int i = base_used; i < ng; i++) {
         char lay[VQ_KV_SPEC_MAX];
         size_t o = strlen(kv->spec);
@@ -258,16 +162,24 @@ vq_kv *vq_kv_create(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_
             snprintf(kv->spec + o, sizeof kv->spec - o, "@%s=%s", lay, kv->g[i]->spec) >=
                 (int)(sizeof kv->spec - o)) {
             vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': the normalized spec is longer than %d "
-                       "characters", spec, VQ_KV_SPEC_MAX - 1);
+                       "characters", spec->given, VQ_KV_SPEC_MAX - 1);
             goto fail;
         }
     }
-    free(buf); free(clause); free(cspec); free(owner); free(gid);
+    free(owner); free(gid);
     return kv;
 fail:
-    free(buf); free(clause); free(cspec); free(owner); free(gid);
+    free(owner); free(gid);
     vq_kv_destroy(kv);
     return NULL;
+}
+
+vq_kv *vq_kv_create_str(const char *spec, const vq_kv_dims *dims, uint64_t seed, vq_err *err) {
+    vq_kv_spec *sp = vq_kv_spec_parse(spec, err);
+    if (!sp) return NULL;
+    vq_kv *kv = vq_kv_create(sp, dims, seed, err);
+    vq_kv_spec_free(sp);
+    return kv;
 }
 
 /* ---- routing: every public call finds the layer's group and its local index ---- */
@@ -332,7 +244,7 @@ size_t vq_kv_bytes_tally(const vq_kv *kv) {
 int vq_kv_rows(const vq_kv *kv, int layer) {
     return bad_layer(kv, layer) ? 0 : vq_kvg_rows(GROUP(kv, layer), LOCAL(kv, layer));
 }
-const char *vq_kv_spec(const vq_kv *kv) { return kv ? kv->spec : ""; }
+const char *vq_kv_spec_str(const vq_kv *kv) { return kv ? kv->spec : ""; }
 const char *vq_kv_layer_spec(const vq_kv *kv, int layer) {
     return bad_layer(kv, layer) ? "" : GROUP(kv, layer)->spec;
 }

@@ -77,16 +77,22 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
     int x = 0;
     if (!strcmp(key, "window")) {
         if (!parse_int(val, 0, 1048576, &x)) goto bad;
-        if (o->window >= 0 && o->window != x) goto twice;
+        if (o->window >= 0) goto twice;
         o->window = x;
     } else if (!strcmp(key, "sink")) {
         if (!parse_int(val, 0, 65536, &x)) goto bad;
+        if (o->store_seen & 1) goto twice;
+        o->store_seen |= 1;
         o->sink = x;
     } else if (!strcmp(key, "wprec")) {
         if (!parse_int(val, 16, 32, &x) || (x != 16 && x != 32)) goto bad;
+        if (o->store_seen & 2) goto twice;
+        o->store_seen |= 2;
         o->wprec = x;
     } else {
         if (!parse_int(val, 1, 65536, &x)) goto bad;
+        if (o->store_seen & 4) goto twice;
+        o->store_seen |= 4;
         o->page = x;
     }
     return VQ_OK;
@@ -96,7 +102,7 @@ bad:
              : !strcmp(key, "wprec") ? "16 or 32" : "1..65536");
     return spec_err(err, spec, m);
 twice:
-    snprintf(m, sizeof m, "window given twice with different values");
+    snprintf(m, sizeof m, "store key '%s' given twice (each key once)", key);
     return spec_err(err, spec, m);
 }
 
@@ -166,6 +172,8 @@ static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *
             st = st == VQ_OK ? add_param(o, s, "bits", val, spec, err) : VQ_OK;
         } else if (side == 2 && !strcmp(key, "bits")) {
             /* bits= for both sides; an explicit k=/v= (added before or after) wins */
+            if (o->bits_seen) return spec_err(err, spec, "'bits=' given twice");
+            o->bits_seen = 1;
             st = VQ_OK;
             for (int s = 0; s < 2 && !st; s++)
                 if (!vq_codec_param_get(o->p[s], o->np[s], "bits"))
@@ -185,14 +193,14 @@ static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *
     return VQ_OK;
 }
 
-vq_status vq_kv_spec_parse(const char *spec, vq_kv_parsed *o, vq_err *err) {
+vq_status vq_kv_part_parse(const char *spec, vq_kv_parsed *o, vq_err *err) {
     memset(o, 0, sizeof *o);
     o->window = -1;
     o->wprec = 16;
     o->page = 256;
     if (!spec || !*spec) return spec_err(err, spec ? spec : "(null)", "empty spec");
-    char buf[512];
-    if (strlen(spec) >= sizeof buf) return spec_err(err, "(too long)", "spec longer than 511 characters");
+    char buf[VQ_KV_SPEC_MAX];
+    if (strlen(spec) >= sizeof buf) return spec_err(err, "(too long)", "spec longer than 2047 characters");
     snprintf(buf, sizeof buf, "%s", spec);
     int seen[2] = {0, 0};
     char *save = NULL;
@@ -205,4 +213,231 @@ vq_status vq_kv_spec_parse(const char *spec, vq_kv_parsed *o, vq_err *err) {
                                    : !seen[0] ? "no codec for the K side (k=...)"
                                               : "no codec for the V side (v=...)");
     return VQ_OK;
+}
+
+/* ---- the normalized text --------------------------------------------------------------------- */
+/* "codec[:params]" when both sides agree, else "k=..;v=..", then the store keys when any differs
+ * from its default. */
+void vq_kv_normalize(char *out, size_t cap, const vq_codec_state *st_k, const vq_codec_state *st_v,
+                     const vq_kv_parsed *sp, int R, int wprec, int P, int S) {
+    char side[2][200];
+    const vq_codec_state *st2[2] = { st_k, st_v };
+    for (int s = 0; s < 2; s++) {
+        const vq_codec_state *st = st2[s];
+        char given[160] = "";
+        const char *params = st->params;
+        if (!params[0]) {   /* codec left params empty: echo what was given */
+            size_t o = 0;
+            for (int i = 0; i < sp->np[s] && o < sizeof given; i++)
+                o += (size_t)snprintf(given + o, sizeof given - o, "%s%s=%s", i ? "," : "",
+                                      sp->p[s][i].key, sp->p[s][i].val);
+            params = given;
+        }
+        snprintf(side[s], sizeof side[s], "%s%s%s", st->codec->name, params[0] ? ":" : "", params);
+    }
+    int o;
+    if (!strcmp(side[0], side[1])) o = snprintf(out, cap, "%s", side[0]);
+    else o = snprintf(out, cap, "k=%s;v=%s", side[0], side[1]);
+    if (o < 0 || (size_t)o >= cap) return;
+    if (R > 0 || P != 256 || S > 0 || wprec != 16) {
+        int q = snprintf(out + o, cap - (size_t)o, ";window=%d,wprec=%d,page=%d", R, wprec, P);
+        if (q > 0 && (size_t)(o + q) < cap && S > 0)
+            snprintf(out + o + q, cap - (size_t)(o + q), ",sink=%d", S);
+    }
+}
+
+/* ---- the full spec: base + per-layer overrides, parsed once ----------------------------------- */
+static const char *OVR_FORM = "form: BASE@LAYERS=SPEC[@LAYERS=SPEC...], LAYERS = comma-separated "
+                              "layer numbers or ranges a..b, negative = from the end (e.g. "
+                              "'q4_0@0,-1=f16')";
+static vq_status ovr_err(vq_err *err, const char *spec, const char *clause, const char *what) {
+    return vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': layer override '@%.100s': %s; %s", spec,
+                      clause, what, OVR_FORM);
+}
+
+/* One layer number as written ("3", "-1"); 0 when malformed. */
+static int parse_layer_num(const char *s, int *out) {
+    while (isspace((unsigned char)*s)) s++;
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s) return 0;
+    while (isspace((unsigned char)*end)) end++;
+    if (*end || x < -(1L << 20) || x > (1L << 20)) return 0;
+    *out = (int)x;
+    return 1;
+}
+
+/* LAYERS text of a clause -> items (a..b as written). */
+static vq_status parse_items(char *list, vq_kv_clause *c, const char *spec, vq_err *err) {
+    char m[240];
+    int cap = 1;
+    for (const char *q = list; *q; q++) cap += *q == ',';
+    c->items = calloc((size_t)cap, sizeof *c->items);
+    if (!c->items) return vq_err_set(err, VQ_ERR_NOMEM, "kv spec: out of memory");
+    char *p = list;
+    for (;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = 0;
+        vq_kv_item *it = &c->items[c->n_items];
+        snprintf(it->tok, sizeof it->tok, "%s", p);
+        char *dots = strstr(p, "..");
+        int ok;
+        if (dots) {
+            *dots = 0;
+            ok = parse_layer_num(p, &it->a) && parse_layer_num(dots + 2, &it->b);
+        } else {
+            ok = parse_layer_num(p, &it->a);
+            it->b = it->a;
+        }
+        if (!ok) {
+            snprintf(m, sizeof m, "'%s' is not a layer number or range a..b", it->tok);
+            return ovr_err(err, spec, c->given, m);
+        }
+        c->n_items++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return VQ_OK;
+}
+
+/* Check one plain spec's codecs and parameters by configuring each side once (head_dim 64, the
+ * smallest every codec takes), and make its normalized text. */
+static vq_status probe_clause(vq_kv_clause *c, const char *plain, vq_err *err) {
+    if (vq_kv_part_parse(plain, &c->sp, err)) return err ? err->code : VQ_ERR_ARG;
+    vq_codec_state st[2];
+    memset(st, 0, sizeof st);
+    int fpw = 0;
+    vq_status rc = VQ_OK;
+    for (int s = 0; s < 2 && !rc; s++) {
+        st[s].codec = c->sp.codec[s];
+        st[s].side = s;
+        rc = st[s].codec->init(&st[s], 64, s, c->sp.p[s], c->sp.np[s], 1, err);
+        if (rc) {
+            /* an error about d=64 itself would be wrong to report here: retry at 128 */
+            vq_codec_state t;
+            memset(&t, 0, sizeof t);
+            t.codec = c->sp.codec[s];
+            t.side = s;
+            if (!t.codec->init(&t, 128, s, c->sp.p[s], c->sp.np[s], 1, NULL)) {
+                if (st[s].codec->fini) st[s].codec->fini(&st[s]);
+                st[s] = t;
+                vq_err_clear(err);
+                rc = VQ_OK;
+            }
+        }
+        if (!rc) fpw = VQ_MAX(fpw, st[s].fp_window);
+    }
+    if (!rc) {
+        int rpb0 = st[0].rows_per_block, rpb1 = st[1].rows_per_block;
+        int a = rpb0, b = rpb1;
+        while (b) { int t = a % b; a = b; b = t; }
+        long rpbs = (long)rpb0 / a * rpb1;
+        int P = (int)((c->sp.page + rpbs - 1) / rpbs * rpbs);
+        vq_kv_normalize(c->norm, sizeof c->norm, &st[0], &st[1], &c->sp,
+                        c->sp.window >= 0 ? c->sp.window : fpw, c->sp.wprec, P, c->sp.sink);
+    }
+    for (int s = 0; s < 2; s++)
+        if (st[s].codec && st[s].codec->fini) st[s].codec->fini(&st[s]);
+    return rc;
+}
+
+void vq_kv_spec_free(vq_kv_spec *s) {
+    if (!s) return;
+    for (int i = 0; s->c && i < s->n; i++) free(s->c[i].items);
+    free(s->c);
+    free(s);
+}
+
+const char *vq_kv_spec_text(const vq_kv_spec *s) { return s ? s->text : ""; }
+
+vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err) {
+    vq_err_clear(err);
+    if (!text || !*text) {
+        vq_kv_parsed sp;
+        vq_kv_part_parse(text, &sp, err);
+        return NULL;
+    }
+    if (strlen(text) > VQ_KV_SPEC_MAX_LEN) {
+        vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s...': longer than %d characters", text,
+                   VQ_KV_SPEC_MAX_LEN);
+        return NULL;
+    }
+    vq_kv_spec *s = calloc(1, sizeof *s);
+    char *buf = strdup(text), **clause = NULL;
+    int nc = 1;
+    for (const char *p = text; *p; p++) nc += *p == '@';
+    if (s) s->c = calloc((size_t)nc, sizeof *s->c);
+    if (!s || !buf || !s->c) {
+        vq_err_set(err, VQ_ERR_NOMEM, "kv spec: out of memory");
+        goto fail;
+    }
+    snprintf(s->given, sizeof s->given, "%s", text);
+    s->n = nc;
+    clause = calloc((size_t)nc, sizeof *clause);
+    if (!clause) { vq_err_set(err, VQ_ERR_NOMEM, "kv spec: out of memory"); goto fail; }
+    clause[0] = buf;
+    for (int c = 1; c < nc; c++) {
+        char *at = strchr(clause[c - 1], '@');
+        *at = 0;
+        clause[c] = at + 1;
+    }
+    for (int c = 0; c < nc; c++) snprintf(s->c[c].given, sizeof s->c[c].given, "%s", clause[c]);
+    if (nc > 1) {
+        char *b = clause[0];
+        while (isspace((unsigned char)*b)) b++;
+        if (!*b) {
+            vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': no base spec before the first '@' (the "
+                       "spec of the layers no override names); %s", text, OVR_FORM);
+            goto fail;
+        }
+    }
+    vq_err e;
+    vq_err_clear(&e);
+    if (probe_clause(&s->c[0], clause[0], &e)) {
+        vq_err_set(err, e.code ? e.code : VQ_ERR_ARG, "%s", e.msg);
+        goto fail;
+    }
+    size_t o = (size_t)snprintf(s->text, sizeof s->text, "%s", s->c[0].norm);
+    for (int c = 1; c < nc; c++) {
+        char *eq = strchr(clause[c], '=');
+        if (!eq) { ovr_err(err, text, s->c[c].given, "no '=' between the layers and their spec"); goto fail; }
+        *eq = 0;
+        char *sp = eq + 1, *t = clause[c];
+        while (isspace((unsigned char)*sp)) sp++;
+        while (isspace((unsigned char)*t)) t++;
+        if (!*sp) { ovr_err(err, text, s->c[c].given, "no spec after '='"); goto fail; }
+        if (!*t) { ovr_err(err, text, s->c[c].given, "no layers before '='"); goto fail; }
+        if (parse_items(clause[c], &s->c[c], text, err)) goto fail;
+        vq_err_clear(&e);
+        if (probe_clause(&s->c[c], sp, &e)) {
+            vq_err_set(err, e.code ? e.code : VQ_ERR_ARG, "kv spec '%.160s': layer override "
+                       "'@%.100s': %s", text, s->c[c].given, e.msg);
+            goto fail;
+        }
+        /* the layer list, normalized: items joined by ',' */
+        char lay[512];
+        size_t lo = 0;
+        lay[0] = 0;
+        for (int i = 0; i < s->c[c].n_items && lo < sizeof lay; i++) {
+            const vq_kv_item *it = &s->c[c].items[i];
+            lo += (size_t)(it->a == it->b ? snprintf(lay + lo, sizeof lay - lo, "%s%d", i ? "," : "", it->a)
+                                          : snprintf(lay + lo, sizeof lay - lo, "%s%d..%d", i ? "," : "", it->a, it->b));
+        }
+        int w = snprintf(s->text + o, sizeof s->text - o, "@%s=%s", lay, s->c[c].norm);
+        if (w < 0 || (size_t)w >= sizeof s->text - o) {
+            vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': the normalized spec is longer than %d "
+                       "characters", text, VQ_KV_SPEC_MAX_LEN);
+            goto fail;
+        }
+        o += (size_t)w;
+    }
+    free(buf);
+    free(clause);
+    return s;
+fail:
+    free(buf);
+    free(clause);
+    vq_kv_spec_free(s);
+    return NULL;
 }

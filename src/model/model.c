@@ -190,7 +190,7 @@ static vq_status load_l2c(vq_model *m, const char *path, const char *tok_path, v
     return VQ_OK;
 }
 
-vq_model *vq_model_load(const char *path, const char *tok_path, vq_err *err) {
+vq_model *vq_model_open(const char *path, const char *tok_path, vq_err *err) {
     vq_model *m = calloc(1, sizeof *m);
     if (!m) { vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); return NULL; }
     snprintf(m->path, sizeof m->path, "%s", path);

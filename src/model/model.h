@@ -39,7 +39,7 @@ typedef struct vq_model {
 } vq_model;
 
 /* Load a GGUF file, or a llama2.c checkpoint (tokenizer path required for those: tok_path). */
-vq_model *vq_model_load(const char *path, const char *tok_path, vq_err *err);
+vq_model *vq_model_open(const char *path, const char *tok_path, vq_err *err);
 void      vq_model_free(vq_model *m);
 
 /* Scratch for a forward pass over up to max_batch tokens at once. */

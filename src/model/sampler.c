@@ -77,3 +77,9 @@ int vq_sample(vq_sampler *s, const float *logits) {
     }
     return s->c[n - 1].id;
 }
+
+int vq_sampler_sample(vq_sampler *s, const float *logits) { return vq_sample(s, logits); }
+
+vq_sampler_params vq_sampler_default_params(void) {
+    return (vq_sampler_params){ .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 0 };
+}

@@ -1,6 +1,6 @@
 /* tokenizer.c: the tokenizer handle shared by both algorithms: vocabulary storage and lookup,
  * the heap-driven merge engine, special-token splitting ahead of pre-tokenization, decoding
- * (vq_token_bytes / vq_detokenize), and loading llama2.c tok*.bin files. */
+ * (vq_tok_piece / vq_tok_decode), and loading llama2.c tok*.bin files. */
 #include "model/tok_internal.h"
 #include "formats/llama2c.h"
 #include <limits.h>
@@ -281,12 +281,12 @@ static int encode_fragment(const vq_tokenizer *t, tok_scratch *s, const char *p,
     return tok_spm_encode(t, s, p, n, t->add_space_prefix, o, err);
 }
 
-int vq_tokenize(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
+int vq_tok_encode(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
                 int parse_special, int *out, int max_out, vq_err *err) {
     if (!t || (!text && len) || (!out && max_out > 0))
-        return vq_err_set(err, VQ_ERR_ARG, "vq_tokenize: NULL tokenizer, text or output"), -1;
+        return vq_err_set(err, VQ_ERR_ARG, "vq_tok_encode: NULL tokenizer, text or output"), -1;
     if (len > (size_t)INT_MAX / 4)   /* SentencePiece spells spaces in 3 bytes; int offsets */
-        return vq_err_set(err, VQ_ERR_RANGE, "vq_tokenize: text of %zu bytes is too long", len), -1;
+        return vq_err_set(err, VQ_ERR_RANGE, "vq_tok_encode: text of %zu bytes is too long", len), -1;
     tok_out o = { out, max_out > 0 ? max_out : 0, 0 };
     tok_scratch s;
     memset(&s, 0, sizeof s);
@@ -323,7 +323,7 @@ done:
     scratch_free(&s);
     if (rc) return -1;
     if (o.n > INT_MAX)
-        return vq_err_set(err, VQ_ERR_RANGE, "vq_tokenize: more than INT_MAX tokens"), -1;
+        return vq_err_set(err, VQ_ERR_RANGE, "vq_tok_encode: more than INT_MAX tokens"), -1;
     return (int)o.n;
 }
 
@@ -348,7 +348,7 @@ static const char *piece_of(const vq_tokenizer *t, int prev, int id, int show_sp
     return p;
 }
 
-size_t vq_token_bytes(const vq_tokenizer *t, int prev, int id, int show_special, char *buf, size_t cap) {
+size_t vq_tok_piece(const vq_tokenizer *t, int prev, int id, int show_special, char *buf, size_t cap) {
     size_t n;
     const char *p = piece_of(t, prev, id, show_special, &n);
     if (n > cap) n = cap;
@@ -356,7 +356,7 @@ size_t vq_token_bytes(const vq_tokenizer *t, int prev, int id, int show_special,
     return n;
 }
 
-size_t vq_detokenize(const vq_tokenizer *t, const int *ids, int n, char *buf, size_t cap) {
+size_t vq_tok_decode(const vq_tokenizer *t, const int *ids, int n, char *buf, size_t cap) {
     size_t need = 0;
     for (int i = 0; i < n; i++) {
         size_t k;

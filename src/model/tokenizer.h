@@ -30,7 +30,7 @@ int vq_tok_find(const vq_tokenizer *t, const char *piece); /* exact vocab lookup
  * else to unk. Thread-safe: the tokenizer is only read.)
  * Writes at most max_out ids and returns the number the full encoding needs (may exceed
  * max_out: call again with a bigger buffer), or -1 with err set. */
-int vq_tokenize(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
+int vq_tok_encode(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
                 int parse_special, int *out, int max_out, vq_err *err);
 
 /* Bytes of one token as generation should print them, given the previous token (SentencePiece
@@ -38,9 +38,9 @@ int vq_tokenize(const vq_tokenizer *t, const char *text, size_t len, int add_bos
  * print as nothing unless show_special). Returns the byte count written into buf (<= cap).
  * prev < 0 means "no previous token" (start of text) and is treated like BOS. A byte token may be
  * part of a multi-byte UTF-8 character: a printer should pass bytes through, not validate each. */
-size_t vq_token_bytes(const vq_tokenizer *t, int prev, int id, int show_special, char *buf, size_t cap);
+size_t vq_tok_piece(const vq_tokenizer *t, int prev, int id, int show_special, char *buf, size_t cap);
 
-/* Decode a whole sequence to text (as the concatenation of vq_token_bytes would, and without
+/* Decode a whole sequence to text (as the concatenation of vq_tok_piece would, and without
  * the SentencePiece dummy prefix at the start). Returns bytes needed; writes at most cap. */
-size_t vq_detokenize(const vq_tokenizer *t, const int *ids, int n, char *buf, size_t cap);
+size_t vq_tok_decode(const vq_tokenizer *t, const int *ids, int n, char *buf, size_t cap);
 #endif

@@ -23,12 +23,12 @@ static arm_out run_child(const char *model, const char *text_path, const char *s
         arm_out c;
         memset(&c, 0, sizeof c);
         vq_err err; vq_err_clear(&err);
-        vq_model *m = vq_model_load(model, NULL, &err);
+        vq_model *m = vq_model_open(model, NULL, &err);
         size_t len = 0;
         char *text = m ? vq_read_file(text_path, &len, &err) : NULL;
         if (text && len > 12000) text[12000] = 0;   /* ~3k tokens: plenty for CTX */
         static int tok[8192];
-        int n = text ? vq_tokenize(m->tok, text, strlen(text), 0, 0, tok, 8192, &err) : -1;
+        int n = text ? vq_tok_encode(m->tok, text, strlen(text), 0, 0, tok, 8192, &err) : -1;
         vq_bench_rss_point pt;
         vq_bench_rss_result rr;
         int ctx = CTX;

@@ -37,7 +37,7 @@ typedef struct arm { vq_kv *kv; vq_fwd *f; float *logits; capture *cap; } arm;
 static int arm_open(arm *a, const vq_model *m, const char *spec, int ref, const char **why) {
     static vq_err err;
     vq_kv_dims d = vq_model_kv_dims(m, N_CTX);
-    a->kv = vq_kv_create(spec, &d, 7, &err);
+    a->kv = vq_kv_create_str(spec, &d, 7, &err);
     a->f = NULL;
     a->logits = NULL;
     a->cap = NULL;
@@ -150,13 +150,13 @@ int main(void) {
     vq_t_shared("data/tok512.bin", tp, sizeof tp);
     vq_err err; vq_err_clear(&err);
     omp_set_num_threads(1);   /* a tiny model: threads only add spin-waits on a loaded CI box */
-    vq_model *m = vq_model_load(mp, tp, &err);
+    vq_model *m = vq_model_open(mp, tp, &err);
     CHECKF(m != NULL, "load: %s", err.msg);
     if (!m) return vq_t_done();
     CHECK(m->cfg.head_dim == 8 && m->cfg.n_layers == 5);
     const char *prompt_text = "Once upon a time";
     int prompt[64];
-    int np = vq_tokenize(m->tok, prompt_text, strlen(prompt_text), 1, 0, prompt, 64, &err);
+    int np = vq_tok_encode(m->tok, prompt_text, strlen(prompt_text), 1, 0, prompt, 64, &err);
     CHECKF(np > 1 && np < 64, "tokenize: %s", err.msg);
     if (np <= 1 || np >= 64) { vq_model_free(m); return vq_t_done(); }
 

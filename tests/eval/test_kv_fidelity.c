@@ -9,7 +9,7 @@
 static vq_kvfid_capture *capture(vq_model *m, const char *text, int n) {
     vq_err err; vq_err_clear(&err);
     int *ids = malloc(sizeof(int) * (n + 8192));
-    int got = vq_tokenize(m->tok, text, strlen(text), 1, 0, ids, n + 8192, &err);
+    int got = vq_tok_encode(m->tok, text, strlen(text), 1, 0, ids, n + 8192, &err);
     CHECKF(got >= n, "tokenize: %d tokens (%s), need %d", got, err.msg, n);
     vq_kvfid_capture *c = got >= n ? vq_kvfid_capture_run(m, ids, n, &err) : NULL;
     CHECKF(c != NULL, "capture: %s", err.msg);
@@ -73,7 +73,7 @@ static void stories(void) {
     vq_t_shared("data/tok512.bin", tp, sizeof tp);
     vq_t_shared("data/tinystories-valid-sample.txt", xp, sizeof xp);
     vq_err err; vq_err_clear(&err);
-    vq_model *m = vq_model_load(mp, tp, &err);
+    vq_model *m = vq_model_open(mp, tp, &err);
     CHECKF(m != NULL, "load: %s", err.msg);
     char *text = vq_read_file(xp, NULL, &err);
     CHECK(text != NULL);
@@ -138,7 +138,7 @@ static void smollm2(void) {
     snprintf(xp, sizeof xp, "%s/data/wikitext-2-raw-test.txt", VQ_SHARED_DIR);
     if (access(mp, R_OK) || access(xp, R_OK)) { printf("SmolLM2 or WikiText-2 absent: q8_0 vs q4_0 part skipped\n"); return; }
     vq_err err; vq_err_clear(&err);
-    vq_model *m = vq_model_load(mp, NULL, &err);
+    vq_model *m = vq_model_open(mp, NULL, &err);
     CHECKF(m != NULL, "load: %s", err.msg);
     char *text = m ? vq_read_file(xp, NULL, &err) : NULL;
     if (!m || !text) { vq_model_free(m); free(text); return; }

@@ -32,9 +32,9 @@ static int count_occ(const char *hay, const char *needle) {
 }
 
 static char *detok(const vq_model *m, const int *ids, int n) {
-    size_t need = vq_detokenize(m->tok, ids, n, NULL, 0);
+    size_t need = vq_tok_decode(m->tok, ids, n, NULL, 0);
     char *s = malloc(need + 1);
-    size_t got = vq_detokenize(m->tok, ids, n, s, need);
+    size_t got = vq_tok_decode(m->tok, ids, n, s, need);
     s[got] = 0;
     return s;
 }
@@ -89,7 +89,7 @@ int main(void) {
     char path[1024], tpath[1024];
     vq_t_model(path, sizeof path);
     vq_err err; vq_err_clear(&err);
-    vq_model *m = vq_model_load(path, NULL, &err);
+    vq_model *m = vq_model_open(path, NULL, &err);
     if (!m) { fprintf(stderr, "load: %s\n", err.msg); return 1; }
     uint64_t seed = 20261130;
     printf("seed %llu\n", (unsigned long long)seed);

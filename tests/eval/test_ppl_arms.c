@@ -12,7 +12,7 @@ static void run(vq_model *m, const char *text, const char *const *specs, int n, 
     int cap = (int)strlen(text) + 16;
     int *tok = malloc((size_t)cap * sizeof(int));
     vq_err err;
-    int nt = vq_tokenize(m->tok, text, strlen(text), 0, 0, tok, cap, &err);
+    int nt = vq_tok_encode(m->tok, text, strlen(text), 0, 0, tok, cap, &err);
     CHECK(nt > ctx);
     vq_ppl_params p = {.ctx = ctx, .mode = VQ_PPL_DECODE, .batch = 1, .max_tokens = max_tok, .kv_seed = 7};
     vq_ppl_acc *b = calloc((size_t)n, sizeof *b);
@@ -45,7 +45,7 @@ int main(void) {
     vq_t_shared("data/tok512.bin", tp, sizeof tp);
     vq_t_shared("data/tinystories-valid-sample.txt", txt, sizeof txt);
     vq_err err;
-    vq_model *m = vq_model_load(mp, tp, &err);
+    vq_model *m = vq_model_open(mp, tp, &err);
     CHECKF(m != NULL, "%s", err.msg);
     char *text = calloc(4001, 1);
     FILE *f = fopen(txt, "rb");
@@ -58,7 +58,7 @@ int main(void) {
     char sm[4096];
     snprintf(sm, sizeof sm, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", VQ_MODELS_DIR);
     if (access(sm, R_OK) == 0) {
-        vq_model *s = vq_model_load(sm, NULL, &err);
+        vq_model *s = vq_model_open(sm, NULL, &err);
         CHECKF(s != NULL, "%s", err.msg);
         const char *sarms[] = {"f16", "turboquant_mse:k=4,v=4", "q4_0", "f16"};
         run(s, text, sarms, 4, 48, 96, 0);

@@ -35,7 +35,7 @@ static void check_logits(const vq_model *m, const char *path) {
             for (int i = 0; i < n; i++) ids[i] = (int)strtol(p, &p, 10);
             vq_err err; vq_err_clear(&err);
             vq_kv_dims d = vq_model_kv_dims(m, 512);
-            vq_kv *kv = vq_kv_create("f32", &d, 1, &err);
+            vq_kv *kv = vq_kv_create_str("f32", &d, 1, &err);
             vq_fwd *fw = vq_fwd_create(m, n, &err);
             logits = malloc((size_t)n * V * sizeof(float));
             CHECKF(kv && fw && vq_forward(m, fw, kv, ids, n, 0, logits, n, &err) == VQ_OK, "%s", err.msg);
@@ -70,7 +70,7 @@ static void check_logits(const vq_model *m, const char *path) {
             free(mline);
             vq_err err; vq_err_clear(&err);
             vq_kv_dims d = vq_model_kv_dims(m, 512);
-            vq_kv *kv = vq_kv_create("f16", &d, 1, &err);
+            vq_kv *kv = vq_kv_create_str("f16", &d, 1, &err);
             vq_fwd *fw = vq_fwd_create(m, n, &err);
             float *lg = malloc((size_t)V * sizeof(float));
             vq_forward(m, fw, kv, ids, n, 0, lg, 1, &err);
@@ -159,7 +159,7 @@ int main(void) {
     char mp[1024], p1[1024], p2[1024];
     vq_t_model(mp, sizeof mp);
     vq_err err; vq_err_clear(&err);
-    vq_model *m = vq_model_load(mp, NULL, &err);
+    vq_model *m = vq_model_open(mp, NULL, &err);
     CHECKF(m != NULL, "load: %s", err.msg);
     if (!m) return vq_t_done();
     CHECK(m->cfg.n_layers == 30 && m->cfg.dim == 576 && m->cfg.n_heads == 9 && m->cfg.n_kv_heads == 3 &&

@@ -19,11 +19,11 @@ static int collect(const char *b, size_t n, int id, void *user) {
 static char *greedy_like_run_c(const vq_model *m, const char *kv, const char *prompt) {
     vq_err err; vq_err_clear(&err);
     int ids[512];
-    int n = vq_tokenize(m->tok, prompt, strlen(prompt), 1, 0, ids, 512, &err);
+    int n = vq_tok_encode(m->tok, prompt, strlen(prompt), 1, 0, ids, 512, &err);
     CHECKF(n > 1 && n < 512, "tokenize: %s", err.msg);
     sbuf s = { calloc(1, 1), 0, 1 };
     char piece[256];
-    for (int i = 1; i < n; i++) collect(piece, vq_token_bytes(m->tok, ids[i - 1], ids[i], 0, piece, sizeof piece), ids[i], &s);
+    for (int i = 1; i < n; i++) collect(piece, vq_tok_piece(m->tok, ids[i - 1], ids[i], 0, piece, sizeof piece), ids[i], &s);
     vq_gen_params gp = { .n_predict = 201 - n, .n_ctx = 512, .batch = 7, .sp = { 0, 0, 1, 0, 0 }, .kv_seed = 1 };
     vq_gen_stats st;
     vq_status rc = vq_generate(m, kv, ids, n, &gp, collect, &s, &st, &err);
@@ -36,7 +36,7 @@ int main(void) {
     vq_t_shared("data/stories260K.bin", mp, sizeof mp);
     vq_t_shared("data/tok512.bin", tp, sizeof tp);
     vq_err err; vq_err_clear(&err);
-    vq_model *m = vq_model_load(mp, tp, &err);
+    vq_model *m = vq_model_open(mp, tp, &err);
     CHECKF(m != NULL, "load: %s", err.msg);
     if (!m) return vq_t_done();
     CHECK(m->cfg.dim == 64 && m->cfg.n_layers == 5 && m->cfg.n_heads == 8 && m->cfg.n_kv_heads == 4);

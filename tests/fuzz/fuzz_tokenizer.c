@@ -31,16 +31,16 @@ static void init(void) {
 static void run(const vq_tokenizer *t, const uint8_t *data, size_t size, int bos, int special, int check_trip) {
     vq_err err;
     vq_err_clear(&err);
-    int need = vq_tokenize(t, (const char *)data, size, bos, special, NULL, 0, &err);
+    int need = vq_tok_encode(t, (const char *)data, size, bos, special, NULL, 0, &err);
     if (need < 0) return;   /* an error with a message is a valid answer */
     int *ids = malloc(((size_t)need + 1) * sizeof(int));
-    int got = vq_tokenize(t, (const char *)data, size, bos, special, ids, need, &err);
+    int got = vq_tok_encode(t, (const char *)data, size, bos, special, ids, need, &err);
     if (got != need) abort();
     int V = vq_tok_vocab_size(t);
     for (int i = 0; i < got; i++) if (ids[i] < 0 || ids[i] >= V) abort();
     size_t cap = size * 4 + 64;   /* detokenize returns the bytes it needs; it writes at most cap */
     char *buf = malloc(cap);
-    size_t n = vq_detokenize(t, ids + bos, got - bos, buf, cap);
+    size_t n = vq_tok_decode(t, ids + bos, got - bos, buf, cap);
     if (check_trip && (n != size || memcmp(buf, data, size) != 0)) abort();
     free(buf);
     free(ids);

@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
         for (size_t c = 0; c < sizeof ctxs / sizeof *ctxs; c++) {
             vq_kv_dims dims = {1, NH, H, d, ctxs[c]};
             vq_err err;
-            vq_kv *kv = vq_kv_create(specs[s], &dims, 1, &err);
+            vq_kv *kv = vq_kv_create_str(specs[s], &dims, 1, &err);
             if (!kv) { printf("%s: %s\n", specs[s], err.msg); break; }
             vq_kv_append(kv, 0, 0, ctxs[c], k, v, &err);
             const vq_codec_state *sk = vq_kv_codec_state(kv, 0, 0), *sv = vq_kv_codec_state(kv, 0, 1);

@@ -13,7 +13,7 @@ static void test_concurrency(vq_rng *rng) {
     for (size_t si = 0; si < VQ_ARRAY_LEN(specs); si++) {
         vq_kv_dims dims = {.n_layers = 6, .n_heads = 9, .n_kv_heads = 3, .head_dim = 64, .max_ctx = 700};
         vq_err err;
-        vq_kv *kv = vq_kv_create(specs[si], &dims, vq_rng_u64(rng), &err);
+        vq_kv *kv = vq_kv_create_str(specs[si], &dims, vq_rng_u64(rng), &err);
         CHECKF(kv != NULL, "%s: %s", specs[si], err.msg);
         if (!kv) continue;
         const int w = 3 * 64, n = 600, nq = 40, qw = 9 * 64;
@@ -54,7 +54,7 @@ static void run_case(vq_rng *rng, const char *spec, int L, int NH, int H, int d,
     vq_kv_dims dims = {.n_layers = L, .n_heads = NH, .n_kv_heads = H, .head_dim = d,
                        .max_ctx = rows_target + 8};
     vq_err err;
-    vq_kv *kv = vq_kv_create(spec, &dims, vq_rng_u64(rng), &err);
+    vq_kv *kv = vq_kv_create_str(spec, &dims, vq_rng_u64(rng), &err);
     CHECKF(kv != NULL, "create %s: %s", spec, err.msg);
     if (!kv) return;
     const int w = H * d;

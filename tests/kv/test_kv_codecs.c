@@ -12,7 +12,7 @@
 static int run_spec(vq_rng *rng, const char *spec, int NH, int H, int d, int must) {
     vq_kv_dims dims = {.n_layers = 2, .n_heads = NH, .n_kv_heads = H, .head_dim = d, .max_ctx = 900};
     vq_err err;
-    vq_kv *kv = vq_kv_create(spec, &dims, vq_rng_u64(rng), &err);
+    vq_kv *kv = vq_kv_create_str(spec, &dims, vq_rng_u64(rng), &err);
     if (!kv) {
         CHECKF(!must, "create '%s' d=%d: %s", spec, d, err.msg);
         CHECKF(err.code == VQ_ERR_ARG && strlen(err.msg) > 10, "'%s' d=%d: error without message", spec, d);
@@ -46,7 +46,7 @@ static int run_spec(vq_rng *rng, const char *spec, int NH, int H, int d, int mus
         ref_attention(rows, Kr, Vr, pr, H, NH, d, n_q, qp, Q, R);
         double e = rel_err(n_q, NH, d, O, R);
         CHECKF(e < 1e-5, "'%s' (%s) NH%d H%d d%d rows %d: codes vs decoded rel err %.3g", spec,
-               vq_kv_spec(kv), NH, H, d, rows, e);
+               vq_kv_spec_str(kv), NH, H, d, rows, e);
         int finite = 1;
         for (size_t i = 0; i < (size_t)n_q * NH * d; i++) finite &= isfinite(O[i]);
         CHECKF(finite, "'%s': non-finite output", spec);

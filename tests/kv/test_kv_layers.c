@@ -13,14 +13,14 @@ static vq_kv_dims D = {.n_layers = 6, .n_heads = 4, .n_kv_heads = 2, .head_dim =
 static void spec_ok(const char *spec, const char *want_norm, const char *const *kcodec,
                     const char *const *vcodec) {
     vq_err err;
-    vq_kv *kv = vq_kv_create(spec, &D, 1, &err);
+    vq_kv *kv = vq_kv_create_str(spec, &D, 1, &err);
     CHECKF(kv != NULL, "'%s' rejected: %s", spec, err.msg);
     if (!kv) return;
-    CHECKF(!want_norm || strcmp(vq_kv_spec(kv), want_norm) == 0, "'%s' normalized to '%s', want '%s'",
-           spec, vq_kv_spec(kv), want_norm);
-    vq_kv *kv2 = vq_kv_create(vq_kv_spec(kv), &D, 1, &err);
-    CHECKF(kv2 && strcmp(vq_kv_spec(kv2), vq_kv_spec(kv)) == 0, "'%s' does not round-trip (%s)",
-           vq_kv_spec(kv), kv2 ? vq_kv_spec(kv2) : err.msg);
+    CHECKF(!want_norm || strcmp(vq_kv_spec_str(kv), want_norm) == 0, "'%s' normalized to '%s', want '%s'",
+           spec, vq_kv_spec_str(kv), want_norm);
+    vq_kv *kv2 = vq_kv_create_str(vq_kv_spec_str(kv), &D, 1, &err);
+    CHECKF(kv2 && strcmp(vq_kv_spec_str(kv2), vq_kv_spec_str(kv)) == 0, "'%s' does not round-trip (%s)",
+           vq_kv_spec_str(kv), kv2 ? vq_kv_spec_str(kv2) : err.msg);
     for (int l = 0; l < D.n_layers; l++) {
         const vq_codec_state *sk = vq_kv_codec_state(kv, l, VQ_SIDE_K), *sv = vq_kv_codec_state(kv, l, VQ_SIDE_V);
         CHECKF(sk && !strcmp(sk->codec->name, kcodec[l]), "'%s' layer %d K: %s, want %s", spec, l,
@@ -35,8 +35,8 @@ static void spec_ok(const char *spec, const char *want_norm, const char *const *
 
 static void spec_bad(const char *spec, const char *m1, const char *m2) {
     vq_err err;
-    vq_kv *kv = vq_kv_create(spec, &D, 1, &err);
-    CHECKF(kv == NULL, "'%s' accepted as '%s'", spec, kv ? vq_kv_spec(kv) : "");
+    vq_kv *kv = vq_kv_create_str(spec, &D, 1, &err);
+    CHECKF(kv == NULL, "'%s' accepted as '%s'", spec, kv ? vq_kv_spec_str(kv) : "");
     vq_kv_destroy(kv);
     CHECKF(err.code == VQ_ERR_ARG, "'%s': code %d", spec, err.code);
     CHECKF(strstr(err.msg, m1) != NULL, "'%s': message lacks '%s': %s", spec, m1, err.msg);
@@ -93,7 +93,7 @@ static void test_grammar(void) {
     while (strlen(longspec) < 2100) strcat(longspec, "@0=f16");
     spec_bad(longspec, "longer than 2047", NULL);
     vq_err err;
-    CHECK(vq_kv_create(NULL, &D, 1, &err) == NULL && err.code == VQ_ERR_ARG);
+    CHECK(vq_kv_create_str(NULL, &D, 1, &err) == NULL && err.code == VQ_ERR_ARG);
 }
 
 /* Random specs from the grammar's pieces: never a crash (ASan/UBSan builds), either VQ_ERR_ARG
@@ -129,16 +129,16 @@ static void test_random_specs(vq_rng *rng) {
             strcat(spec, tail);
         }
         vq_err err;
-        vq_kv *kv = vq_kv_create(spec, &D, 3, &err);
+        vq_kv *kv = vq_kv_create_str(spec, &D, 3, &err);
         if (!kv) {
             bad++;
             CHECKF(err.code == VQ_ERR_ARG && err.msg[0], "'%s': code %d, msg '%s'", spec, err.code, err.msg);
             continue;
         }
         ok++;
-        vq_kv *kv2 = vq_kv_create(vq_kv_spec(kv), &D, 3, &err);
-        CHECKF(kv2 && !strcmp(vq_kv_spec(kv2), vq_kv_spec(kv)), "'%s' -> '%s' does not round-trip", spec,
-               vq_kv_spec(kv));
+        vq_kv *kv2 = vq_kv_create_str(vq_kv_spec_str(kv), &D, 3, &err);
+        CHECKF(kv2 && !strcmp(vq_kv_spec_str(kv2), vq_kv_spec_str(kv)), "'%s' -> '%s' does not round-trip", spec,
+               vq_kv_spec_str(kv));
         for (int l = 0; l < D.n_layers; l++)
             CHECK(vq_kv_codec_state(kv, l, 0) && vq_kv_codec_state(kv, l, 1) && vq_kv_layer_spec(kv, l)[0]);
         CHECK(vq_kv_bytes(kv) == vq_kv_bytes_tally(kv));
@@ -172,7 +172,7 @@ static void test_bytes(vq_rng *rng) {
      * keys (32-row blocks), residual 16, page 40 -> rounded to 64 */
     const char *spec = "q4_0@0,-1=f16;window=8,page=32@2=kivi:residual=16;page=40";
     vq_err err;
-    vq_kv *kv = vq_kv_create(spec, &D, 7, &err);
+    vq_kv *kv = vq_kv_create_str(spec, &D, 7, &err);
     CHECKF(kv != NULL, "%s: %s", spec, err.msg);
     if (!kv) return;
     lay L[6];
@@ -233,7 +233,7 @@ static void test_same_as_plain(vq_rng *rng) {
     const char *plain[6] = {"q4_0:rotate=1", "q8_0:rotate=1;window=5", "q4_0:rotate=1",
                             "kivi:residual=16", "q4_0:rotate=1", "q8_0:rotate=1;window=5"};
     vq_err err;
-    vq_kv *kv = vq_kv_create(spec, &D, 99, &err);
+    vq_kv *kv = vq_kv_create_str(spec, &D, 99, &err);
     CHECKF(kv != NULL, "%s: %s", spec, err.msg);
     if (!kv) return;
     const int w = D.n_kv_heads * D.head_dim, n = 150, nq = 3, qw = D.n_heads * D.head_dim;
@@ -246,11 +246,11 @@ static void test_same_as_plain(vq_rng *rng) {
     int qp[3] = {40, 100, n - 1};
     fill(rng, q, (size_t)nq * qw);
     for (int l = 0; l < 6; l++) {
-        vq_kv *pk = vq_kv_create(plain[l], &D, 99, &err);
+        vq_kv *pk = vq_kv_create_str(plain[l], &D, 99, &err);
         CHECKF(pk != NULL, "%s: %s", plain[l], err.msg);
         if (!pk) continue;
-        CHECKF(!strcmp(vq_kv_layer_spec(kv, l), vq_kv_spec(pk)), "layer %d: '%s' vs plain '%s'", l,
-               vq_kv_layer_spec(kv, l), vq_kv_spec(pk));
+        CHECKF(!strcmp(vq_kv_layer_spec(kv, l), vq_kv_spec_str(pk)), "layer %d: '%s' vs plain '%s'", l,
+               vq_kv_layer_spec(kv, l), vq_kv_spec_str(pk));
         fill(rng, k, (size_t)n * w);
         fill(rng, v, (size_t)n * w);
         for (int r = 0; r < n;) {   /* same chunks into both */

@@ -22,7 +22,7 @@ static double rel_err(const float *a, const float *b, size_t n) {
 /* rows appended in random chunks; returns the cache */
 static vq_kv *build(const char *spec, vq_rng *r, const float *K, const float *V, int n) {
     vq_err err;
-    vq_kv *kv = vq_kv_create(spec, &D, 42, &err);
+    vq_kv *kv = vq_kv_create_str(spec, &D, 42, &err);
     CHECKF(kv != NULL, "%s: %s", spec, kv ? "" : err.msg);
     if (!kv) return NULL;
     const size_t w = (size_t)D.n_kv_heads * D.head_dim;
@@ -44,12 +44,12 @@ int main(void) {
     vq_err err;
 
     /* parsing */
-    vq_kv *kv = vq_kv_create("q4_0;sink=4", &D, 1, &err);
-    CHECKF(kv && strstr(vq_kv_spec(kv), "sink=4"), "normalized: %s", kv ? vq_kv_spec(kv) : err.msg);
+    vq_kv *kv = vq_kv_create_str("q4_0;sink=4", &D, 1, &err);
+    CHECKF(kv && strstr(vq_kv_spec_str(kv), "sink=4"), "normalized: %s", kv ? vq_kv_spec_str(kv) : err.msg);
     vq_kv_destroy(kv);
     const char *bad[] = {"q4_0;sink=-1", "q4_0;sink=x", "q4_0;sink=65537", "sink=4"};
     for (size_t i = 0; i < VQ_ARRAY_LEN(bad); i++) {
-        kv = vq_kv_create(bad[i], &D, 1, &err);
+        kv = vq_kv_create_str(bad[i], &D, 1, &err);
         CHECKF(!kv && err.code == VQ_ERR_ARG && strstr(err.msg, bad[i]), "'%s' accepted or unnamed: %s", bad[i], err.msg);
         vq_kv_destroy(kv);
     }

@@ -10,21 +10,21 @@ static vq_kv_dims D = {.n_layers = 3, .n_heads = 9, .n_kv_heads = 3, .head_dim =
 
 static void spec_ok(const char *spec, const char *want_norm) {
     vq_err err;
-    vq_kv *kv = vq_kv_create(spec, &D, 1, &err);
+    vq_kv *kv = vq_kv_create_str(spec, &D, 1, &err);
     CHECKF(kv != NULL, "'%s' rejected: %s", spec, err.msg);
     if (!kv) return;
-    CHECKF(!want_norm || strcmp(vq_kv_spec(kv), want_norm) == 0, "'%s' normalized to '%s', want '%s'",
-           spec, vq_kv_spec(kv), want_norm);
+    CHECKF(!want_norm || strcmp(vq_kv_spec_str(kv), want_norm) == 0, "'%s' normalized to '%s', want '%s'",
+           spec, vq_kv_spec_str(kv), want_norm);
     /* the normalized spec parses to the same normalized spec */
-    vq_kv *kv2 = vq_kv_create(vq_kv_spec(kv), &D, 1, &err);
-    CHECKF(kv2 && strcmp(vq_kv_spec(kv2), vq_kv_spec(kv)) == 0, "'%s' does not round-trip",
-           vq_kv_spec(kv));
+    vq_kv *kv2 = vq_kv_create_str(vq_kv_spec_str(kv), &D, 1, &err);
+    CHECKF(kv2 && strcmp(vq_kv_spec_str(kv2), vq_kv_spec_str(kv)) == 0, "'%s' does not round-trip",
+           vq_kv_spec_str(kv));
     vq_kv_destroy(kv2);
     vq_kv_destroy(kv);
 }
 static void spec_bad(const char *spec, const char *must_mention) {
     vq_err err;
-    vq_kv *kv = vq_kv_create(spec, &D, 1, &err);
+    vq_kv *kv = vq_kv_create_str(spec, &D, 1, &err);
     CHECKF(kv == NULL, "'%s' accepted", spec);
     vq_kv_destroy(kv);
     CHECKF(err.code == VQ_ERR_ARG, "'%s': code %d", spec, err.code);
@@ -47,7 +47,7 @@ static void test_specs(void) {
     /* every codec in the table is reachable by name with its defaults */
     for (int i = 0; vq_codec_at(i); i++) {
         vq_err err;
-        vq_kv *kv = vq_kv_create(vq_codec_at(i)->name, &D, 7, &err);
+        vq_kv *kv = vq_kv_create_str(vq_codec_at(i)->name, &D, 7, &err);
         CHECKF(kv != NULL, "codec %s with defaults: %s", vq_codec_at(i)->name, err.msg);
         vq_kv_destroy(kv);
     }
@@ -81,26 +81,26 @@ static void test_specs(void) {
     vq_kv_dims d96 = D;
     d96.head_dim = 96;
     vq_err err;
-    vq_kv *kv = vq_kv_create("q4_0:rotate=1", &d96, 1, &err);
+    vq_kv *kv = vq_kv_create_str("q4_0:rotate=1", &d96, 1, &err);
     CHECK(kv == NULL && err.code == VQ_ERR_ARG && strstr(err.msg, "power of two") && strstr(err.msg, "96"));
     vq_kv_destroy(kv);
-    kv = vq_kv_create("q4_0", &d96, 1, &err);   /* no rotation: 96 = 3 blocks is fine */
+    kv = vq_kv_create_str("q4_0", &d96, 1, &err);   /* no rotation: 96 = 3 blocks is fine */
     CHECKF(kv != NULL, "q4_0 d=96: %s", err.msg);
     vq_kv_destroy(kv);
     d96.head_dim = 40;
-    kv = vq_kv_create("q8_0", &d96, 1, &err);
+    kv = vq_kv_create_str("q8_0", &d96, 1, &err);
     CHECK(kv == NULL && strstr(err.msg, "multiple of 32"));
     vq_kv_destroy(kv);
     vq_kv_dims bad = D;
     bad.n_heads = 8;   /* not a multiple of 3 kv heads */
-    kv = vq_kv_create("f16", &bad, 1, &err);
+    kv = vq_kv_create_str("f16", &bad, 1, &err);
     CHECK(kv == NULL && err.code == VQ_ERR_ARG && strstr(err.msg, "n_heads=8"));
-    CHECK(vq_kv_create("f16", NULL, 1, &err) == NULL && err.code == VQ_ERR_ARG);
+    CHECK(vq_kv_create_str("f16", NULL, 1, &err) == NULL && err.code == VQ_ERR_ARG);
 }
 
 static void test_validation(vq_rng *rng) {
     vq_err err;
-    vq_kv *kv = vq_kv_create("q4_0:rotate=1;window=4", &D, 3, &err);
+    vq_kv *kv = vq_kv_create_str("q4_0:rotate=1;window=4", &D, 3, &err);
     CHECK(kv != NULL);
     if (!kv) return;
     const int w = D.n_kv_heads * D.head_dim;
@@ -155,7 +155,7 @@ static void test_window_pages_bytes(vq_rng *rng) {
                            "f16;wprec=32,window=10", "q4_0"};
     for (size_t si = 0; si < VQ_ARRAY_LEN(specs); si++) {
         vq_err err;
-        vq_kv *kv = vq_kv_create(specs[si], &D, 5, &err);
+        vq_kv *kv = vq_kv_create_str(specs[si], &D, 5, &err);
         CHECKF(kv != NULL, "%s: %s", specs[si], err.msg);
         if (!kv) continue;
         const vq_codec_state *sk = vq_kv_codec_state(kv, 0, 0), *sv = vq_kv_codec_state(kv, 0, 1);
@@ -226,7 +226,7 @@ static void test_zero_rows(void) {
     const char *specs[] = {"f16", "q8_0", "q4_0", "q4_0:rotate=1", "kivi:residual=0"};
     for (size_t si = 0; si < VQ_ARRAY_LEN(specs); si++) {
         vq_err err;
-        vq_kv *kv = vq_kv_create(specs[si], &D, 5, &err);
+        vq_kv *kv = vq_kv_create_str(specs[si], &D, 5, &err);
         const int w = D.n_kv_heads * D.head_dim, n = 64;
         float *z = calloc((size_t)n * w, sizeof(float)), *kr = malloc(sizeof(float) * (size_t)n * w);
         float *vr = malloc(sizeof(float) * (size_t)n * w);

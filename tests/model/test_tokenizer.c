@@ -107,23 +107,23 @@ static void check_reference_ids(vq_tokenizer *t) {
     };
     for (size_t k = 0; k < VQ_ARRAY_LEN(ref); k++) {
         int out[64]; vq_err e; vq_err_clear(&e);
-        int n = vq_tokenize(t, ref[k].s, strlen(ref[k].s), 1, 0, out, 64, &e);
+        int n = vq_tok_encode(t, ref[k].s, strlen(ref[k].s), 1, 0, out, 64, &e);
         CHECKF(ids_equal(out, n, ref[k].ids, ref[k].n), "\"%s\": got %d ids, want %d", ref[k].s, n, ref[k].n);
         char txt[256];
-        size_t m = vq_detokenize(t, out, n, txt, sizeof txt - 1);
+        size_t m = vq_tok_decode(t, out, n, txt, sizeof txt - 1);
         txt[VQ_MIN(m, sizeof txt - 1)] = 0;
         CHECKF(m == strlen(ref[k].s) && strcmp(txt, ref[k].s) == 0, "decode \"%s\" -> \"%s\"", ref[k].s, txt);
-        /* streaming the same ids with vq_token_bytes gives the same text */
+        /* streaming the same ids with vq_tok_piece gives the same text */
         char st[256]; size_t w = 0;
-        for (int i = 0; i < n; i++) w += vq_token_bytes(t, i ? out[i - 1] : -1, out[i], 0, st + w, sizeof st - 1 - w);
+        for (int i = 0; i < n; i++) w += vq_tok_piece(t, i ? out[i - 1] : -1, out[i], 0, st + w, sizeof st - 1 - w);
         CHECK(w == m && memcmp(st, txt, m) == 0);
     }
     /* a too-small output buffer: the count still comes back, and what fits is the prefix */
     int few[3]; vq_err e;
-    int n = vq_tokenize(t, "Once upon a time", 16, 1, 0, few, 3, &e);
+    int n = vq_tok_encode(t, "Once upon a time", 16, 1, 0, few, 3, &e);
     CHECK(n == 5 && few[0] == 1 && few[1] == 403 && few[2] == 407);
-    CHECK(vq_tokenize(t, "", 0, 1, 0, few, 3, &e) == 1 && few[0] == 1);
-    CHECK(vq_tokenize(t, "", 0, 0, 0, few, 3, &e) == 0);
+    CHECK(vq_tok_encode(t, "", 0, 1, 0, few, 3, &e) == 1 && few[0] == 1);
+    CHECK(vq_tok_encode(t, "", 0, 0, 0, few, 3, &e) == 0);
 }
 
 static void check_against_naive(vq_tokenizer *t, const ref_vocab *rv) {
@@ -140,7 +140,7 @@ static void check_against_naive(vq_tokenizer *t, const ref_vocab *rv) {
         size_t L = end ? (size_t)(end - p) : strlen(p);
         if (L > 0 && L < 2000) {
             memcpy(para, p, L); para[L] = 0;
-            int na = vq_tokenize(t, para, L, 1, 0, a, 8192, &e);
+            int na = vq_tok_encode(t, para, L, 1, 0, a, 8192, &e);
             int nb = ref_encode(rv, para, b);
             paragraphs++;
             if (ids_equal(a, na, b, nb)) agree++;
@@ -154,12 +154,12 @@ static void check_against_naive(vq_tokenizer *t, const ref_vocab *rv) {
     int cap = (int)len + 16;
     int *all = malloc((size_t)cap * sizeof *all);
     double t0 = vq_now_s();
-    int na = vq_tokenize(t, txt, len, 1, 0, all, cap, &e);
+    int na = vq_tok_encode(t, txt, len, 1, 0, all, cap, &e);
     double dt = vq_now_s() - t0;
     printf("tinystories-valid-sample.txt (%zu bytes): %d tokens in %.3f s: %.0f tokens/s\n", len, na, dt, na / dt);
     CHECK(na > 100000 && na <= cap && dt < 5.0);
     char *back = malloc(len + 1);
-    CHECK(na > 0 && vq_detokenize(t, all, na, back, len + 1) == len && memcmp(back, txt, len) == 0);
+    CHECK(na > 0 && vq_tok_decode(t, all, na, back, len + 1) == len && memcmp(back, txt, len) == 0);
     free(back); free(all);
     CHECK(paragraphs >= 100 && agree == paragraphs);
     /* random text, including characters outside the vocabulary (byte fallback) */
@@ -169,11 +169,11 @@ static void check_against_naive(vq_tokenizer *t, const ref_vocab *rv) {
     int rnd_ok = 0;
     for (int it = 0; it < 300; it++) {
         size_t w = rand_utf8(&r, para, 1 + (int)(vq_rng_u64(&r) % 120));
-        int na = vq_tokenize(t, para, w, 1, 0, a, 8192, &e);
+        int na = vq_tok_encode(t, para, w, 1, 0, a, 8192, &e);
         int nb = ref_encode(rv, para, b);
         rnd_ok += ids_equal(a, na, b, nb);
         char back[4096];
-        size_t m = vq_detokenize(t, a, na, back, sizeof back);
+        size_t m = vq_tok_decode(t, a, na, back, sizeof back);
         CHECKF(m == w && memcmp(back, para, w) == 0, "round trip of random string %d (seed %llu)", it,
                (unsigned long long)seed);
     }
@@ -187,10 +187,10 @@ static void check_invalid_utf8(vq_tokenizer *t) {
     for (size_t k = 0; k < VQ_ARRAY_LEN(bad); k++) {
         int out[64]; vq_err e;
         size_t L = strlen(bad[k]);
-        int n = vq_tokenize(t, bad[k], L, 1, 0, out, 64, &e);
+        int n = vq_tok_encode(t, bad[k], L, 1, 0, out, 64, &e);
         CHECKF(n >= 1 && n <= 64, "invalid input %zu: %d ids", k, n);
         char back[128];
-        size_t m = vq_detokenize(t, out, n, back, sizeof back);
+        size_t m = vq_tok_decode(t, out, n, back, sizeof back);
         CHECKF(m == L && memcmp(back, bad[k], L) == 0, "invalid input %zu does not round-trip", k);
     }
 }
@@ -245,12 +245,12 @@ int main(void) {
     CHECK(vq_tok_is_eog(t, 2) && vq_tok_is_eog(t, 1) && !vq_tok_is_eog(t, 403) && !vq_tok_is_eog(t, 0));
     CHECK(vq_tok_find(t, " Once") == 403 && vq_tok_find(t, "no such piece") == -1);
     char b[16];
-    CHECK(vq_token_bytes(t, 1, 403, 0, b, sizeof b) == 4 && memcmp(b, "Once", 4) == 0);  /* after BOS */
-    CHECK(vq_token_bytes(t, 403, 407, 0, b, sizeof b) == 5 && memcmp(b, " upon", 5) == 0);
-    CHECK(vq_token_bytes(t, 403, 13, 0, b, sizeof b) == 1 && b[0] == '\n');               /* <0x0A> */
-    CHECK(vq_token_bytes(t, 403, 2, 0, b, sizeof b) == 0);                                /* control */
-    CHECK(vq_token_bytes(t, 403, 2, 1, b, sizeof b) > 0);
-    CHECK(vq_token_bytes(t, 403, 9999, 0, b, sizeof b) == 0);
+    CHECK(vq_tok_piece(t, 1, 403, 0, b, sizeof b) == 4 && memcmp(b, "Once", 4) == 0);  /* after BOS */
+    CHECK(vq_tok_piece(t, 403, 407, 0, b, sizeof b) == 5 && memcmp(b, " upon", 5) == 0);
+    CHECK(vq_tok_piece(t, 403, 13, 0, b, sizeof b) == 1 && b[0] == '\n');               /* <0x0A> */
+    CHECK(vq_tok_piece(t, 403, 2, 0, b, sizeof b) == 0);                                /* control */
+    CHECK(vq_tok_piece(t, 403, 2, 1, b, sizeof b) > 0);
+    CHECK(vq_tok_piece(t, 403, 9999, 0, b, sizeof b) == 0);
     check_reference_ids(t);
     ref_vocab rv;
     CHECK(ref_load(&rv, path, 512) == 0);

@@ -87,24 +87,24 @@ static void check_llama_vocab(const l2c *v) {
         };
         for (size_t k = 0; k < VQ_ARRAY_LEN(ref); k++) {
             int ids[64];
-            int n = vq_tokenize(t, ref[k].s, strlen(ref[k].s), 1, 0, ids, 64, &e);
+            int n = vq_tok_encode(t, ref[k].s, strlen(ref[k].s), 1, 0, ids, 64, &e);
             CHECKF(n == ref[k].n && memcmp(ids, ref[k].ids, (size_t)n * sizeof(int)) == 0, "\"%s\": %d ids",
                    ref[k].s, n);
             char out[128];
-            size_t m = vq_detokenize(t, ids, n, out, sizeof out);
+            size_t m = vq_tok_decode(t, ids, n, out, sizeof out);
             CHECKF(m == strlen(ref[k].s) && memcmp(out, ref[k].s, m) == 0, "decode \"%s\"", ref[k].s);
         }
         /* after a special token the next run of text gets its dummy prefix again (llama.cpp) */
         int ids[16];
         const char *sp = "Once\n</s>\nupon";
-        int n = vq_tokenize(t, sp, strlen(sp), 1, 1, ids, 16, &e);
+        int n = vq_tok_encode(t, sp, strlen(sp), 1, 1, ids, 16, &e);
         CHECKF(n == 4 && ids[0] == 1 && ids[1] == 403 && ids[2] == 2 && ids[3] == 407, "%d ids", n);
-        n = vq_tokenize(t, sp, strlen(sp), 1, 0, ids, 16, &e);
+        n = vq_tok_encode(t, sp, strlen(sp), 1, 0, ids, 16, &e);
         CHECK(n > 4);
         for (int i = 1; i < n; i++) CHECK(ids[i] != 2);
         char piece[16];
-        CHECK(vq_token_bytes(t, 403, 407, 0, piece, sizeof piece) == 5 && memcmp(piece, " upon", 5) == 0);
-        CHECK(vq_token_bytes(t, 1, 403, 0, piece, sizeof piece) == 4 && memcmp(piece, "Once", 4) == 0);
+        CHECK(vq_tok_piece(t, 403, 407, 0, piece, sizeof piece) == 5 && memcmp(piece, " upon", 5) == 0);
+        CHECK(vq_tok_piece(t, 1, 403, 0, piece, sizeof piece) == 4 && memcmp(piece, "Once", 4) == 0);
     }
     vq_tokenizer_free(t);
     vq_gguf_close(g);
@@ -163,20 +163,20 @@ static void check_pre_tokenizers(void) {
         CHECKF(t != NULL, "pre %s: %s", expect[k].pre, e.msg);
         if (!t) continue;
         int ids[32];
-        int n = vq_tokenize(t, text, strlen(text), 0, 0, ids, 32, &e);
+        int n = vq_tok_encode(t, text, strlen(text), 0, 0, ids, 32, &e);
         char got[128]; size_t w = 0;
         for (int i = 0; i < n && w < 100; i++) {
             if (i) got[w++] = '|';
-            w += vq_token_bytes(t, i ? ids[i - 1] : -1, ids[i], 0, got + w, 20);
+            w += vq_tok_piece(t, i ? ids[i - 1] : -1, ids[i], 0, got + w, 20);
         }
         got[w] = 0;
         CHECKF(strcmp(got, expect[k].pieces) == 0, "pre %s: \"%s\" -> %s, want %s", expect[k].pre, text, got,
                expect[k].pieces);
         /* specials: control only with parse_special, user-defined always; eot is end of generation */
         const char *sp = "a<|eot_id|>b<|user|>";
-        n = vq_tokenize(t, sp, strlen(sp), 0, 1, ids, 32, &e);
+        n = vq_tok_encode(t, sp, strlen(sp), 0, 1, ids, 32, &e);
         CHECK(n == 4 && ids[1] == 260 && ids[3] == 261);
-        n = vq_tokenize(t, sp, strlen(sp), 0, 0, ids, 32, &e);
+        n = vq_tok_encode(t, sp, strlen(sp), 0, 0, ids, 32, &e);
         CHECK(n > 4 && ids[n - 1] == 261);
         CHECK(vq_tok_is_eog(t, 260) && vq_tok_bos(t) == -1 && vq_tok_add_bos_default(t) == 0);
         vq_tokenizer_free(t);
@@ -234,7 +234,7 @@ static void check_bad_metadata(void) {
     vq_tokenizer *t = g ? vq_tokenizer_from_gguf(g, &e) : NULL;
     CHECKF(t != NULL, "%s", e.msg);
     int ids[8];
-    CHECK(t && vq_tokenize(t, "ab\xff", 3, 0, 0, ids, 8, &e) >= 1);   /* no byte tokens: unk */
+    CHECK(t && vq_tok_encode(t, "ab\xff", 3, 0, 0, ids, 8, &e) >= 1);   /* no byte tokens: unk */
     vq_tokenizer_free(t);
     vq_gguf_close(g);
     free(b.p); free(f.p);

@@ -31,17 +31,17 @@ static size_t unescape(const char *s, size_t n, char *o) {
     return w;
 }
 
-/* Tokenize a whole buffer, growing the output as vq_tokenize asks. */
+/* Tokenize a whole buffer, growing the output as vq_tok_encode asks. */
 static int *encode_all(const vq_tokenizer *t, const char *s, size_t n, int special, int *count) {
     vq_err e;
     int cap = (int)(n / 2) + 16;
     int *ids = malloc((size_t)cap * sizeof *ids);
-    int need = vq_tokenize(t, s, n, 0, special, ids, cap, &e);
+    int need = vq_tok_encode(t, s, n, 0, special, ids, cap, &e);
     if (need > cap) {
         ids = realloc(ids, (size_t)need * sizeof *ids);
-        need = vq_tokenize(t, s, n, 0, special, ids, need, &e);
+        need = vq_tok_encode(t, s, n, 0, special, ids, need, &e);
     }
-    if (need < 0) fprintf(stderr, "vq_tokenize: %s\n", e.msg);
+    if (need < 0) fprintf(stderr, "vq_tok_encode: %s\n", e.msg);
     *count = need;
     return ids;
 }
@@ -54,7 +54,7 @@ static void find_byte_tokens(const vq_tokenizer *t) {
     vq_err e;
     for (int b = 0; b < 256; b++) {
         char c = (char)b; int id = -1;
-        g_has_byte[b] = vq_tokenize(t, &c, 1, 0, 0, &id, 1, &e) == 1;
+        g_has_byte[b] = vq_tok_encode(t, &c, 1, 0, 0, &id, 1, &e) == 1;
         g_n_missing += !g_has_byte[b];
     }
     printf("%d of 256 bytes have no token in this vocabulary\n", g_n_missing);
@@ -66,7 +66,7 @@ static int round_trips(const vq_tokenizer *t, const char *s, size_t n) {
     char *back = malloc(n + 1), *want = malloc(n + 1);
     size_t w = 0;
     for (size_t i = 0; i < n; i++) if (g_has_byte[(unsigned char)s[i]]) want[w++] = s[i];
-    size_t m = k >= 0 ? vq_detokenize(t, ids, k, back, n + 1) : (size_t)-1;
+    size_t m = k >= 0 ? vq_tok_decode(t, ids, k, back, n + 1) : (size_t)-1;
     int ok = m == w && memcmp(back, want, w) == 0;
     free(ids); free(back); free(want);
     return ok;
@@ -126,7 +126,7 @@ static void check_fixture(const vq_tokenizer *t) {
                        f[1], n, (unsigned long long)fnv64_ids(ids, n), want_n, f[3]);
                 CHECKF(n <= 0 || dt < 5.0, "%s took %.2f s", f[1], dt);
                 char *back = malloc(dl + 1);
-                CHECK(vq_detokenize(t, ids, n, back, dl + 1) == dl && memcmp(back, data, dl) == 0);
+                CHECK(vq_tok_decode(t, ids, n, back, dl + 1) == dl && memcmp(back, data, dl) == 0);
                 free(back); free(ids); free(data);
             }
         }
@@ -212,18 +212,18 @@ static void check_round_trips(const vq_tokenizer *t) {
     for (size_t k = 0; k < VQ_ARRAY_LEN(bad); k++)
         CHECKF(round_trips(t, bad[k], strlen(bad[k])), "invalid input %zu", k);
     /* random bytes with special-token parsing on, and decoding of arbitrary ids: no crash, and
-     * vq_detokenize reports the full length while writing no more than cap */
+     * vq_tok_decode reports the full length while writing no more than cap */
     for (int it = 0; it < 200; it++) {
         size_t n = 1 + vq_rng_u64(&r) % 200;
         for (size_t i = 0; i < n; i++) buf[i] = (vq_rng_u64(&r) & 1) ? (char)vq_rng_u64(&r) : "<|im_start>end"[vq_rng_u64(&r) % 14];
         int ids[512]; vq_err e;
-        int k = vq_tokenize(t, buf, n, 1, 1, ids, 512, &e);
+        int k = vq_tok_encode(t, buf, n, 1, 1, ids, 512, &e);
         CHECK(k >= 1 && k <= 512);
         for (int i = 0; i < 16; i++) ids[i] = (int)(vq_rng_u64(&r) % 60000) - 5000;
         char small[8 + 4];
         memset(small, 0x5A, sizeof small);
-        size_t full = vq_detokenize(t, ids, 16, NULL, 0);
-        size_t got = vq_detokenize(t, ids, 16, small, 8);
+        size_t full = vq_tok_decode(t, ids, 16, NULL, 0);
+        size_t got = vq_tok_decode(t, ids, 16, small, 8);
         CHECK(got == full && small[8] == 0x5A && small[11] == 0x5A);
     }
     /* long runs: whitespace (regex backtracking), one long word, digits */
@@ -242,21 +242,21 @@ static void check_round_trips(const vq_tokenizer *t) {
 static void check_specials(const vq_tokenizer *t) {
     int ids[64]; vq_err e;
     const char *chat = "<|im_start|>user\nHi<|im_end|>\n";
-    int n = vq_tokenize(t, chat, strlen(chat), 0, 1, ids, 64, &e);
+    int n = vq_tok_encode(t, chat, strlen(chat), 0, 1, ids, 64, &e);
     CHECK(n >= 5 && ids[0] == vq_tok_find(t, "<|im_start|>") && ids[n - 2] == vq_tok_find(t, "<|im_end|>"));
-    int m = vq_tokenize(t, chat, strlen(chat), 0, 0, ids, 64, &e);
+    int m = vq_tok_encode(t, chat, strlen(chat), 0, 0, ids, 64, &e);
     CHECK(m > n);
     for (int i = 0; i < m; i++) CHECK(ids[i] > 16);   /* no control token from plain text */
-    n = vq_tokenize(t, chat, strlen(chat), 0, 1, ids, 64, &e);
+    n = vq_tok_encode(t, chat, strlen(chat), 0, 1, ids, 64, &e);
     char out[128];
-    size_t k = vq_detokenize(t, ids, n, out, sizeof out);
+    size_t k = vq_tok_decode(t, ids, n, out, sizeof out);
     CHECK(k == strlen("user\nHi\n") && memcmp(out, "user\nHi\n", k) == 0);   /* control tokens silent */
     size_t w = 0;
-    for (int i = 0; i < n; i++) w += vq_token_bytes(t, i ? ids[i - 1] : -1, ids[i], 1, out + w, sizeof out - w);
+    for (int i = 0; i < n; i++) w += vq_tok_piece(t, i ? ids[i - 1] : -1, ids[i], 1, out + w, sizeof out - w);
     CHECK(w == strlen(chat) && memcmp(out, chat, w) == 0);                   /* unless shown */
-    CHECK(vq_tokenize(t, chat, strlen(chat), 1, 1, ids, 64, &e) == n + 1 && ids[0] == vq_tok_bos(t));
-    CHECK(vq_tokenize(NULL, chat, 3, 0, 0, ids, 64, &e) == -1 && e.code == VQ_ERR_ARG);
-    CHECK(vq_tokenize(t, NULL, 3, 0, 0, ids, 64, &e) == -1);
+    CHECK(vq_tok_encode(t, chat, strlen(chat), 1, 1, ids, 64, &e) == n + 1 && ids[0] == vq_tok_bos(t));
+    CHECK(vq_tok_encode(NULL, chat, 3, 0, 0, ids, 64, &e) == -1 && e.code == VQ_ERR_ARG);
+    CHECK(vq_tok_encode(t, NULL, 3, 0, 0, ids, 64, &e) == -1);
 }
 
 int main(void) {
