@@ -45,6 +45,46 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
     }
     return b;
 }
+/* Rows coded (not in the window or the sink) once a layer has taken `rows` rows in order. */
+static int coded_at(const vq_kvg *kv, int rows) {
+    int m = rows - VQ_MIN(kv->S, rows), rpb = kv->rpb_store;
+    return m >= kv->R + rpb ? (m - kv->R) / rpb * rpb : 0;
+}
+size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
+    size_t b = sizeof(vq_kvg) + 2 * (size_t)kv->H * sizeof(size_t) + (size_t)kv->dims.n_layers * sizeof(int) +
+               (size_t)kv->dims.n_layers * (2 * sizeof(vq_codec_state) + sizeof(vq_kv_layer));
+    size_t pages = (size_t)(coded_at(kv, rows) + kv->P - 1) / kv->P;
+    for (int l = 0; l < kv->dims.n_layers; l++)
+        b += kv->st[0][l].state_bytes + kv->st[1][l].state_bytes + layer_fixed_bytes(kv) +
+             pages * kv->page_bytes;
+    return b;
+}
+
+/* Rows a layer would keep if truncated to positions < n: every sink and window row below n, and
+ * the coded rows below n rounded down to a whole block (a block is coded as a unit). */
+int vq_kvg_truncate(vq_kvg *kv, int local, int n, int dry) {
+    vq_kv_layer *L = &kv->layers[local];
+    int sk = 0;
+    while (sk < L->sink_count && L->sink_pos[sk] < n) sk++;
+    int c = 0;   /* first coded row at or past n */
+    while (c < L->n_coded) {
+        const int32_t *pp = (const int32_t *)(const void *)L->pages[c / kv->P];
+        if (pp[c % kv->P] >= n) break;
+        c++;
+    }
+    int ck = c / kv->rpb_store * kv->rpb_store, wk = 0;
+    if (ck == L->n_coded)
+        while (wk < L->win_count && L->win_pos[(L->win_start + wk) % kv->win_cap] < n) wk++;
+    if (dry) return sk + ck + wk;
+    L->sink_count = sk;
+    L->n_coded = ck;
+    L->win_count = wk;
+    int need = (ck + kv->P - 1) / kv->P;
+    for (int p = need; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
+    L->n_pages = VQ_MIN(L->n_pages, need);
+    return sk + ck + wk;
+}
+
 int vq_kvg_rows(const vq_kvg *kv, int l) {
     return kv->layers[l].n_coded + kv->layers[l].win_count + kv->layers[l].sink_count;
 }
@@ -70,6 +110,9 @@ void vq_kvg_destroy(vq_kvg *kv) {
         vq_aligned_free(kv->st[s]);
     }
     vq_aligned_free(kv->layers);
+    vq_aligned_free(kv->scratch);
+    vq_aligned_free(kv->slot_busy);
+    vq_aligned_free(kv->enc_tmp);
     vq_aligned_free(kv->off_k);
     vq_aligned_free(kv->off_v);
     vq_aligned_free(kv->gl);
@@ -177,6 +220,9 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
             if (!L->sink_k || !L->sink_v || !L->sink_pos) goto nomem;
         }
     }
+    if (vq_kvg_scratch_init(kv)) goto nomem;
+    kv->enc_tmp = vq_aligned_alloc((size_t)kv->rpb_store * kv->d * sizeof(float));
+    if (!kv->enc_tmp) goto nomem;
     vq_kv_normalize(kv->spec, sizeof kv->spec, &kv->st[0][0], &kv->st[1][0], &sp, kv->R, kv->wprec,
                     kv->P, kv->S);
     return kv;
@@ -286,8 +332,7 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     L->n_pages = VQ_MAX(L->n_pages, need);
 
     if (F > 0) {
-        float *tmp = malloc((size_t)rpb * d * sizeof(float));
-        if (!tmp) return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_append: out of memory");
+        float *tmp = kv->enc_tmp;   /* made with the group: append never allocates scratch */
         for (int b = 0; b < F; b += rpb) {
             int c = L->n_coded + b, pg = c / kv->P, rin = c % kv->P;
             uint8_t *page = L->pages[pg];
@@ -312,7 +357,6 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
                 }
             }
         }
-        free(tmp);
         L->n_coded += F;
     }
     /* the window drops its F oldest rows (or all it had), then takes the new rows not encoded */

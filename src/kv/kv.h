@@ -57,6 +57,11 @@ double vq_kv_bits_per_elem(const vq_kv *kv); /* bytes held * 8 / (rows * kv_head
  * k, v: rows x (n_kv_heads * head_dim) decoded floats; pos: rows true positions. Reference path
  * (decodes every block); buffers must hold vq_kv_rows(kv, layer) rows. */
 vq_status vq_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err);
+size_t vq_kv_bytes_at(const vq_kv *kv, int rows);   /* bytes held when every layer holds rows */
+size_t vq_kv_scratch_bytes(const vq_kv *kv);          /* attention + encode scratch (not counted above) */
+/* Drop rows at positions >= n. A coded block is kept whole or not at all, so fewer rows may be
+ * kept: returns the rows every layer holds afterwards (all positions below it), or -1. */
+int vq_kv_truncate(vq_kv *kv, int n);
 size_t vq_kv_bytes_tally(const vq_kv *kv);   /* running sum of the store's allocations (== bytes) */
 size_t vq_kv_page_bytes(const vq_kv *kv);    /* bytes of one page (all KV heads of a layer) */
 int    vq_kv_page_rows(const vq_kv *kv);     /* rows per page */

@@ -4,6 +4,7 @@
  * codec accumulates V codes in its own domain, and finish maps back once per query head.
  * Rows still in the full-precision window are scored and summed directly. */
 #include <immintrin.h>
+#include <omp.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,20 +202,37 @@ static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const tas
     }
 }
 
-static int run_task(const task *t) {
+/* Bytes of one task's scratch for nv query vectors (every buffer 64-byte aligned). The full-
+ * precision rows are taken in chunks of at most P rows, so P bounds the score buffer. */
+static size_t task_bytes(const vq_kvg *kv, int nv) {
+    const vq_codec_state *sk = &kv->st[VQ_SIDE_K][0], *sv = &kv->st[VQ_SIDE_V][0];
+    const size_t qsb = al64(VQ_MAX(sk->qstate_bytes, 1));
+    const int acc_stride = (int)(al64((size_t)sv->acc_floats * sizeof(float)) / sizeof(float));
+    const int d = kv->d, smax = kv->P;
+    return nv * qsb + al64(nv * sizeof(void *)) * 2 + al64((size_t)nv * smax * sizeof(float)) +
+           2 * al64(nv * sizeof(float)) + (size_t)nv * acc_stride * sizeof(float) +
+           al64((size_t)nv * d * sizeof(float)) + al64((size_t)d * sizeof(float)) +
+           al64((size_t)smax * sizeof(int32_t));
+}
+
+/* The group's attention scratch: one slot per thread attention may use, made with the cache so
+ * that decode never allocates (kv.c calls this at create). */
+vq_status vq_kvg_scratch_init(vq_kvg *kv) {
+    kv->n_slots = VQ_MAX(1, omp_get_max_threads());
+    kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G));
+    kv->scratch = vq_aligned_alloc((size_t)kv->n_slots * kv->slot_bytes);
+    kv->slot_busy = vq_aligned_alloc((size_t)kv->n_slots * sizeof(int));
+    return kv->scratch && kv->slot_busy ? VQ_OK : VQ_ERR_NOMEM;
+}
+
+static void run_task(const task *t, uint8_t *mem) {
     const vq_kvg *kv = t->kv;
     const vq_kv_layer *L = t->L;
     const vq_codec_state *sk = &kv->st[VQ_SIDE_K][t->layer], *sv = &kv->st[VQ_SIDE_V][t->layer];
     const int d = kv->d, G = kv->G, nv = t->nq * G, nh = kv->dims.n_heads;
-    const int wc = L->win_count, sc = L->sink_count, smax = VQ_MAX(kv->P, VQ_MAX(wc, sc));
+    const int wc = L->win_count, sc = L->sink_count, smax = kv->P;
     const size_t qsb = al64(VQ_MAX(sk->qstate_bytes, 1));
     const int acc_stride = (int)(al64((size_t)sv->acc_floats * sizeof(float)) / sizeof(float));
-    size_t need = nv * qsb + al64(nv * sizeof(void *)) * 2 + al64((size_t)nv * smax * sizeof(float)) +
-                  2 * al64(nv * sizeof(float)) + (size_t)nv * acc_stride * sizeof(float) +
-                  al64((size_t)nv * d * sizeof(float)) + al64((size_t)d * sizeof(float)) +
-                  al64((size_t)VQ_MAX(VQ_MAX(wc, sc), 1) * sizeof(int32_t));
-    uint8_t *mem = vq_aligned_alloc(need);
-    if (!mem) return 1;
     uint8_t *p = mem;
     uint8_t *qst = p; p += nv * qsb;
     const void **qptr = (const void **)(void *)p; p += al64(nv * sizeof(void *));
@@ -227,6 +245,10 @@ static int run_task(const task *t) {
     s.accw = (float *)(void *)p; p += al64((size_t)nv * d * sizeof(float));
     float *tmp = (float *)(void *)p; p += al64((size_t)d * sizeof(float));
     int32_t *wpos = (int32_t *)(void *)p;
+    /* what must start at zero (the slot is reused): query states, the accumulators */
+    memset(qst, 0, nv * qsb);
+    memset(s.acc, 0, (size_t)nv * acc_stride * sizeof(float));
+    memset(s.accw, 0, (size_t)nv * d * sizeof(float));
 
     const int *qpos = t->q_pos + t->q0;
     int maxpos = INT32_MIN;
@@ -249,9 +271,11 @@ static int run_task(const task *t) {
         sv->codec->accumulate(sv, nv, S, page + kv->off_v[t->h], rows / kv->rpb[1], accptr);
     }
 
-    if (sc > 0) fp_block(&s, S, wpos, kv, t, L->sink_k, L->sink_v, L->sink_pos, 0, kv->S, sc, qpos);
-    if (wc > 0)
-        fp_block(&s, S, wpos, kv, t, L->win_k, L->win_v, L->win_pos, L->win_start, kv->win_cap, wc, qpos);
+    for (int o = 0; o < sc; o += smax)
+        fp_block(&s, S, wpos, kv, t, L->sink_k, L->sink_v, L->sink_pos, o, kv->S, VQ_MIN(smax, sc - o), qpos);
+    for (int o = 0; o < wc; o += smax)
+        fp_block(&s, S, wpos, kv, t, L->win_k, L->win_v, L->win_pos, L->win_start + o, kv->win_cap,
+                 VQ_MIN(smax, wc - o), qpos);
 
     for (int j = 0; j < nv; j++) {
         float *o = t->out + ((size_t)(t->q0 + j / G) * nh + (size_t)t->h * G + j % G) * d;
@@ -263,8 +287,6 @@ static int run_task(const task *t) {
         const float inv = 1.0f / s.l[j], *aw = s.accw + (size_t)j * d;
         for (int i = 0; i < d; i++) o[i] = (tmp[i] + aw[i]) * inv;
     }
-    vq_aligned_free(mem);
-    return 0;
 }
 
 /* One group layer (local index); layer is the cache's, for messages. Arguments checked, n_q > 0. */
@@ -273,16 +295,28 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int n_q, const i
     const vq_kv_layer *L = &kv->layers[local];
     const int nchunks = (n_q + QCHUNK - 1) / QCHUNK, ntasks = nchunks * kv->H;
     const double work = (double)n_q * kv->dims.n_heads * kv->d * (L->n_coded + L->win_count + L->sink_count);
+    const int nthr = VQ_MAX(1, VQ_MIN(kv->n_slots, omp_get_max_threads()));
     int failed = 0;
-#pragma omp parallel for schedule(dynamic, 1) if (ntasks > 1 && work > 2e5)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (ntasks > 1 && work > 2e5)
     for (int i = 0; i < ntasks; i++) {
         task t = {.kv = kv, .L = L, .layer = local, .h = i % kv->H, .q0 = (i / kv->H) * QCHUNK,
                   .q_pos = q_pos, .q = q, .out = out};
         t.nq = VQ_MIN(QCHUNK, n_q - t.q0);
-        if (run_task(&t)) {
+        /* a free slot of the group's scratch; only callers that attend on one cache from more
+         * threads than it has slots (several layers at once) fall back to an allocation */
+        int slot = -1;
+        for (int j = 0; j < kv->n_slots && slot < 0; j++)
+            if (!__atomic_exchange_n(&kv->slot_busy[j], 1, __ATOMIC_ACQUIRE)) slot = j;
+        uint8_t *mem = slot >= 0 ? kv->scratch + (size_t)slot * kv->slot_bytes
+                                 : vq_aligned_alloc(kv->slot_bytes);
+        if (!mem) {
 #pragma omp atomic write
             failed = 1;
+            continue;
         }
+        run_task(&t, mem);
+        if (slot >= 0) __atomic_store_n(&kv->slot_busy[slot], 0, __ATOMIC_RELEASE);
+        else vq_aligned_free(mem);
     }
     if (failed) return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_attend: layer %d: out of memory for "
                                   "scratch (n_q=%d)", layer, n_q);

@@ -83,6 +83,11 @@ typedef struct vq_kvg {
     size_t page_bytes, *off_k, *off_v;   /* page size; per-head section offsets in a page */
     size_t bytes;          /* tally of every allocation the store made (and still holds) */
     vq_codec_state *st[2]; /* per layer: st[side][layer] */
+    float *enc_tmp;        /* encode scratch: rpb_store rows of d floats */
+    uint8_t *scratch;      /* attention scratch: n_slots slots of slot_bytes (kv_attend.c) */
+    size_t slot_bytes;
+    int n_slots;
+    int *slot_busy;        /* per slot: taken (atomic flag) */
     vq_kv_layer *layers;
 } vq_kvg;
 
@@ -111,5 +116,8 @@ vq_status vq_kvg_read(const vq_kvg *g, int local, float *k, float *v, int32_t *p
 vq_status vq_kvg_attend(const vq_kvg *g, int local, int layer, int n_q, const int *q_pos,
                         const float *q, float *out, vq_err *err);
 
+vq_status vq_kvg_scratch_init(vq_kvg *g);
+size_t vq_kvg_bytes_at(const vq_kvg *g, int rows);   /* layout bytes when each layer holds rows */
+int vq_kvg_truncate(vq_kvg *g, int local, int n, int dry);   /* rows kept (dry: only count) */   /* kv_attend.c; freed by vq_kvg_destroy */
 static inline size_t vq_kv_win_elem(const vq_kvg *kv) { return kv->wprec == 16 ? 2 : 4; }
 #endif

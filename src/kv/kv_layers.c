@@ -235,6 +235,36 @@ size_t vq_kv_bytes(const vq_kv *kv) {
     for (int i = 0; i < kv->n_groups; i++) b += vq_kvg_bytes(kv->g[i]);
     return b;
 }
+size_t vq_kv_bytes_at(const vq_kv *kv, int rows) {
+    if (!kv) return 0;
+    size_t b = sizeof(vq_kv) + 2 * (size_t)kv->dims.n_layers * sizeof(int) + (size_t)kv->g_cap * sizeof(vq_kvg *);
+    for (int i = 0; kv && i < kv->n_groups; i++) b += vq_kvg_bytes_at(kv->g[i], rows);
+    return b;
+}
+
+size_t vq_kv_scratch_bytes(const vq_kv *kv) {
+    size_t b = 0;
+    for (int i = 0; kv && i < kv->n_groups; i++)
+        b += (size_t)kv->g[i]->n_slots * kv->g[i]->slot_bytes +
+             (size_t)kv->g[i]->rpb_store * kv->g[i]->d * sizeof(float);
+    return b;
+}
+
+int vq_kv_truncate(vq_kv *kv, int n) {
+    if (!kv || n < 0) return -1;
+    /* every layer must keep the same rows: the least any layer can keep, until it settles */
+    int keep = n;
+    for (;;) {
+        int m = keep;
+        for (int l = 0; l < kv->dims.n_layers; l++)
+            m = VQ_MIN(m, vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 1));
+        if (m == keep) break;
+        keep = m;
+    }
+    for (int l = 0; l < kv->dims.n_layers; l++) vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 0);
+    return keep;
+}
+
 size_t vq_kv_bytes_tally(const vq_kv *kv) {
     if (!kv) return 0;
     size_t b = kv->bytes;
