@@ -213,8 +213,7 @@ static const char *generate_help =
     "      --json            print a JSON summary instead of streaming text\n";
 
 typedef struct { int json; } gen_user;
-static int on_token(const char *bytes, size_t n, int id, void *user) {
-    (void)id;
+static int on_text(const char *bytes, size_t n, void *user) {
     if (!((gen_user *)user)->json) { fwrite(bytes, 1, n, stdout); fflush(stdout); }
     return 0;
 }
@@ -268,19 +267,43 @@ static int cmd_generate(int argc, char **argv) {
     int *prompt = tokenize_all(m, text, add_bos, o.chat, &n_prompt);
     if (n_prompt >= o.n_ctx)
         die("the prompt is %d tokens but the context size is %d: raise -c or shorten the prompt", n_prompt, o.n_ctx);
-    vq_gen_params gp = { .n_predict = o.n_predict, .n_ctx = o.n_ctx, .batch = o.batch,
-                         .sp = { (float)o.temp, o.top_k, (float)o.top_p, (float)o.min_p, o.seed },
-                         .kv_seed = 0x5eed };
-    vq_gen_stats st;
+    /* everything that can fail on the arguments fails before anything is printed */
+    vq_kv_spec *spec = vq_kv_spec_parse(o.kv, &err);
+    if (!spec) die("%s", err.msg);
+    vq_session_params sprm = vq_session_default_params();
+    sprm.n_ctx = o.n_ctx;
+    sprm.n_batch = o.batch;
+    sprm.kv_seed = 0x5eed;
+    sprm.allow_ctx_over_train = 1;
+    vq_session *ses = vq_session_create(m, spec, &sprm, &err);
+    if (!ses) die("%s", err.msg);
+    vq_sampler_params smp_p = { (float)o.temp, o.top_k, (float)o.top_p, (float)o.min_p, o.seed };
+    vq_sampler *smp = vq_sampler_create(&smp_p, vq_model_n_vocab(m), &err);
+    if (!smp) die("%s", err.msg);
+    vq_generate_params gp = vq_generate_default_params();
+    gp.n_predict = o.n_predict;
+    vq_generate_result gr;
     gen_user gu = { o.json };
     if (!o.json && !o.chat) {   /* echo the prompt as llama.cpp does */
         fputs(text, stdout);
         fflush(stdout);
     }
-    vq_status s = vq_generate(m, o.kv, prompt, n_prompt, &gp, on_token, &gu, &st, &err);
+    vq_status s = o.n_predict > 0 ? vq_session_generate(ses, prompt, n_prompt, smp, &gp, on_text, &gu, &gr, &err)
+                                  : VQ_OK;
+    if (o.n_predict == 0) {   /* prefill only */
+        double t0 = vq_now_s();
+        s = vq_session_decode(ses, prompt, n_prompt, NULL, 0, &err);
+        gr = (vq_generate_result){ .n_prompt = n_prompt, .t_prefill_s = vq_now_s() - t0, .stop = VQ_STOP_LENGTH };
+    }
     if (s) die("%s", err.msg);
+    struct { int n_prompt, n_gen; double t_prefill, t_decode; size_t kv_bytes; double kv_bits_per_elem; int stopped_eog; } st = {
+        gr.n_prompt, gr.n_gen, gr.t_prefill_s, gr.t_decode_s, vq_session_kv_bytes(ses), vq_session_kv_bits(ses),
+        gr.stop == VQ_STOP_EOG };
+    vq_sampler_free(smp);
+    vq_session_free(ses);
+    vq_kv_spec_free(spec);
     if (!o.json) { putchar('\n'); fflush(stdout); }
-    double pre_tps = st.n_prompt / VQ_MAX(st.t_prefill, 1e-9), dec_tps = (st.n_gen - 1) / VQ_MAX(st.t_decode, 1e-9);
+    double pre_tps = st.n_prompt / VQ_MAX(st.t_prefill, 1e-9), dec_tps = (st.n_gen > 1 ? st.n_gen - 1 : 0) / VQ_MAX(st.t_decode, 1e-9);
     if (o.verbose || o.json) {
         FILE *f = o.json ? stdout : stderr;
         if (o.json) {

@@ -5,6 +5,7 @@
 #define VQ_EVAL_H
 #include "model/model.h"
 #include "model/sampler.h"
+#include "session/session_impl.h"
 #include <stdio.h>
 
 /* ---- generation ---- */
@@ -24,11 +25,9 @@ typedef struct vq_gen_stats {
     int stopped_eog;
 } vq_gen_stats;
 
-/* Called with the printable bytes of each generated token; return nonzero to stop. */
-typedef int (*vq_token_cb)(const char *bytes, size_t n, int id, void *user);
-
+/* One-shot generation on a session made and freed here (vq_session_generate does the work). */
 vq_status vq_generate(const vq_model *m, const char *kv_spec, const int *prompt, int n_prompt,
-                      const vq_gen_params *p, vq_token_cb cb, void *user, vq_gen_stats *st,
+                      const vq_gen_params *p, vq_text_cb cb, void *user, vq_gen_stats *st,
                       vq_err *err);
 
 /* ---- perplexity ---- */

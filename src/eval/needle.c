@@ -284,8 +284,7 @@ void vq_needle_prompt_free(vq_needle_prompt *pr) {
 /* ---- running ---- */
 typedef struct gen_buf { char *s; size_t n, cap; } gen_buf;
 
-static int on_token(const char *bytes, size_t n, int id, void *user) {
-    (void)id;
+static int on_token(const char *bytes, size_t n, void *user) {
     gen_buf *g = user;
     size_t room = g->cap - 1 - g->n;
     size_t k = n < room ? n : room;

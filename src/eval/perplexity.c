@@ -113,8 +113,9 @@ vq_status vq_perplexity_windows_arms(const vq_model *m, const char *const *specs
         for (int a = 0; a < n_specs; a++) vq_kv_clear(kvs[a]);
         double t0 = vq_now_s();
         for (int i = 0; i < p->ctx - 1 && !s; i++) {   /* position ctx-1 is only a target */
-            for (int a = 0; a < n_specs; a++) step[a] = win[i];
-            s = vq_forward_arms(m, f, kvs, n_specs, step, i, logits, err);
+            int apos[n_specs];
+            for (int a = 0; a < n_specs; a++) { step[a] = win[i]; apos[a] = i; }
+            s = vq_forward_arms(m, f, kvs, n_specs, step, apos, logits, err);
             if (s || i < p->first_scored) continue;
             for (int a = 0; a < n_specs; a++) {
                 accs[a].nll_sum += nll_of(logits + (size_t)a * vocab, vocab, win[i + 1]);

@@ -9,4 +9,10 @@
 /* Render one user turn plus the assistant header. system may be NULL (template default).
  * Returns a malloc'd string, or NULL with err set (unknown template family). */
 char *vq_chat_render(const char *tmpl, const char *system, const char *user, vq_err *err);
+
+/* Render a conversation (vq_chat_apply in veloxquant.h): every message in the template's layout;
+ * the template's default system prompt first when add_default_system and msgs[0] is not
+ * "system"; the assistant header last when add_assistant. Roles: system, user, assistant. */
+char *vq_chat_render_msgs(const char *tmpl, const vq_chat_message *msgs, int n, int add_assistant,
+                          int add_default_system, vq_err *err);
 #endif

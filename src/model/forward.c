@@ -67,8 +67,8 @@ static void matmul(float *y, const vq_wmat *w, const float *x, int n) {
 /* kvs == NULL: n tokens of one sequence at pos0.. in kv. kvs != NULL: n arms, row t at position
  * pos0 in kvs[t] (vq_forward_arms). */
 static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *kvs,
-                         const int *tokens, int n, int pos0, float *logits, int n_logits,
-                         vq_err *err) {
+                         const int *arm_pos, const int *tokens, int n, int pos0, float *logits,
+                         int n_logits, vq_err *err) {
     const vq_model_config *c = &m->cfg;
     if (n < 1 || n > f->max_batch)
         return vq_err_set(err, VQ_ERR_ARG, "forward: %d tokens, batch holds 1..%d", n, f->max_batch);
@@ -79,7 +79,7 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
         if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
             return vq_err_set(err, VQ_ERR_ARG, "forward: token id %d out of range [0, %d)", tokens[t], c->vocab_size);
         vq_get_row(m->tok_embd.data, m->tok_embd.type, dim, tokens[t], f->x + (size_t)t * dim);
-        f->pos[t] = kvs ? pos0 : pos0 + t;
+        f->pos[t] = kvs ? arm_pos[t] : pos0 + t;
     }
     for (int l = 0; l < c->n_layers; l++) {
         const vq_layer_weights *L = &m->layers[l];
@@ -104,7 +104,7 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
             for (int t = 0; t < n; t++) {
                 vq_err e;
-                vq_status st = vq_kv_append(kvs[t], l, pos0, 1, f->k + (size_t)t * kvd, f->v + (size_t)t * kvd, &e);
+                vq_status st = vq_kv_append(kvs[t], l, f->pos[t], 1, f->k + (size_t)t * kvd, f->v + (size_t)t * kvd, &e);
                 if (!st) st = vq_kv_attend(kvs[t], l, 1, f->pos + t, f->q + (size_t)t * qd, f->att + (size_t)t * qd, &e);
                 if (st) {
 #pragma omp critical(vq_forward_arms_err)
@@ -143,13 +143,18 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
 
 vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens, int n, int pos0,
                      float *logits, int n_logits, vq_err *err) {
-    return forward(m, f, kv, NULL, tokens, n, pos0, logits, n_logits, err);
+    return forward(m, f, kv, NULL, NULL, tokens, n, pos0, logits, n_logits, err);
 }
 
 vq_status vq_forward_arms(const vq_model *m, vq_fwd *f, vq_kv *const *kvs, int n_arms,
-                          const int *tokens, int pos, float *logits, vq_err *err) {
-    if (!kvs || n_arms < 1) return vq_err_set(err, VQ_ERR_ARG, "forward_arms: %d arms", n_arms);
-    for (int a = 0; a < n_arms; a++)
+                          const int *tokens, const int *pos, float *logits, vq_err *err) {
+    if (!kvs || !pos || n_arms < 1) return vq_err_set(err, VQ_ERR_ARG, "forward_arms: %d arms", n_arms);
+    for (int a = 0; a < n_arms; a++) {
         if (!kvs[a]) return vq_err_set(err, VQ_ERR_ARG, "forward_arms: arm %d has no cache", a);
-    return forward(m, f, NULL, kvs, tokens, n_arms, pos, logits, logits ? n_arms : 0, err);
+        if (pos[a] < 0) return vq_err_set(err, VQ_ERR_ARG, "forward_arms: arm %d at position %d", a, pos[a]);
+        for (int b = 0; b < a; b++)
+            if (kvs[b] == kvs[a])
+                return vq_err_set(err, VQ_ERR_ARG, "forward_arms: arms %d and %d share a cache", b, a);
+    }
+    return forward(m, f, NULL, kvs, pos, tokens, n_arms, 0, logits, logits ? n_arms : 0, err);
 }

@@ -64,11 +64,11 @@ vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx);
 vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens, int n, int pos0,
                      float *logits, int n_logits, vq_err *err);
 
-/* Decode one step of n_arms independent sequences that are all at position pos: row a is
- * tokens[a] and reads/writes kvs[a] only. The weights are read once for every arm (the batch
+/* Decode one step of n_arms independent sequences, arm a at position pos[a]: row a is
+ * tokens[a] and reads/writes kvs[a] only (the caches must be distinct). The weights are read once for every arm (the batch
  * shares the matrix products), and each row's arithmetic is the one vq_forward does for a single
  * token, so per-arm results equal n_arms separate vq_forward calls. logits: n_arms x vocab.
  * Used to score several KV arms over the same text in one pass (perplexity --kv ... --kv ...). */
 vq_status vq_forward_arms(const vq_model *m, vq_fwd *f, vq_kv *const *kvs, int n_arms,
-                          const int *tokens, int pos, float *logits, vq_err *err);
+                          const int *tokens, const int *pos, float *logits, vq_err *err);
 #endif

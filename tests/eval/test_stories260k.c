@@ -5,8 +5,7 @@
 #include "../vq_test.h"
 
 typedef struct { char *buf; size_t n, cap; } sbuf;
-static int collect(const char *b, size_t n, int id, void *user) {
-    (void)id;
+static int collect(const char *b, size_t n, void *user) {
     sbuf *s = user;
     if (s->n + n + 1 > s->cap) { s->cap = (s->n + n + 1) * 2; s->buf = realloc(s->buf, s->cap); }
     memcpy(s->buf + s->n, b, n);
@@ -23,7 +22,7 @@ static char *greedy_like_run_c(const vq_model *m, const char *kv, const char *pr
     CHECKF(n > 1 && n < 512, "tokenize: %s", err.msg);
     sbuf s = { calloc(1, 1), 0, 1 };
     char piece[256];
-    for (int i = 1; i < n; i++) collect(piece, vq_tok_piece(m->tok, ids[i - 1], ids[i], 0, piece, sizeof piece), ids[i], &s);
+    for (int i = 1; i < n; i++) collect(piece, vq_tok_piece(m->tok, ids[i - 1], ids[i], 0, piece, sizeof piece), &s);
     vq_gen_params gp = { .n_predict = 201 - n, .n_ctx = 512, .batch = 7, .sp = { 0, 0, 1, 0, 0 }, .kv_seed = 1 };
     vq_gen_stats st;
     vq_status rc = vq_generate(m, kv, ids, n, &gp, collect, &s, &st, &err);

@@ -1,0 +1,319 @@
+/* session.c: a session holds a compressed KV cache, the forward pass's scratch and its position;
+ * decode, batched decode of many sessions, truncate and generation run on it (veloxquant.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session/session_impl.h"
+
+vq_session_params vq_session_default_params(void) {
+    return (vq_session_params){ .n_ctx = 0, .n_batch = 0, .kv_seed = 0, .allow_ctx_over_train = 0 };
+}
+
+void vq_session_free(vq_session *s) {
+    if (!s) return;
+    vq_kv_destroy(s->kv);
+    vq_fwd_destroy(s->f);
+    free(s->tokens);
+    free(s->logits);
+    free(s->text);
+    free(s);
+}
+
+vq_session *vq_session_create(const vq_model *m, const vq_kv_spec *spec, const vq_session_params *p,
+                              vq_err *err) {
+    vq_err_clear(err);
+    vq_session_params d = vq_session_default_params();
+    if (!p) p = &d;
+    if (!m || !spec) { vq_err_set(err, VQ_ERR_ARG, "vq_session_create: no model or no KV spec"); return NULL; }
+    const int train = m->cfg.train_ctx > 0 ? m->cfg.train_ctx : 2048;
+    int n_ctx = p->n_ctx > 0 ? p->n_ctx : VQ_MIN(2048, train);
+    if (p->n_ctx < 0 || n_ctx < 2 || n_ctx > (1 << 24)) {
+        vq_err_set(err, VQ_ERR_ARG, "context size %d is out of range (2..16777216)", p->n_ctx);
+        return NULL;
+    }
+    if (n_ctx > train && !p->allow_ctx_over_train) {
+        vq_err_set(err, VQ_ERR_RANGE, "context size %d exceeds the model's training context %d", n_ctx, train);
+        return NULL;
+    }
+    int n_batch = p->n_batch > 0 ? p->n_batch : 64;
+    if (p->n_batch < 0 || n_batch > 4096) {
+        vq_err_set(err, VQ_ERR_ARG, "batch size %d is out of range (1..4096)", p->n_batch);
+        return NULL;
+    }
+    n_batch = VQ_MIN(n_batch, n_ctx);
+    vq_session *s = calloc(1, sizeof *s);
+    if (!s) { vq_err_set(err, VQ_ERR_NOMEM, "vq_session_create: out of memory"); return NULL; }
+    s->m = m;
+    s->n_ctx = n_ctx;
+    s->n_batch = n_batch;
+    s->kv_seed = p->kv_seed;
+    vq_kv_dims dims = vq_model_kv_dims(m, n_ctx);
+    s->kv = vq_kv_create(spec, &dims, p->kv_seed, err);
+    if (!s->kv) { vq_session_free(s); return NULL; }
+    s->f = vq_fwd_create(m, n_batch, err);
+    s->tokens = malloc((size_t)n_ctx * sizeof(int));
+    s->logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));
+    if (!s->f || !s->tokens || !s->logits) {
+        if (s->f) vq_err_set(err, VQ_ERR_NOMEM, "vq_session_create: out of memory");
+        vq_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static vq_status check_finite(const float *x, size_t n, vq_err *err) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return vq_err_set(err, VQ_ERR_NUMERIC, "the model produced a non-finite logit (%g at %zu): "
+                              "the weights or the KV cache hold bad values", (double)x[i], i);
+    return VQ_OK;
+}
+
+/* tokens run through the model and appended to the cache at positions pos.. (no pending token) */
+static vq_status run(vq_session *s, const int *tokens, int n, float *logits, int all, vq_err *err) {
+    const int V = s->m->cfg.vocab_size;
+    for (int i = 0; i < n; i += s->n_batch) {
+        int nb = VQ_MIN(s->n_batch, n - i), last = i + nb == n;
+        float *dst = all && logits ? logits + (size_t)i * V : s->logits;
+        int nl = all && logits ? nb : (last ? 1 : 0);
+        vq_status st = vq_forward(s->m, s->f, s->kv, tokens + i, nb, s->pos, nl ? dst : NULL, nl, err);
+        if (!st && nl) st = check_finite(dst, (size_t)nl * V, err);
+        if (st) {   /* the cache may hold part of the chunk: cut it back to what the tokens say */
+            s->pos = vq_kv_truncate(s->kv, s->pos);
+            s->n_tok = s->pos;
+            s->have_logits = 0;
+            return st;
+        }
+        memcpy(s->tokens + s->pos, tokens + i, (size_t)nb * sizeof(int));
+        s->pos += nb;
+        s->n_tok = s->pos;
+    }
+    if (n > 0) {
+        if (all && logits) memcpy(s->logits, logits + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
+        else if (logits) memcpy(logits, s->logits, (size_t)V * sizeof(float));
+        s->have_logits = 1;
+    }
+    return VQ_OK;
+}
+
+vq_status vq_session_flush(vq_session *s, vq_err *err) {
+    if (s->n_tok == s->pos) return VQ_OK;
+    int t = s->tokens[s->pos];
+    s->n_tok = s->pos;
+    return run(s, &t, 1, NULL, 0, err);
+}
+
+vq_status vq_session_decode(vq_session *s, const int *tokens, int n, float *logits, int all_logits,
+                            vq_err *err) {
+    vq_err_clear(err);
+    if (!s || n < 0 || (n > 0 && !tokens)) return vq_err_set(err, VQ_ERR_ARG, "vq_session_decode: bad arguments");
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->m->cfg.vocab_size)
+            return vq_err_set(err, VQ_ERR_ARG, "token %d (id %d) is outside the vocabulary (0..%d)", i,
+                              tokens[i], s->m->cfg.vocab_size - 1);
+    if ((long)s->n_tok + n > s->n_ctx)
+        return vq_err_set(err, VQ_ERR_RANGE, "%d tokens do not fit: the session holds %d of %d positions",
+                          n, s->n_tok, s->n_ctx);
+    vq_status st = vq_session_flush(s, err);
+    if (st) return st;
+    return run(s, tokens, n, logits, all_logits, err);
+}
+
+vq_status vq_decode_batch(vq_session *const *ss, int n, const int *tokens, float *logits, vq_err *err) {
+    vq_err_clear(err);
+    if (!ss || n < 1 || !tokens) return vq_err_set(err, VQ_ERR_ARG, "vq_decode_batch: bad arguments");
+    const vq_model *m = ss[0] ? ss[0]->m : NULL;
+    for (int a = 0; a < n; a++) {
+        vq_session *s = ss[a];
+        if (!s || s->m != m)
+            return vq_err_set(err, VQ_ERR_ARG, "vq_decode_batch: session %d is NULL or has another model", a);
+        for (int b = 0; b < a; b++)
+            if (ss[b] == s) return vq_err_set(err, VQ_ERR_ARG, "vq_decode_batch: session %d is also session %d", a, b);
+        if (tokens[a] < 0 || tokens[a] >= m->cfg.vocab_size)
+            return vq_err_set(err, VQ_ERR_ARG, "vq_decode_batch: token id %d of session %d is outside the vocabulary",
+                              tokens[a], a);
+        if (s->n_tok + 1 > s->n_ctx)
+            return vq_err_set(err, VQ_ERR_RANGE, "vq_decode_batch: session %d is full (%d positions)", a, s->n_ctx);
+    }
+    for (int a = 0; a < n; a++) {
+        vq_status st = vq_session_flush(ss[a], err);
+        if (st) return st;
+    }
+    const int V = m->cfg.vocab_size, cap = ss[0]->n_batch;
+    vq_kv *kvs[cap];
+    int pos[cap];
+    for (int i = 0; i < n; i += cap) {
+        int nb = VQ_MIN(cap, n - i);
+        for (int a = 0; a < nb; a++) { kvs[a] = ss[i + a]->kv; pos[a] = ss[i + a]->pos; }
+        /* into the caller's rows when given; else a temporary (the only allocation here) */
+        float *buf = logits ? logits + (size_t)i * V : malloc((size_t)nb * V * sizeof(float));
+        if (!buf) return vq_err_set(err, VQ_ERR_NOMEM, "vq_decode_batch: out of memory");
+        vq_status st = vq_forward_arms(m, ss[0]->f, kvs, nb, tokens + i, pos, buf, err);
+        if (!st) st = check_finite(buf, (size_t)nb * V, err);
+        for (int a = 0; a < nb; a++) {
+            vq_session *s = ss[i + a];
+            if (st) {
+                s->pos = vq_kv_truncate(s->kv, s->pos);
+                s->n_tok = s->pos;
+                s->have_logits = 0;
+                continue;
+            }
+            s->tokens[s->pos++] = tokens[i + a];
+            s->n_tok = s->pos;
+            memcpy(s->logits, buf + (size_t)a * V, (size_t)V * sizeof(float));
+            s->have_logits = 1;
+        }
+        if (!logits) free(buf);
+        if (st) return st;
+    }
+    return VQ_OK;
+}
+
+int vq_session_pos(const vq_session *s) { return s ? s->n_tok : 0; }
+int vq_session_n_ctx(const vq_session *s) { return s ? s->n_ctx : 0; }
+const int *vq_session_tokens(const vq_session *s) { return s ? s->tokens : NULL; }
+const vq_model *vq_session_model(const vq_session *s) { return s ? s->m : NULL; }
+size_t vq_session_kv_bytes(const vq_session *s) { return s ? vq_kv_bytes(s->kv) : 0; }
+double vq_session_kv_bits(const vq_session *s) { return s ? vq_kv_bits_per_elem(s->kv) : 0; }
+size_t vq_session_scratch_bytes(const vq_session *s) {
+    return s ? vq_fwd_bytes(s->f) + vq_kv_scratch_bytes(s->kv) : 0;
+}
+const char *vq_session_kv_spec_text(const vq_session *s) { return s ? vq_kv_spec_str(s->kv) : ""; }
+
+vq_status vq_session_truncate(vq_session *s, int n, vq_err *err) {
+    vq_err_clear(err);
+    if (!s || n < 0 || n > s->n_tok)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_session_truncate: %d is outside 0..%d", n, s ? s->n_tok : 0);
+    if (n == s->n_tok) return VQ_OK;
+    if (n >= s->pos) {   /* only the pending token goes */
+        s->n_tok = n;
+        return VQ_OK;
+    }
+    int kept = vq_kv_truncate(s->kv, n);
+    if (kept < 0) return vq_err_set(err, VQ_ERR_ARG, "vq_session_truncate: cache refused %d", n);
+    s->pos = kept;
+    s->n_tok = kept;
+    s->have_logits = 0;
+    if (kept < n) {   /* rows that shared a code block with dropped rows: run their tokens again */
+        int *redo = malloc((size_t)(n - kept) * sizeof(int));
+        if (!redo) return vq_err_set(err, VQ_ERR_NOMEM, "vq_session_truncate: out of memory");
+        memcpy(redo, s->tokens + kept, (size_t)(n - kept) * sizeof(int));
+        vq_status st = run(s, redo, n - kept, NULL, 0, err);
+        free(redo);
+        return st;
+    }
+    return VQ_OK;
+}
+
+/* ---- generation ---- */
+vq_generate_params vq_generate_default_params(void) {
+    return (vq_generate_params){ .n_predict = 128, .stop = NULL, .n_stop = 0, .show_special = 0 };
+}
+
+const char *vq_stop_reason_name(vq_stop_reason r) {
+    switch (r) {
+    case VQ_STOP_NONE: return "none";
+    case VQ_STOP_LENGTH: return "length";
+    case VQ_STOP_EOG: return "eog";
+    case VQ_STOP_STRING: return "stop";
+    case VQ_STOP_CALLBACK: return "callback";
+    case VQ_STOP_CONTEXT: return "context";
+    }
+    return "unknown";
+}
+
+/* Bytes at the end of text[0..n) that could start a stop string (held back from printing). */
+static size_t holdback(const char *text, size_t n, const vq_generate_params *p) {
+    size_t best = 0;
+    for (int i = 0; i < p->n_stop; i++) {
+        size_t L = strlen(p->stop[i]);
+        for (size_t k = VQ_MIN(L ? L - 1 : 0, n); k > best; k--)
+            if (!memcmp(text + n - k, p->stop[i], k)) { best = k; break; }
+    }
+    return best;
+}
+
+vq_status vq_session_generate(vq_session *s, const int *prompt, int n_prompt, vq_sampler *smp,
+                              const vq_generate_params *gp, vq_text_cb cb, void *user,
+                              vq_generate_result *res, vq_err *err) {
+    vq_err_clear(err);
+    vq_generate_result r0;
+    if (!res) res = &r0;
+    memset(res, 0, sizeof *res);
+    vq_generate_params dp = vq_generate_default_params();
+    const vq_generate_params *p = gp ? gp : &dp;
+    if (!s || !smp || n_prompt < 0 || (n_prompt > 0 && !prompt) || p->n_stop < 0 || (p->n_stop && !p->stop))
+        return vq_err_set(err, VQ_ERR_ARG, "vq_session_generate: bad arguments");
+    for (int i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || !p->stop[i][0])
+            return vq_err_set(err, VQ_ERR_ARG, "vq_session_generate: stop string %d is empty", i);
+    if (n_prompt == 0 && !s->have_logits && s->n_tok == s->pos)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_session_generate: no prompt and nothing decoded yet");
+    if ((long)s->n_tok + n_prompt >= s->n_ctx)
+        return vq_err_set(err, VQ_ERR_RANGE, "the prompt is %d tokens and the session holds %d, but the "
+                          "context holds %d (raise -c, or shorten the prompt)", n_prompt, s->n_tok, s->n_ctx);
+    double t0 = vq_now_s();
+    vq_status st = VQ_OK;
+    if (n_prompt > 0 || s->n_tok != s->pos) st = vq_session_decode(s, prompt, n_prompt, NULL, 0, err);
+    res->t_prefill_s = vq_now_s() - t0;
+    res->n_prompt = n_prompt;
+    if (st) return st;
+
+    const int V = s->m->cfg.vocab_size;
+    size_t tlen = 0, emitted = 0;
+    int prev = s->n_tok > 0 ? s->tokens[s->n_tok - 1] : -1;
+    double t1 = vq_now_s();
+    vq_stop_reason why = VQ_STOP_NONE;
+    for (int g = 0; p->n_predict <= 0 || g < p->n_predict; g++) {
+        if (g > 0) {   /* run the token sampled last step */
+            st = vq_session_flush(s, err);
+            if (st) break;
+        }
+        if (s->n_tok >= s->n_ctx) { why = VQ_STOP_CONTEXT; break; }
+        int next = vq_sample(smp, s->logits);
+        (void)V;
+        s->tokens[s->n_tok++] = next;   /* pending: enters the cache on the next forward */
+        res->n_gen++;
+        if (vq_tok_is_eog(s->m->tok, next) && !p->show_special) { why = VQ_STOP_EOG; break; }
+        char piece[256];
+        size_t nb = vq_tok_piece(s->m->tok, prev, next, p->show_special, piece, sizeof piece);
+        prev = next;
+        if (tlen + nb + 1 > s->text_cap) {
+            size_t nc = (tlen + nb + 1) * 2;
+            char *t = realloc(s->text, nc);
+            if (!t) { st = vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); break; }
+            s->text = t;
+            s->text_cap = nc;
+        }
+        memcpy(s->text + tlen, piece, nb);
+        size_t old = tlen;
+        tlen += nb;
+        /* a stop string that now appears: print up to it and stop */
+        size_t cut = tlen;
+        for (int i = 0; i < p->n_stop; i++) {
+            size_t L = strlen(p->stop[i]);
+            size_t from = old >= L ? old - L + 1 : 0;
+            for (size_t j = from; j + L <= tlen; j++)
+                if (!memcmp(s->text + j, p->stop[i], L)) { if (j < cut) cut = j; break; }
+        }
+        if (cut < tlen) {
+            if (cut > emitted && cb && cb(s->text + emitted, cut - emitted, user)) { why = VQ_STOP_CALLBACK; break; }
+            emitted = cut;
+            why = VQ_STOP_STRING;
+            break;
+        }
+        size_t safe = tlen - holdback(s->text, tlen, p);
+        if (safe > emitted) {
+            if (cb && cb(s->text + emitted, safe - emitted, user)) { why = VQ_STOP_CALLBACK; break; }
+            emitted = safe;
+        }
+        if (vq_tok_is_eog(s->m->tok, next)) { why = VQ_STOP_EOG; break; }
+    }
+    if (!st && why == VQ_STOP_NONE) why = VQ_STOP_LENGTH;
+    if (!st && why != VQ_STOP_STRING && why != VQ_STOP_CALLBACK && tlen > emitted && cb)
+        if (cb(s->text + emitted, tlen - emitted, user)) why = VQ_STOP_CALLBACK;
+    res->t_decode_s = vq_now_s() - t1;
+    res->stop = why;
+    return st;
+}

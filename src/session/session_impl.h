@@ -1,0 +1,30 @@
+/* session_impl.h: the session layer's private state (src/session). A session joins a model, a
+ * KV cache made from a parsed spec, the forward pass's scratch and the tokens held. Only this
+ * layer and eval (which builds on sessions) see inside. */
+#ifndef VQ_SESSION_IMPL_H
+#define VQ_SESSION_IMPL_H
+#include "model/model.h"
+#include "model/sampler.h"
+#include "model/chat.h"
+#include "kv/kv.h"
+
+struct vq_session {
+    const vq_model *m;
+    vq_kv *kv;
+    vq_fwd *f;
+    int n_ctx, n_batch;
+    uint64_t kv_seed;
+    int pos;             /* rows the cache holds (positions 0..pos-1) */
+    int *tokens;         /* n_ctx: tokens[0..n_tok) held; n_tok = pos, or pos + 1 with a pending token */
+    int n_tok;
+    float *logits;       /* n_vocab: after the last forward */
+    int have_logits;
+    char *text;          /* generation text buffer (stop strings) */
+    size_t text_cap;
+};
+
+/* The cache and forward scratch of a session (eval's perplexity and kv tools). */
+static inline vq_kv *vq_session_kv(vq_session *s) { return s->kv; }
+/* Run the pending token (generated, not yet in the cache), if any. */
+vq_status vq_session_flush(vq_session *s, vq_err *err);
+#endif
