@@ -339,8 +339,10 @@ static const char *ppl_help =
     "                        cut at --ctx: the llama2.c reference convention)\n"
     "      --max-paragraphs N  paragraph mode: only the first N paragraphs\n"
     "      --bos-per-window  start every window with BOS\n"
-    "      --first-scored P  score only window positions >= P (default 0; 256 at --ctx 512 is what\n"
-    "                        llama.cpp's llama-perplexity scores)\n"
+    "      --score S         all (default: every prediction in a window) or second-half (only\n"
+    "                        positions >= ctx/2, as llama.cpp's llama-perplexity scores: compare 1:1)\n"
+    "      --first-scored P  score only window positions >= P (overrides --score)\n"
+    "      --kl              also report KL(first arm || arm) of the next-token distribution per arm\n"
     "      --kv SPEC         KV cache (default f16; repeat for several arms)\n"
     "      --kv-layers L=SPEC  per-layer override, appended to every --kv as '@L=SPEC': layers L\n"
     "                        (comma list, a..b ranges, negative = from the end) use SPEC, e.g.\n"
@@ -356,7 +358,8 @@ static const char *ppl_help =
 static int cmd_perplexity(int argc, char **argv) {
     opts o; defaults(&o);
     o.n_ctx = 512;
-    int serial = 0;
+    int serial = 0, kl = 0;
+    const char *score = "all";
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (common_opt(&o, argc, argv, &i)) continue;
@@ -370,73 +373,73 @@ static int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--bos-per-window")) o.bos_window = 1;
         else if (!strcmp(a, "--first-scored")) { o.first_scored = (int)parse_long(a, v, 0, INT_MAX); i++; }
         else if (!strcmp(a, "--serial-arms")) serial = 1;
+        else if (!strcmp(a, "--score")) { if (!v) die("--score needs all or second-half"); score = v; i++; }
+        else if (!strcmp(a, "--kl")) kl = 1;
         else die("perplexity: unknown option '%s' (see veloxquant perplexity --help)", a);
     }
     if (!o.file) die("perplexity: no text: use -f FILE");
-    vq_ppl_mode mode;
-    if (!strcmp(o.mode, "decode")) mode = VQ_PPL_DECODE;
-    else if (!strcmp(o.mode, "prefill")) mode = VQ_PPL_PREFILL;
+    vq_ppl_params pp = vq_ppl_default_params();
+    if (!strcmp(o.mode, "decode")) pp.mode = VQ_PPL_DECODE;
+    else if (!strcmp(o.mode, "prefill")) pp.mode = VQ_PPL_PREFILL;
     else die("--mode '%s' is unknown (known: decode, prefill)", o.mode);
+    if (!strcmp(score, "all")) pp.score = VQ_PPL_SCORE_ALL;
+    else if (!strcmp(score, "second-half")) pp.score = VQ_PPL_SCORE_SECOND_HALF;
+    else die("--score '%s' is unknown (known: all, second-half)", score);
     int paragraphs = 0;
     if (!strcmp(o.split, "paragraphs")) paragraphs = 1;
     else if (strcmp(o.split, "windows")) die("--split '%s' is unknown (known: windows, paragraphs)", o.split);
     if (o.n_kv == 0) { o.kv_list[0] = "f16"; o.n_kv = 1; }
-    char *text = read_text(o.file);
-    vq_model *m = load_model(&o);
-    int n_tok = 0, *tok = NULL;
-    if (!paragraphs) tok = tokenize_all(m, text, 0, 0, &n_tok);
-    vq_ppl_params pp = { .ctx = o.n_ctx, .mode = mode, .batch = o.batch, .max_tokens = o.max_tokens,
-                         .first_scored = o.first_scored, .bos_per_window = o.bos_window, .max_paragraphs = o.max_paras,
-                         .kv_seed = 0x5eed };
+    vq_kv_spec *specs[32];
     for (int a = 0; a < o.n_kv; a++) {   /* a bad spec fails before any output */
         vq_err e; vq_err_clear(&e);
-        vq_kv_dims d = vq_model_kv_dims(m, o.n_ctx);
-        vq_kv *kv = vq_kv_create_str(o.kv_list[a], &d, 0x5eed, &e);
-        if (!kv) die("%s", e.msg);
-        vq_kv_destroy(kv);
+        if (!(specs[a] = vq_kv_spec_parse(o.kv_list[a], &e))) die("%s", e.msg);
     }
-    const int batched = !serial && !paragraphs && mode == VQ_PPL_DECODE && o.n_kv > 1;
-    vq_ppl_acc *accs = calloc((size_t)o.n_kv, sizeof *accs);
-    if (!accs) die("out of memory");
-    if (batched) {   /* every arm in one pass: the figures come before any output */
-        vq_err err; vq_err_clear(&err);
-        if (vq_perplexity_windows_arms(m, o.kv_list, o.n_kv, tok, n_tok, &pp, progress, NULL, accs, &err))
-            die("%s", err.msg);
-    }
+    char *text = read_text(o.file);
+    vq_model *m = load_model(&o);
+    pp.n_ctx = o.n_ctx; pp.n_batch = o.batch; pp.max_tokens = o.max_tokens; pp.first_scored = o.first_scored;
+    pp.bos_per_window = o.bos_window; pp.max_paragraphs = o.max_paras; pp.kv_seed = 0x5eed;
+    pp.split = paragraphs ? VQ_PPL_SPLIT_PARAGRAPHS : VQ_PPL_SPLIT_WINDOWS;
+    pp.serial_arms = serial; pp.kl_vs_first = kl;
+    const int batched = !serial && !paragraphs && pp.mode == VQ_PPL_DECODE && o.n_kv > 1;
+    vq_ppl_result *res = calloc((size_t)o.n_kv, sizeof *res);
+    if (!res) die("out of memory");
+    vq_err err; vq_err_clear(&err);
+    /* every figure is computed before anything is printed: a failure leaves no partial output */
+    if (vq_perplexity_text(m, (const vq_kv_spec *const *)specs, o.n_kv, text, strlen(text), &pp, progress, NULL,
+                           res, &err))
+        die("%s", err.msg);
     if (o.json) {
         printf("{\"model\": ");
-        json_str(stdout, m->path);
-        printf(", \"ctx\": %d, \"mode\": \"%s\", \"arms_batched\": %s, \"arms\": [", o.n_ctx, o.mode,
-               batched ? "true" : "false");
+        json_str(stdout, vq_model_path(m));
+        printf(", \"ctx\": %d, \"mode\": \"%s\", \"score\": \"%s\", \"arms_batched\": %s, \"arms\": [", o.n_ctx, o.mode,
+               score, batched ? "true" : "false");
     }
-    else printf("%-34s %9s %10s %10s %9s %12s %8s\n", "kv", "tokens", "mean_nll", "ppl", "tok/s", "kv bytes", "bits/el");
+    else printf("%-34s %9s %10s %10s %9s %12s %8s%s\n", "kv", "tokens", "mean_nll", "ppl", "tok/s", "kv bytes", "bits/el",
+                kl ? "  KL vs arm 0" : "");
     for (int a = 0; a < o.n_kv; a++) {
-        vq_ppl_acc acc = accs[a];
-        vq_err err; vq_err_clear(&err);
-        int np = 0;
-        vq_status s = batched ? VQ_OK
-                    : paragraphs ? vq_perplexity_paragraphs(m, o.kv_list[a], text, &pp, progress, NULL, &acc, &np, &err)
-                                 : vq_perplexity_windows(m, o.kv_list[a], tok, n_tok, &pp, progress, NULL, &acc, &err);
-        if (s) die("%s", err.msg);
-        double nll = acc.nll_sum / (double)VQ_MAX(acc.n_scored, 1);
-        double tps = acc.n_tokens / VQ_MAX(acc.seconds, 1e-9);
+        const vq_ppl_result *r = &res[a];
+        double tps = r->n_tokens / VQ_MAX(r->seconds, 1e-9);
         if (o.json) {
             printf("%s{\"kv\": ", a ? ", " : "");
             json_str(stdout, o.kv_list[a]);
             printf(", \"scored\": %ld, \"mean_nll\": %.6f, \"ppl\": %.6f, \"tokens_per_s\": %.2f, \"seconds\": %.3f, "
-                   "\"kv_bytes\": %zu, \"bits_per_elem\": %.4f%s",
-                   acc.n_scored, nll, exp(nll), tps, acc.seconds, acc.kv_bytes, acc.kv_bits, paragraphs ? "" : "}");
-            if (paragraphs) printf(", \"paragraphs\": %d}", np);
+                   "\"kv_bytes\": %zu, \"bits_per_elem\": %.4f",
+                   r->n_scored, r->mean_nll, r->ppl, tps, r->seconds, r->kv_bytes, r->kv_bits);
+            if (kl) printf(", \"kl_vs_first\": %.6g", r->kl_mean);
+            if (paragraphs) printf(", \"paragraphs\": %ld", r->n_units);
+            printf("}");
         } else {
-            printf("%-34s %9ld %10.6f %10.4f %9.1f %12zu %8.3f\n", o.kv_list[a], acc.n_scored, nll, exp(nll), tps,
-                   acc.kv_bytes, acc.kv_bits);
-            if (paragraphs) printf("paragraphs %d\n", np);
+            printf("%-34s %9ld %10.6f %10.4f %9.1f %12zu %8.3f", o.kv_list[a], r->n_scored, r->mean_nll, r->ppl, tps,
+                   r->kv_bytes, r->kv_bits);
+            if (kl) printf("  %.6g", r->kl_mean);
+            putchar('\n');
+            if (paragraphs) printf("paragraphs %ld\n", r->n_units);
         }
         fflush(stdout);
     }
     if (o.json) printf("]}\n");
-    free(accs);
-    free(tok);
+    for (int a = 0; a < o.n_kv; a++) vq_kv_spec_free(specs[a]);
+    free(res);
     free(text);
     vq_model_free(m);
     return 0;
