@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,9 @@ typedef struct __attribute__((packed)) st_head {
     uint8_t reserved[4];           /* zero */
 } st_head;
 _Static_assert(sizeof(st_head) == ST_FIXED, "the state header's fixed part is 128 bytes");
+_Static_assert(offsetof(st_head, n_layers) == 48 && offsetof(st_head, file_bytes) == 84 &&
+               offsetof(st_head, kv_seed) == 96 && offsetof(st_head, kv_bytes) == 112 &&
+               offsetof(st_head, spec_len) == 120, "field offsets as docs/state-format.md has them");
 
 static uint32_t crc(uint32_t c, const void *p, size_t n) {
     /* zlib's crc32 takes a uInt length: feed large buffers in pieces */
