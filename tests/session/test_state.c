@@ -139,6 +139,14 @@ static void resume(const vq_model *m, const char *name, const char *spec, int n_
     nb = greedy(b, g, 8);
     CHECKF(na == nb && same_tokens(a, b), "%s %s: greedy tokens differ after a load with a pending "
            "token", name, spec);
+    /* after a truncate (page smallest positions stay as they were, rows re-run) */
+    CHECK(vq_session_truncate(a, n_prompt - 7, &e) == VQ_OK);
+    CHECK(vq_session_save(a, p2, &e) == VQ_OK);
+    st = vq_session_load(b, p2, &e);
+    CHECKF(st == VQ_OK && same_tokens(a, b), "%s %s: load after a truncate: %s", name, spec, e.msg);
+    CHECK(vq_session_decode(a, &next, 1, la, 0, &e) == VQ_OK);
+    CHECK(vq_session_decode(b, &next, 1, lb, 0, &e) == VQ_OK);
+    CHECKF(!memcmp(la, lb, V * sizeof(float)), "%s %s: logits differ after truncate, save, load", name, spec);
     printf("%-10s %-36s prompt %2d: state %7zu bytes, kv %7zu bytes; resumed bit-identical (%.2f s)\n",
            name, spec, n_prompt, fsz, vq_session_kv_bytes(b), vq_now_s() - t0);
     free(la); free(lb);
