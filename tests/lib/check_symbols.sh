@@ -19,10 +19,11 @@ for f in "$so" "$ar" "$header"; do
 done
 command -v nm >/dev/null || { echo "check_symbols: nm not found (binutils)" >&2; exit 2; }
 
-# The toolchain's own symbols: _init/_fini (crti's, when a toolchain exports them) and
+# The toolchain's own symbols: _init/_fini (crti's, when a toolchain exports them);
 # .gomp_critical_user_NAME, the lock GCC makes for "#pragma omp critical(NAME)" (global by the
-# OpenMP rule that same-named criticals share one lock; NAME is ours and should be vq_-prefixed).
-toolchain_re='^(_init|_fini|\.gomp_critical_user_[A-Za-z0-9_]+)$'
+# OpenMP rule that same-named criticals share one lock; NAME is ours and should be vq_-prefixed);
+# __odr_asan.SYM, AddressSanitizer's one-definition-rule marker of our global SYM (ASan builds).
+toolchain_re='^(_init|_fini|\.gomp_critical_user_[A-Za-z0-9_]+|__odr_asan\.vq_[A-Za-z0-9_]+)$'
 
 # (a) dynamic symbols the .so defines (U = undefined is excluded by --defined-only)
 dyn=$(nm -D --defined-only "$so" | awk 'NF >= 3 { print $3 }' | sort -u)
