@@ -198,8 +198,13 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *
 vq_status vq_kvfid_eval(const vq_kvfid_capture *c, const char *spec, uint64_t seed,
                         vq_kvfid_result *r, vq_err *err) {
     memset(r, 0, sizeof *r);
-    vq_kv_spec *ps = vq_kv_spec_parse(spec, err);
-    if (!ps) return err && err->code ? err->code : VQ_ERR_ARG;
+    vq_err e;
+    vq_kv_spec *ps = vq_kv_spec_parse(spec, &e);
+    if (!ps) {   /* an unknown spec is reported like an unusable one, not fatal */
+        snprintf(r->spec, sizeof r->spec, "%s", spec);
+        snprintf(r->why, sizeof r->why, "%.250s", e.msg);
+        return VQ_OK;
+    }
     vq_status s = vq_kvfid_eval_spec(c, ps, seed, r, err);
     snprintf(r->spec, sizeof r->spec, "%s", spec);
     vq_kv_spec_free(ps);
