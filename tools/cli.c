@@ -166,10 +166,11 @@ static void check_nul(const char *what, const char *path, const char *buf, size_
 char *read_text(const char *path, const char *what, size_t *len) {
     int fd;
     size_t cap;
-    if (!strcmp(path, "-")) { fd = STDIN_FILENO; cap = (size_t)1 << 16; }
+    const char *arg = path;
+    if (!strcmp(path, "-")) { fd = STDIN_FILENO; cap = (size_t)1 << 16; path = "(stdin)"; }
     else {
         struct stat st;
-        fd = open_regular(path, what, &st);
+        fd = open_regular(arg, what, &st);
         if ((uint64_t)st.st_size > CLI_MAX_TEXT_BYTES)
             die("%s %s: %lld bytes is more than the %zu MiB a text may have", what, path, (long long)st.st_size,
                 CLI_MAX_TEXT_BYTES >> 20);
