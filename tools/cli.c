@@ -185,7 +185,7 @@ char *read_text(const char *path, const char *what, size_t *len) {
     for (;;) {
         if (n == cap) {
             if (cap > CLI_MAX_TEXT_BYTES) die("%s %s: more than the %zu MiB a text may have", what, path, CLI_MAX_TEXT_BYTES >> 20);
-            cap *= 2;
+            cap = cap * 2 > CLI_MAX_TEXT_BYTES ? CLI_MAX_TEXT_BYTES + 1 : cap * 2;   /* one byte past the limit tells */
             char *nb = realloc(buf, cap + 1);
             if (!nb) die("out of memory reading %s", path);
             buf = nb;
