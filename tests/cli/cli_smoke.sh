@@ -124,10 +124,14 @@ run ppl_short x "$BIN" perplexity -f "$T/short.txt" --ctx 256 --json && out_empt
 run ppl_empty_para x "$BIN" perplexity -f "$T/empty.txt" --split paragraphs --json && out_empty ppl_empty_para && err_has ppl_empty_para "no token was scored"
 run ppl_short_arms x "$BIN" perplexity -f "$T/short.txt" --ctx 256 --kv f16 --kv q8_0 --serial-arms --json && out_empty ppl_short_arms
 if [ -f "$SHARED/stories260K.bin" ] && command -v valgrind > /dev/null; then
-  run ppl_leak x valgrind -q --leak-check=full --errors-for-leak-kinds=definite,possible --error-exitcode=99 \
+  # the error exit frees what it made: the model, the text, the tokens, the specs (before the fix
+  # ~92 KB in 18 blocks were still held at exit; the runtime's own few bytes are allowed)
+  run ppl_leak x valgrind --leak-check=full --errors-for-leak-kinds=definite,possible --error-exitcode=99 \
     "$BIN" perplexity -m "$SHARED/stories260K.bin" --tokenizer "$SHARED/tok512.bin" -f "$T/short.txt" --ctx 256
-  if grep -q "definitely lost\|possibly lost" "$T/ppl_leak.err"; then fail "perplexity's short-text exit leaks: $(grep lost "$T/ppl_leak.err" | head -2)"
-  else pass "perplexity's short-text exit frees everything (valgrind)"; fi
+  held=$(sed -n 's/.*in use at exit: \([0-9,]*\) bytes.*/\1/p' "$T/ppl_leak.err" | tr -d ,)
+  if grep -q "ERROR SUMMARY: [1-9]" "$T/ppl_leak.err" || [ -z "$held" ] || [ "$held" -ge 4096 ]; then
+    fail "perplexity's short-text exit: $(grep -E 'in use at exit|lost|ERROR SUMMARY' "$T/ppl_leak.err" | head -3 | tr '\n' ' ')"
+  else pass "perplexity's short-text exit frees what it made (valgrind: $held bytes in use at exit)"; fi
 fi
 
 # ---- prompt and text files ----
