@@ -3,7 +3,9 @@
  * resident memory of one arm's cache. The report: per arm and context the median [min, max] of
  * decode and prefill tokens/s, the baseline arm's spread as the noise floor, the ratio to the
  * baseline (BENCHMARKING.md rules 1, 6, 7, 11); a text table or JSON with every raw repeat. */
+#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
+#endif
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

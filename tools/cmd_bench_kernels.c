@@ -1,7 +1,9 @@
 /* cmd_bench_kernels.c: `veloxquant bench-kernels`: decode-attention time of one step and encode
  * rate per KV codec through the real store, against f16 and a measured memcpy ceiling: the human
  * table, or every raw repeat as JSON. */
+#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
+#endif
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

@@ -1,7 +1,9 @@
 /* cmd_generate.c: `veloxquant generate`: a prompt through a session, sampled text streamed to
  * stdout (or a JSON summary). Generation stops at the first write that fails (a closed pipe, a
  * full disk) and the command then fails. */
+#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
+#endif
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,7 @@
 /* cmd_info.c: `veloxquant info`: a model's configuration. */
+#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
+#endif
 #include <string.h>
 
 #include "cli.h"

@@ -1,6 +1,8 @@
 /* cmd_kv_fidelity.c: `veloxquant kv-fidelity`: per-layer key/value cosine, attention KL and
  * output error of KV codecs on a real model's rows (captured once with an f32 cache). */
+#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
+#endif
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

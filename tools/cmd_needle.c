@@ -1,7 +1,9 @@
 /* cmd_needle.c: `veloxquant needle`, passkey retrieval per KV arm: parses the options, runs
  * vq_needle (veloxquant.h), prints one progress line per trial on stderr and an accuracy table per
  * arm and ctx (and per depth) on stdout, or every trial as JSON. */
+#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
+#endif
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

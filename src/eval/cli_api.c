@@ -1,7 +1,9 @@
 /* cli_api.c: the CLI's front door (veloxquant.h, experimental section): thin wrappers over the
  * eval code that take parsed specs and fill the public result structs. Nothing here prints; the
  * CLI (tools/) formats tables and JSON from these structs. */
+#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
+#endif
 #include "veloxquant.h"
 
 #include <omp.h>

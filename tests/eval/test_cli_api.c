@@ -1,7 +1,9 @@
 /* test_cli_api.c: the CLI's front door (veloxquant.h, experimental section; src/eval/cli_api.c)
  * on stories260K: every wrapper fills its result struct from the eval code it wraps, takes parsed
  * specs, and reports bad arguments. Only the public header is included, as tools/ do. */
+#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
+#endif
 #include "veloxquant.h"
 #include "../vq_test.h"
 
