@@ -245,38 +245,64 @@ VQ_API int    vq_session_kv_window_rows(const vq_session *s);
 VQ_API const char *vq_session_kv_codec(const vq_session *s, int layer, int side, char *buf,
                                        size_t cap);
 
-/* Perplexity of a token sequence (windows of n_ctx tokens). */
-typedef enum vq_ppl_mode { VQ_PPL_DECODE = 0, VQ_PPL_PREFILL = 1 } vq_ppl_mode;
+/* ---- perplexity: several KV arms scored over the same text ---- */
+typedef enum vq_ppl_mode {
+    VQ_PPL_DECODE = 0,             /* one token per forward: every prediction reads the cache */
+    VQ_PPL_PREFILL = 1,            /* chunks of n_batch tokens, each attending to the cached history */
+} vq_ppl_mode;
 typedef enum vq_ppl_score {
     VQ_PPL_SCORE_ALL = 0,          /* every next-token prediction in a window */
-    VQ_PPL_SCORE_SECOND_HALF = 1,  /* only the second half of each window (llama-perplexity) */
+    VQ_PPL_SCORE_SECOND_HALF = 1,  /* only predictions at window positions >= n_ctx/2, as
+                                      llama.cpp's llama-perplexity scores (compare 1:1 with it) */
 } vq_ppl_score;
+typedef enum vq_ppl_split {
+    VQ_PPL_SPLIT_WINDOWS = 0,      /* non-overlapping windows of n_ctx tokens of the whole text */
+    VQ_PPL_SPLIT_PARAGRAPHS = 1,   /* text only: blank-line separated paragraphs, each BOS + its
+                                      tokens cut at n_ctx, every prediction scored (llama2.c's way) */
+} vq_ppl_split;
 typedef struct vq_ppl_params {
-    int n_ctx;                     /* window length in tokens */
+    int n_ctx;                     /* window length in tokens (>= 2) */
     vq_ppl_mode mode;
     vq_ppl_score score;
-    int n_batch;                   /* prefill chunk */
-    long max_tokens;               /* 0: all */
-    int first_scored;              /* first position whose prediction counts (overrides score) */
-    int bos_per_window;
-    uint64_t kv_seed;
-    int kl_vs_first;               /* arms > 0 also report KL(arm 0 || arm) per token */
+    int n_batch;                   /* prefill chunk; 0: 64 */
+    long max_tokens;               /* windows: use only the first max_tokens tokens; 0: all */
+    int first_scored;              /* > 0: first window position whose prediction counts
+                                      (overrides score) */
+    int bos_per_window;            /* windows: each window is BOS + n_ctx-1 text tokens */
+    uint64_t kv_seed;              /* every arm's cache seed */
+    int kl_vs_first;               /* arms > 0 also report KL(arm 0 || arm) per scored token */
+    vq_ppl_split split;            /* vq_perplexity_text only */
+    int max_paragraphs;            /* paragraphs: only the first N; 0: all */
+    int serial_arms;               /* decode mode: each arm its own forward per token instead of
+                                      one batched forward for all arms (same figures; tok/s per arm) */
 } vq_ppl_params;
-VQ_API vq_ppl_params vq_ppl_default_params(void);
+VQ_API vq_ppl_params vq_ppl_default_params(void);   /* n_ctx 512, decode, score all, batch 64 */
 typedef struct vq_ppl_result {
-    double nll_sum, ppl;
-    long n_scored, n_tokens;
-    double seconds;
-    size_t kv_bytes;               /* cache bytes at the end of the longest window */
-    double kv_bits;
-    double kl_sum;                 /* sum over scored tokens of KL(arm 0 || this arm) (kl_vs_first) */
+    double nll_sum;                /* sum of -log p(target) over scored predictions */
+    long n_scored;
+    double mean_nll, ppl;          /* nll_sum / n_scored, exp of it */
+    long n_tokens;                 /* tokens run through the model for this arm */
+    double seconds;                /* wall time of this arm's forwards (batched: the shared pass) */
+    size_t kv_bytes;               /* cache bytes at the end of the longest sequence scored */
+    double kv_bits;                /* bits per element then */
+    double kl_sum;                 /* kl_vs_first: sum over scored predictions of KL(arm 0 || arm) */
+    double kl_mean;                /* kl_sum / n_scored */
+    long n_units;                  /* windows or paragraphs scored */
 } vq_ppl_result;
 typedef void (*vq_progress_cb)(long done, long total, void *user);
-/* Several KV arms over the same windows (decode mode: one batched forward per step for all arms;
- * prefill mode: one arm after another). out[n_specs]. */
+/* Score n_specs KV arms over the same windows of tokens[0..n_tokens) (split must be windows).
+ * Every arm is a session of its own; in decode mode the arms step together through one batched
+ * forward (vq_decode_batch) unless serial_arms. out[n_specs]. Text shorter than one window, a bad
+ * parameter or an arm that cannot be made: an error before any work (nothing in out). */
 VQ_API vq_status vq_perplexity(const vq_model *m, const vq_kv_spec *const *specs, int n_specs,
                                const int *tokens, long n_tokens, const vq_ppl_params *p,
                                vq_progress_cb cb, void *user, vq_ppl_result *out, vq_err *err);
+/* The same over a text: windows tokenize the whole text without BOS; paragraphs as above.
+ * A text with no paragraph, or shorter than one window, is VQ_ERR_RANGE. */
+VQ_API vq_status vq_perplexity_text(const vq_model *m, const vq_kv_spec *const *specs, int n_specs,
+                                    const char *text, size_t len, const vq_ppl_params *p,
+                                    vq_progress_cb cb, void *user, vq_ppl_result *out, vq_err *err);
+
 /* ---- the CLI's front door (tools/ use nothing but this header) --------------------------------
  * Thin wrappers over src/eval that fill result structs and never print: the CLI formats them.
  * Every spec is parsed first (vq_kv_spec_parse), so a bad --kv fails before any work. */

@@ -1,5 +1,8 @@
 /* cmd_perplexity.c: `veloxquant perplexity`: perplexity of a text per KV arm. Every arm is run
  * before anything is printed, so a failure leaves no partial table or JSON on stdout. */
+#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
+#define VQ_EXPERIMENTAL
+#endif
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -9,10 +12,6 @@
 #include "cli.h"
 #include "cmds.h"
 #include "json.h"
-
-/* TEMPORARY (until vq_perplexity of veloxquant.h's experimental section is on main): the eval
- * layer's own perplexity entry points. Only run_arms below uses them. */
-#include "eval/eval.h"
 
 static const char *ppl_help =
     "usage: veloxquant perplexity -f TEXT [options]\n"
@@ -28,10 +27,10 @@ static const char *ppl_help =
     "                        cut at --ctx: the llama2.c reference convention)\n"
     "      --max-paragraphs N  paragraph mode: only the first N paragraphs\n"
     "      --bos-per-window  start every window with BOS\n"
-    "      --score S         all (default: every prediction in a window) or second-half (only the\n"
-    "                        second half of each window, as llama.cpp's llama-perplexity)\n"
-    "      --first-scored P  score only window positions >= P (default 0; 256 at --ctx 512 is what\n"
-    "                        llama.cpp's llama-perplexity scores); overrides --score\n"
+    "      --score S         all (default: every prediction in a window) or second-half (only\n"
+    "                        positions >= ctx/2, as llama.cpp's llama-perplexity scores: compare 1:1)\n"
+    "      --first-scored P  score only window positions >= P (overrides --score)\n"
+    "      --kl              also report KL(first arm || arm) of the next-token distribution per arm\n"
     "      --kv SPEC         KV cache (default f16; repeat for several arms)\n"
     "      --kv-layers L=SPEC  per-layer override, appended to every --kv as '@L=SPEC': layers L\n"
     "                        (comma list, a..b ranges, negative = from the end) use SPEC, e.g.\n"
@@ -45,43 +44,9 @@ static const char *ppl_help =
     "      --json            machine-readable output\n";
 
 typedef struct ppl_args {
-    int n_ctx, paragraphs, max_paras, bos_window, first_scored, second_half, serial, decode;
+    int n_ctx, paragraphs, max_paras, bos_window, first_scored, second_half, serial, decode, kl;
     long max_tokens;
 } ppl_args;
-
-typedef struct arm_result {
-    double nll_sum, seconds, kv_bits;
-    long n_scored, n_tokens;
-    size_t kv_bytes;
-    int n_paragraphs;
-} arm_result;
-
-/* Runs every arm into res[]; returns 0, or -1 with err set. *batched says whether the arms ran
- * in one pass. */
-static int run_arms(const vq_model *m, const opts *o, const ppl_args *pa, const char *text, const int *tok,
-                    int n_tok, arm_result *res, int *batched, vq_err *err) {
-    vq_ppl_params pp = { .ctx = pa->n_ctx, .mode = pa->decode ? VQ_PPL_DECODE : VQ_PPL_PREFILL, .batch = o->batch,
-                         .max_tokens = pa->max_tokens, .first_scored = pa->first_scored,
-                         .bos_per_window = pa->bos_window, .max_paragraphs = pa->max_paras, .kv_seed = 0x5eed };
-    if (pa->second_half && !pa->first_scored) pp.first_scored = pa->n_ctx / 2;
-    *batched = !pa->serial && !pa->paragraphs && pa->decode && o->n_kv > 1;
-    vq_ppl_acc accs[CLI_MAX_ARMS];
-    memset(accs, 0, sizeof accs);
-    vq_err_clear(err);
-    if (*batched) {
-        if (vq_perplexity_windows_arms(m, o->kv_list, o->n_kv, tok, n_tok, &pp, progress, NULL, accs, err)) return -1;
-    }
-    for (int a = 0; a < o->n_kv; a++) {
-        int np = 0;
-        vq_status s = *batched ? VQ_OK
-                    : pa->paragraphs ? vq_perplexity_paragraphs(m, o->kv_list[a], text, &pp, progress, NULL, &accs[a], &np, err)
-                                     : vq_perplexity_windows(m, o->kv_list[a], tok, n_tok, &pp, progress, NULL, &accs[a], err);
-        if (s) return -1;
-        res[a] = (arm_result){ accs[a].nll_sum, accs[a].seconds, accs[a].kv_bits, accs[a].n_scored, accs[a].n_tokens,
-                               accs[a].kv_bytes, np };
-    }
-    return 0;
-}
 
 int cmd_perplexity(int argc, char **argv) {
     opts o;
@@ -102,6 +67,7 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--score")) { if (!v) die("--score needs all or second-half"); score = v; i++; }
         else if (!strcmp(a, "--first-scored")) { pa.first_scored = (int)parse_long(a, v, 0, INT_MAX); i++; }
         else if (!strcmp(a, "--serial-arms")) pa.serial = 1;
+        else if (!strcmp(a, "--kl")) pa.kl = 1;
         else die("perplexity: unknown option '%s' (see veloxquant perplexity --help)", a);
     }
     if (!o.file) die("perplexity: no text: use -f FILE");
@@ -118,13 +84,26 @@ int cmd_perplexity(int argc, char **argv) {
     size_t len = 0;
     char *text = read_text(o.file, "text file", &len);
     vq_model *m = load_model(&o);
-    int n_tok = 0, *tok = NULL;
-    if (!pa.paragraphs) tok = tokenize_all(m, text, len, 0, 0, &n_tok);
-    arm_result res[CLI_MAX_ARMS];
+    /* every figure is computed before anything is printed: a failure leaves no partial output */
+    vq_ppl_params pp = vq_ppl_default_params();
+    pp.n_ctx = pa.n_ctx;
+    pp.mode = pa.decode ? VQ_PPL_DECODE : VQ_PPL_PREFILL;
+    pp.score = pa.second_half ? VQ_PPL_SCORE_SECOND_HALF : VQ_PPL_SCORE_ALL;
+    pp.n_batch = o.batch;
+    pp.max_tokens = pa.max_tokens;
+    pp.first_scored = pa.first_scored;
+    pp.bos_per_window = pa.bos_window;
+    pp.kv_seed = 0x5eed;
+    pp.kl_vs_first = pa.kl;
+    pp.split = pa.paragraphs ? VQ_PPL_SPLIT_PARAGRAPHS : VQ_PPL_SPLIT_WINDOWS;
+    pp.max_paragraphs = pa.max_paras;
+    pp.serial_arms = pa.serial;
+    const int batched = !pa.serial && !pa.paragraphs && pa.decode && o.n_kv > 1;
+    vq_ppl_result res[CLI_MAX_ARMS];
     memset(res, 0, sizeof res);
-    int batched = 0;
     vq_err err;
-    int failed = run_arms(m, &o, &pa, text, tok, n_tok, res, &batched, &err);
+    int failed = vq_perplexity_text(m, (const vq_kv_spec *const *)specs, o.n_kv, text, len, &pp, progress, NULL,
+                                    res, &err) != VQ_OK;
     char msg[sizeof err.msg];
     snprintf(msg, sizeof msg, "%s", failed ? err.msg : "");
     for (int a = 0; !failed && a < o.n_kv; a++)
@@ -135,7 +114,6 @@ int cmd_perplexity(int argc, char **argv) {
         }
     char model_path[1024];
     snprintf(model_path, sizeof model_path, "%s", vq_model_path(m));
-    free(tok);
     free(text);
     free_specs(specs, o.n_kv);
     vq_model_free(m);
@@ -148,30 +126,35 @@ int cmd_perplexity(int argc, char **argv) {
         json_kstr(&j, "model", model_path);
         json_kint(&j, "ctx", pa.n_ctx);
         json_kstr(&j, "mode", mode);
+        json_kstr(&j, "score", score);
         json_kbool(&j, "arms_batched", batched);
         json_key(&j, "arms");
         json_arr(&j);
-    } else printf("%-34s %9s %10s %10s %9s %12s %8s\n", "kv", "tokens", "mean_nll", "ppl", "tok/s", "kv bytes", "bits/el");
+    } else printf("%-34s %9s %10s %10s %9s %12s %8s%s\n", "kv", "tokens", "mean_nll", "ppl", "tok/s", "kv bytes", "bits/el",
+                  pa.kl ? "  KL vs arm 0" : "");
     for (int a = 0; a < o.n_kv; a++) {
-        const arm_result *r = &res[a];
-        double nll = r->nll_sum / (double)r->n_scored;
+        const vq_ppl_result *r = &res[a];
+        double nll = r->mean_nll;
         double tps = r->seconds > 0 ? r->n_tokens / r->seconds : 0;
         if (o.json) {
             json_obj(&j);
             json_kstr(&j, "kv", o.kv_list[a]);
             json_kint(&j, "scored", r->n_scored);
             json_knum(&j, "mean_nll", "%.6f", nll);
-            json_knum(&j, "ppl", "%.6f", exp(nll));
+            json_knum(&j, "ppl", "%.6f", r->ppl);
             json_knum(&j, "tokens_per_s", "%.2f", tps);
             json_knum(&j, "seconds", "%.3f", r->seconds);
             json_kuint(&j, "kv_bytes", r->kv_bytes);
             json_knum(&j, "bits_per_elem", "%.4f", r->kv_bits);
-            if (pa.paragraphs) json_kint(&j, "paragraphs", r->n_paragraphs);
+            if (pa.kl) json_knum(&j, "kl_vs_first", "%.6g", r->kl_mean);
+            if (pa.paragraphs) json_kint(&j, "paragraphs", r->n_units);
             json_obj_end(&j);
         } else {
-            printf("%-34s %9ld %10.6f %10.4f %9.1f %12zu %8.3f\n", o.kv_list[a], r->n_scored, nll, exp(nll), tps,
+            printf("%-34s %9ld %10.6f %10.4f %9.1f %12zu %8.3f", o.kv_list[a], r->n_scored, nll, r->ppl, tps,
                    r->kv_bytes, r->kv_bits);
-            if (pa.paragraphs) printf("paragraphs %d\n", r->n_paragraphs);
+            if (pa.kl) printf("  %.6g", r->kl_mean);
+            putchar('\n');
+            if (pa.paragraphs) printf("paragraphs %ld\n", r->n_units);
         }
     }
     if (o.json) {

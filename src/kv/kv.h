@@ -78,4 +78,21 @@ const char *vq_kv_layer_spec(const vq_kv *kv, int layer);   /* normalized spec s
  * and computes plain float64 softmax attention over them instead of the codecs' score/accumulate
  * (slow; for tests that check the codec path against what the cache holds). */
 void vq_kv_set_ref_attend(vq_kv *kv, int on);
+
+/* ---- state: the cache's contents as a byte stream (kv_state.c; docs/state-format.md) ----
+ * The stream holds the codes exactly as stored (pages in use), the full-precision window (oldest
+ * row first) and the sink rows, with every row's position; codec states are not in it (they are
+ * read-only and derive from the seed), so it records the normalized spec, the dims and the seed
+ * instead, and is read back only into a cache made from the same three. */
+/* Takes the stream's bytes in order; returns 0, or nonzero to stop (an I/O error). */
+typedef int (*vq_kv_write_fn)(void *user, const void *bytes, size_t n);
+vq_status vq_kv_state_write(const vq_kv *kv, vq_kv_write_fn fn, void *user, vq_err *err);
+size_t vq_kv_state_bytes(const vq_kv *kv);       /* the stream's exact length for what it holds now */
+size_t vq_kv_state_max_bytes(const vq_kv *kv);   /* an upper bound for any stream this cache reads */
+/* Replace the cache's contents with the stream buf[0..len). rows >= 0: every layer must hold
+ * exactly positions 0..rows-1 (what a session's cache holds); rows < 0: any contents a cache
+ * could reach. Another spec, dims (max_ctx aside: rows must fit) or seed: VQ_ERR_STATE naming it;
+ * a malformed stream: VQ_ERR_FORMAT naming the field and its byte offset. Every count and size is
+ * checked before use, so any bytes are safe to feed. On any error the cache is left unchanged. */
+vq_status vq_kv_state_read(vq_kv *kv, const uint8_t *buf, size_t len, int rows, vq_err *err);
 #endif

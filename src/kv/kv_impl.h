@@ -98,6 +98,7 @@ struct vq_kv {
     vq_kvg **g;            /* n_groups; g[0] serves the layers no override names (if any) */
     int *lg, *ll;          /* per cache layer: its group and its local index there */
     int ref_attend;        /* debug: attention over decoded rows in float64 (vq_kv_set_ref_attend) */
+    uint64_t seed;         /* the codecs' seed (kept so a saved state can say which it was made with) */
     size_t bytes;          /* tally of the router's own allocations (groups keep their own) */
 };
 

@@ -113,6 +113,7 @@ vq_kv *vq_kv_create(const vq_kv_spec *spec, const vq_kv_dims *dims, uint64_t see
         goto fail;
     }
     kv->dims = *D;
+    kv->seed = seed;
     kv->bytes = sizeof *kv + 2 * (size_t)NL * sizeof(int);
     kv->lg = vq_aligned_alloc((size_t)NL * sizeof(int));
     kv->ll = vq_aligned_alloc((size_t)NL * sizeof(int));

@@ -64,6 +64,14 @@ ctx = 16   # one window: positions 0..14 predict, the second half is 8..14
 sys.exit(0 if (a, h) == (ctx - 1, ctx - 1 - ctx // 2) else 1)
 PY
 fi
+run ppl_kl 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv f16 --kv q4_0 --kl --json && json_ok "perplexity --kl" "$T/ppl_kl.out"
+if [ -s "$T/ppl_kl.out" ]; then
+  python3 - "$T/ppl_kl.out" <<'PY' && pass "--kl: KL(first arm || arm) is 0 for the first arm, > 0 for q4_0" || fail "--kl: $(cat "$T/ppl_kl.out")"
+import json, sys
+a = json.load(open(sys.argv[1]))["arms"]
+sys.exit(0 if a[0]["kl_vs_first"] == 0 and a[1]["kl_vs_first"] > 0 else 1)
+PY
+fi
 run ppl_para 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --split paragraphs --max-paragraphs 1 --json \
   && json_ok "perplexity --split paragraphs" "$T/ppl_para.out"
 run ppl_table 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --mode prefill && pass "perplexity table"
@@ -121,7 +129,7 @@ run bk_replace 0 "$BIN" bench-kernels --n 256 --dims 64 --kv q8_0 --reps 1 --poo
 
 # ---- perplexity on short and empty texts ----
 run ppl_short x "$BIN" perplexity -f "$T/short.txt" --ctx 256 --json && out_empty ppl_short && err_has ppl_short "fewer than one window"
-run ppl_empty_para x "$BIN" perplexity -f "$T/empty.txt" --split paragraphs --json && out_empty ppl_empty_para && err_has ppl_empty_para "no token was scored"
+run ppl_empty_para x "$BIN" perplexity -f "$T/empty.txt" --split paragraphs --json && out_empty ppl_empty_para && err_has ppl_empty_para "no paragraph|no token was scored"
 run ppl_short_arms x "$BIN" perplexity -f "$T/short.txt" --ctx 256 --kv f16 --kv q8_0 --serial-arms --json && out_empty ppl_short_arms
 if [ -f "$SHARED/stories260K.bin" ] && command -v valgrind > /dev/null; then
   # the error exit frees what it made: the model, the text, the tokens, the specs (before the fix

@@ -14,27 +14,49 @@ static void run(vq_model *m, const char *text, const char *const *specs, int n, 
     vq_err err;
     int nt = vq_tok_encode(m->tok, text, strlen(text), 0, 0, tok, cap, &err);
     CHECK(nt > ctx);
-    vq_ppl_params p = {.ctx = ctx, .mode = VQ_PPL_DECODE, .batch = 1, .max_tokens = max_tok, .kv_seed = 7};
-    vq_ppl_acc *b = calloc((size_t)n, sizeof *b);
-    CHECKF(vq_perplexity_windows_arms(m, specs, n, tok, nt, &p, NULL, NULL, b, &err) == VQ_OK, "arms: %s", err.msg);
+    vq_ppl_params p = vq_ppl_default_params();
+    p.n_ctx = ctx; p.mode = VQ_PPL_DECODE; p.n_batch = 1; p.max_tokens = max_tok; p.kv_seed = 7;
+    vq_kv_spec *sp[16];
+    CHECK(n <= 16);
     for (int a = 0; a < n; a++) {
-        vq_ppl_acc s = {0};
-        CHECKF(vq_perplexity_windows(m, specs[a], tok, nt, &p, NULL, NULL, &s, &err) == VQ_OK, "%s: %s", specs[a], err.msg);
-        double mb = b[a].nll_sum / b[a].n_scored, ms = s.nll_sum / s.n_scored;
-        printf("%-28s batched %.9f alone %.9f (%ld scored, %zu kv bytes)\n", specs[a], mb, ms, s.n_scored, s.kv_bytes);
+        sp[a] = vq_kv_spec_parse(specs[a], &err);
+        CHECKF(sp[a] != NULL, "%s: %s", specs[a], err.msg);
+        if (!sp[a]) return;
+    }
+    const vq_kv_spec *const *arms = (const vq_kv_spec *const *)sp;
+    vq_ppl_result *b = calloc((size_t)n, sizeof *b);
+    p.kl_vs_first = 1;
+    CHECKF(vq_perplexity(m, arms, n, tok, nt, &p, NULL, NULL, b, &err) == VQ_OK, "arms: %s", err.msg);
+    p.kl_vs_first = 0;
+    for (int a = 0; a < n; a++) {
+        vq_ppl_result s;
+        CHECKF(vq_perplexity(m, arms + a, 1, tok, nt, &p, NULL, NULL, &s, &err) == VQ_OK, "%s: %s", specs[a], err.msg);
+        double mb = b[a].mean_nll, ms = s.mean_nll;
+        printf("%-28s batched %.9f alone %.9f (%ld scored, %zu kv bytes) KL vs arm 0 %.3g\n", specs[a], mb, ms,
+               s.n_scored, s.kv_bytes, b[a].kl_mean);
         CHECK(b[a].n_scored == s.n_scored && b[a].n_scored > 0);
         CHECK(b[a].kv_bytes == s.kv_bytes && b[a].kv_bits == s.kv_bits);
+        CHECK(b[a].kl_sum >= 0 && (a > 0 || b[a].kl_sum == 0));
         if (exact) CHECKF(b[a].nll_sum == s.nll_sum, "%s: batched %.12g != alone %.12g", specs[a], mb, ms);
         else   /* reordered float sums re-round int8 activations: a few % over ~100 tokens (measured
                 * 0.1-2.5 %); the report measures the gap at full size (docs/results.md) */
             CHECKF(fabs(mb - ms) < 0.05 * ms, "%s: batched %.6f vs alone %.6f", specs[a], mb, ms);
-        if (a > 0 && !strcmp(specs[a], specs[0]))   /* the same arm twice: the same figures, exactly */
+        if (a > 0 && !strcmp(specs[a], specs[0])) {   /* the same arm twice: the same figures, exactly */
             CHECK(b[a].nll_sum == b[0].nll_sum);
+            CHECKF(b[a].kl_sum == 0, "%s twice: KL %.3g, not 0", specs[a], b[a].kl_sum);
+        }
     }
-    /* a bad arm fails the whole call with its name */
-    const char *bad[2] = {specs[0], "nosuchcodec"};
-    CHECK(vq_perplexity_windows_arms(m, bad, 2, tok, nt, &p, NULL, NULL, b, &err) != VQ_OK &&
-          strstr(err.msg, "nosuchcodec"));
+    /* serial arms (each its own forward per token) give the batched figures */
+    p.serial_arms = 1;
+    vq_ppl_result *c = calloc((size_t)n, sizeof *c);
+    CHECK(vq_perplexity(m, arms, n, tok, nt, &p, NULL, NULL, c, &err) == VQ_OK);
+    for (int a = 0; a < n && exact; a++) CHECKF(c[a].nll_sum == b[a].nll_sum, "%s: serial != batched", specs[a]);
+    free(c);
+    p.serial_arms = 0;
+    /* a text shorter than one window is an error before any work, and leaves no figures */
+    CHECK(vq_perplexity(m, arms, n, tok, ctx - 1, &p, NULL, NULL, b, &err) == VQ_ERR_RANGE &&
+          strstr(err.msg, "fewer than one window") && b[0].n_scored == 0);
+    for (int a = 0; a < n; a++) vq_kv_spec_free(sp[a]);
     free(b);
     free(tok);
 }

@@ -66,15 +66,19 @@ int main(void) {
     char *text = vq_read_file(vq_t_shared("data/tinystories-valid-sample.txt", rp, sizeof rp), NULL, &err);
     CHECK(text != NULL);
     for (int mode = 0; mode < 2; mode++) {
-        vq_ppl_params pp = { .ctx = 512, .mode = mode, .batch = 32, .max_paragraphs = 200, .kv_seed = 1 };
-        vq_ppl_acc acc = { 0 };
-        int np = 0;
-        vq_status rc = vq_perplexity_paragraphs(m, "f32", text, &pp, NULL, NULL, &acc, &np, &err);
+        vq_ppl_params pp = vq_ppl_default_params();
+        pp.n_ctx = 512; pp.mode = mode; pp.n_batch = 32; pp.max_paragraphs = 200; pp.kv_seed = 1;
+        pp.split = VQ_PPL_SPLIT_PARAGRAPHS;
+        vq_ppl_result acc;
+        vq_kv_spec *f32 = vq_kv_spec_parse("f32", &err);
+        const vq_kv_spec *arms[1] = { f32 };
+        vq_status rc = vq_perplexity_text(m, arms, 1, text, strlen(text), &pp, NULL, NULL, &acc, &err);
+        vq_kv_spec_free(f32);
         CHECKF(rc == VQ_OK, "perplexity: %s", err.msg);
-        double nll = acc.nll_sum / acc.n_scored;
-        printf("mode %s: paragraphs %d tokens %ld mean_nll %.6f ppl %.6f\n", mode ? "prefill" : "decode", np,
-               acc.n_scored, nll, exp(nll));
-        CHECK(np == 200);
+        double nll = acc.mean_nll;
+        printf("mode %s: paragraphs %ld tokens %ld mean_nll %.6f ppl %.6f\n", mode ? "prefill" : "decode", acc.n_units,
+               acc.n_scored, nll, acc.ppl);
+        CHECK(acc.n_units == 200);
         CHECKF(acc.n_scored == 19408, "scored %ld tokens, reference 19408", acc.n_scored);
         CHECK_NEAR(nll, 1.440021, 1e-4);
     }

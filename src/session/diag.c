@@ -1,0 +1,42 @@
+/* diag.c: what a parsed spec costs, and the experimental diagnostics of a session's cache
+ * (veloxquant.h): page layout, rows, the codec serving a layer, the float64 reference switch.
+ * Each forwards to the kv layer, which owns the numbers. */
+#include <stdio.h>
+#include <string.h>
+
+#include "session/session_impl.h"
+#include "codec/codec.h"
+
+vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_ctx, size_t *bytes, vq_err *err) {
+    vq_err_clear(err);
+    if (!s || !m || !bytes) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_bytes: no spec, model or result");
+    if (n_ctx < 1 || n_ctx > (1 << 24))
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_bytes: context %d is out of range (1..16777216)", n_ctx);
+    /* the accounting is the cache's own: make one (no rows, so no pages) and ask it */
+    vq_kv_dims dims = vq_model_kv_dims(m, n_ctx);
+    vq_kv *kv = vq_kv_create(s, &dims, 0, err);
+    if (!kv) return err ? err->code : VQ_ERR_ARG;
+    *bytes = vq_kv_bytes_at(kv, n_ctx);
+    vq_kv_destroy(kv);
+    return VQ_OK;
+}
+
+void vq_session_set_ref_attention(vq_session *s, int on) {
+    if (s) vq_kv_set_ref_attend(s->kv, on);
+}
+int vq_session_kv_page_rows(const vq_session *s) { return s ? vq_kv_page_rows(s->kv) : 0; }
+size_t vq_session_kv_page_bytes(const vq_session *s) { return s ? vq_kv_page_bytes(s->kv) : 0; }
+static int layer_ok(const vq_session *s, int layer) { return s && layer >= 0 && layer < s->m->cfg.n_layers; }
+int vq_session_kv_pages(const vq_session *s, int layer) { return layer_ok(s, layer) ? vq_kv_pages(s->kv, layer) : 0; }
+int vq_session_kv_rows(const vq_session *s, int layer) { return layer_ok(s, layer) ? vq_kv_rows(s->kv, layer) : 0; }
+int vq_session_kv_window_rows(const vq_session *s) { return s ? vq_kv_window_rows(s->kv) : 0; }
+
+const char *vq_session_kv_codec(const vq_session *s, int layer, int side, char *buf, size_t cap) {
+    if (!buf || !cap) return "";
+    buf[0] = 0;
+    if (!layer_ok(s, layer) || (side != VQ_SIDE_K && side != VQ_SIDE_V)) return buf;
+    const vq_codec_state *st = vq_kv_codec_state(s->kv, layer, side);
+    if (!st || !st->codec) return buf;
+    snprintf(buf, cap, "%s%s%s", st->codec->name, st->params[0] ? ":" : "", st->params);
+    return buf;
+}
