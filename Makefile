@@ -6,7 +6,7 @@ JOBS ?= 2
 PROMPT ?= The history of the printing press
 FUZZ_SECONDS ?= 60
 
-.PHONY: all setup build generate test test-release test-asan fuzz bench report clean
+.PHONY: all setup build install generate test test-release test-asan fuzz bench report clean
 
 all: build
 
@@ -17,6 +17,11 @@ setup:
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
+
+# the header, libveloxquant.a/.so and veloxquant.pc under PREFIX (README: Using the library)
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 generate: setup build
 	./$(BUILD)/veloxquant generate -m models/SmolLM2-135M-Instruct.Q4_1.gguf -p "$(PROMPT)" -n 64 --temp 0 --verbose

@@ -30,11 +30,11 @@ static int put_cp(char *o, uint32_t cp) {   /* cp < 0x800 here */
     return 2;
 }
 
-int tok_bpe_decode_piece(const char *s, size_t len, char *out) {
+int vq_tok_bpe_decode_piece(const char *s, size_t len, char *out) {
     const unsigned char *p = (const unsigned char *)s;
     int w = 0;
     for (size_t i = 0; i < len;) {
-        int k = tok_utf8_len(p + i, len - i);
+        int k = vq_tok_utf8_len(p + i, len - i);
         if (k == 0) { out[w++] = s[i++]; continue; }
         uint32_t cp = k == 1 ? p[i] : k == 2 ? ((p[i] & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu) : 0x110000;
         int b = cp_to_byte(cp);
@@ -74,12 +74,12 @@ static uint32_t pair_slot(uint64_t key, uint32_t mask) {
     return (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & mask;
 }
 
-int tok_bpe_init(vq_tokenizer *t, const char *const *merges, const size_t *merge_lens,
-                 size_t n_merges, vq_err *err) {
+int vq_tok_bpe_init(vq_tokenizer *t, const char *const *merges, const size_t *merge_lens,
+                    size_t n_merges, vq_err *err) {
     char tmp[8];
     for (unsigned b = 0; b < 256; b++) {
         int n = put_cp(tmp, byte_to_cp(b));
-        t->byte_tok[b] = tok_lookup(t, tmp, (size_t)n);
+        t->byte_tok[b] = vq_tok_lookup(t, tmp, (size_t)n);
     }
     if (n_merges > (size_t)1 << 26)
         return vq_err_set(err, VQ_ERR_FORMAT, "tokenizer: %zu merges is out of range", n_merges), -1;
@@ -102,7 +102,7 @@ int tok_bpe_init(vq_tokenizer *t, const char *const *merges, const size_t *merge
             return vq_err_set(err, VQ_ERR_FORMAT, "tokenizer.ggml.merges[%zu]: no space separating the pair "
                               "in \"%.*s\"", r, (int)VQ_MIN(L, 64), m), -1;
         }
-        int a = tok_lookup(t, m, sp), b = tok_lookup(t, m + sp + 1, L - sp - 1);
+        int a = vq_tok_lookup(t, m, sp), b = vq_tok_lookup(t, m + sp + 1, L - sp - 1);
         if (cat_cap < L) {
             char *nc = realloc(cat, L + 16);
             if (!nc) { free(cat); return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory"), -1; }
@@ -110,7 +110,7 @@ int tok_bpe_init(vq_tokenizer *t, const char *const *merges, const size_t *merge
         }
         memcpy(cat, m, sp);
         memcpy(cat + sp, m + sp + 1, L - sp - 1);
-        int id = tok_lookup(t, cat, L - 1);
+        int id = vq_tok_lookup(t, cat, L - 1);
         if (a < 0 || b < 0 || id < 0) continue;   /* a merge naming unknown tokens can never apply */
         uint64_t key = ((uint64_t)(a + 1) << 32) | (uint32_t)(b + 1);
         uint32_t h = pair_slot(key, t->pair_mask);
@@ -139,14 +139,14 @@ int tok_bpe_init(vq_tokenizer *t, const char *const *merges, const size_t *merge
     return 0;
 }
 
-void tok_bpe_free(vq_tokenizer *t) {
+void vq_tok_bpe_free(vq_tokenizer *t) {
     for (int k = 0; k < t->n_re; k++) pcre2_code_free(t->re[k]);
     t->n_re = 0;
     free(t->pair_key); free(t->pair_rank); free(t->pair_id);
     t->pair_key = NULL; t->pair_rank = t->pair_id = NULL;
 }
 
-void tok_bpe_scratch_free(tok_scratch *s) {
+void vq_tok_bpe_scratch_free(tok_scratch *s) {
     if (s->md) pcre2_match_data_free(s->md);
     if (s->mctx) pcre2_match_context_free(s->mctx);
     if (s->jit_stack) pcre2_jit_stack_free(s->jit_stack);
@@ -178,14 +178,14 @@ static int bpe_word(const vq_tokenizer *t, tok_scratch *s, const char *p, size_t
                     vq_err *err) {
     if (n == 1) { push_or_unk(t, o, t->byte_tok[(unsigned char)p[0]]); return 0; }
     if (t->ignore_merges) {
-        if (tok_scratch_buf(s, n * 2))
+        if (vq_tok_scratch_buf(s, n * 2))
             return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory"), -1;
         size_t w = 0;
         for (size_t i = 0; i < n; i++) w += (size_t)put_cp(s->buf + w, byte_to_cp((unsigned char)p[i]));
-        int id = tok_lookup(t, s->buf, w);
+        int id = vq_tok_lookup(t, s->buf, w);
         if (id >= 0) { tok_push(o, id); return 0; }
     }
-    if (tok_scratch_syms(s, n))
+    if (vq_tok_scratch_syms(s, n))
         return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory for a %zu-byte word", n), -1;
     for (size_t i = 0; i < n; i++) {
         tok_sym *y = &s->sym[i];
@@ -193,7 +193,7 @@ static int bpe_word(const vq_tokenizer *t, tok_scratch *s, const char *p, size_t
         y->prev = (int)i - 1; y->next = (int)i + 1;
     }
     s->sym[n - 1].next = -1;
-    if (tok_merge(t, s, p, (int)n, bpe_pair))
+    if (vq_tok_merge(t, s, p, (int)n, bpe_pair))
         return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory while merging"), -1;
     for (int i = 0; i >= 0; i = s->sym[i].next) push_or_unk(t, o, s->sym[i].id);
     return 0;
@@ -226,7 +226,7 @@ static int split(const vq_tokenizer *t, tok_scratch *s, int level, const char *p
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
         size_t ms = ov[0], me = ov[1];
         if (me <= ms) {   /* an empty match: step over one character and search on */
-            int k = tok_utf8_len((const unsigned char *)p + ms, n - ms);
+            int k = vq_tok_utf8_len((const unsigned char *)p + ms, n - ms);
             at = ms + (size_t)(k ? k : 1);
             continue;
         }
@@ -238,8 +238,8 @@ static int split(const vq_tokenizer *t, tok_scratch *s, int level, const char *p
     return 0;
 }
 
-int tok_bpe_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size_t len,
-                   tok_out *o, vq_err *err) {
+int vq_tok_bpe_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size_t len,
+                      tok_out *o, vq_err *err) {
     if (!s->md) {   /* the JIT's default 32 KiB stack serves until a match needs more */
         s->md = pcre2_match_data_create(8, NULL);
         if (!s->md) return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory for the regex matcher"), -1;

@@ -74,7 +74,7 @@ vq_tokenizer *vq_tokenizer_from_gguf(const vq_gguf *g, vq_err *err) {
     }
     size_t total = 0;
     for (uint64_t i = 0; i < n; i++) total += vq_gguf_arr_str(toks, i).len;
-    vq_tokenizer *t = tok_alloc(kind, (int)n, total, err);
+    vq_tokenizer *t = vq_tok_alloc(kind, (int)n, total, err);
     const char **mp = NULL;
     size_t *ml = NULL;
     if (!t) return NULL;
@@ -84,7 +84,7 @@ vq_tokenizer *vq_tokenizer_from_gguf(const vq_gguf *g, vq_err *err) {
         if (isnan(sc)) sc = -INFINITY;
         int ty = types ? (int)vq_gguf_arr_int(types, i) : TOK_T_NORMAL;
         if (ty < TOK_T_NORMAL || ty > TOK_T_BYTE) ty = TOK_T_NORMAL;
-        tok_set(t, (int)i, s.ptr, (size_t)s.len, sc, ty);
+        vq_tok_set(t, (int)i, s.ptr, (size_t)s.len, sc, ty);
     }
     if (opt_id(g, "tokenizer.ggml.bos_token_id", (int)n, &t->bos, err) ||
         opt_id(g, "tokenizer.ggml.eos_token_id", (int)n, &t->eos, err) ||
@@ -107,7 +107,7 @@ vq_tokenizer *vq_tokenizer_from_gguf(const vq_gguf *g, vq_err *err) {
         if (vq_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err)) goto fail;
         snprintf(t->pre, sizeof t->pre, "%.*s", (int)VQ_MIN(pre.len, sizeof t->pre - 1), pre.ptr);
     }
-    if (tok_finish(t, err)) goto fail;
+    if (vq_tok_finish(t, err)) goto fail;
     /* llama.cpp also names end-of-turn tokens explicitly */
     int eot = -1, eom = -1;
     if (opt_id(g, "tokenizer.ggml.eot_token_id", (int)n, &eot, err) ||
@@ -126,7 +126,7 @@ vq_tokenizer *vq_tokenizer_from_gguf(const vq_gguf *g, vq_err *err) {
             vq_str s = vq_gguf_arr_str(merges, i);
             mp[i] = s.ptr; ml[i] = (size_t)s.len;
         }
-        if (tok_bpe_init(t, mp, ml, (size_t)nm, err)) goto fail;
+        if (vq_tok_bpe_init(t, mp, ml, (size_t)nm, err)) goto fail;
         free(mp); free(ml);
     }
     return t;

@@ -53,12 +53,12 @@ struct vq_tokenizer {
 
 /* ---- vocabulary building (tokenizer.c) ---- */
 /* Allocate the vocabulary arrays for n tokens holding text_bytes of text in total. */
-vq_tokenizer *tok_alloc(int kind, int n, size_t text_bytes, vq_err *err);
+vq_tokenizer *vq_tok_alloc(int kind, int n, size_t text_bytes, vq_err *err);
 /* Set token i; called once per i in order 0..n-1 (the arena is filled sequentially). */
-void tok_set(vq_tokenizer *t, int i, const char *s, size_t len, float score, int type);
+void vq_tok_set(vq_tokenizer *t, int i, const char *s, size_t len, float score, int type);
 /* Build the hash map, special list, decode table and EOG set. 0 or -1 with err. */
-int tok_finish(vq_tokenizer *t, vq_err *err);
-int tok_lookup(const vq_tokenizer *t, const char *s, size_t len);   /* -1 when absent */
+int vq_tok_finish(vq_tokenizer *t, vq_err *err);
+int vq_tok_lookup(const vq_tokenizer *t, const char *s, size_t len);   /* -1 when absent */
 static inline const char *tok_text(const vq_tokenizer *t, int id) { return t->arena + t->off[id]; }
 
 /* ---- output accumulator ---- */
@@ -81,21 +81,21 @@ typedef int (*tok_pair_fn)(const vq_tokenizer *t, const char *text, const tok_sy
                            const tok_sym *b, float *prio, int *id);
 /* Merge n symbols (already in s->sym, linked 0..n-1) until no candidate pair remains.
  * Lowest prio first; ties go to the leftmost pair. 0, or -1 on allocation failure. */
-int tok_merge(const vq_tokenizer *t, tok_scratch *s, const char *text, int n, tok_pair_fn fn);
-int tok_scratch_syms(tok_scratch *s, size_t n);
-int tok_scratch_buf(tok_scratch *s, size_t n);
+int vq_tok_merge(const vq_tokenizer *t, tok_scratch *s, const char *text, int n, tok_pair_fn fn);
+int vq_tok_scratch_syms(tok_scratch *s, size_t n);
+int vq_tok_scratch_buf(tok_scratch *s, size_t n);
 
 /* ---- algorithms ---- */
-int  tok_bpe_init(vq_tokenizer *t, const char *const *merges, const size_t *merge_lens,
-                  size_t n_merges, vq_err *err);          /* tok_bpe.c */
-int  tok_bpe_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size_t len,
-                    tok_out *o, vq_err *err);
-void tok_bpe_free(vq_tokenizer *t);
-void tok_bpe_scratch_free(tok_scratch *s);
-int  tok_bpe_decode_piece(const char *s, size_t len, char *out);  /* bytes written; out >= len */
-int  tok_spm_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size_t len,
-                    int prefix, tok_out *o, vq_err *err);   /* tok_spm.c */
+int  vq_tok_bpe_init(vq_tokenizer *t, const char *const *merges, const size_t *merge_lens,
+                     size_t n_merges, vq_err *err);          /* tok_bpe.c */
+int  vq_tok_bpe_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size_t len,
+                       tok_out *o, vq_err *err);
+void vq_tok_bpe_free(vq_tokenizer *t);
+void vq_tok_bpe_scratch_free(tok_scratch *s);
+int  vq_tok_bpe_decode_piece(const char *s, size_t len, char *out);  /* bytes written; out >= len */
+int  vq_tok_spm_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size_t len,
+                       int prefix, tok_out *o, vq_err *err);   /* tok_spm.c */
 
 /* Length of the valid UTF-8 sequence starting at p (1..4), or 0 when invalid there. */
-int tok_utf8_len(const unsigned char *p, size_t avail);
+int vq_tok_utf8_len(const unsigned char *p, size_t avail);
 #endif

@@ -6,7 +6,7 @@
 
 static int spm_pair(const vq_tokenizer *t, const char *text, const tok_sym *a, const tok_sym *b,
                     float *prio, int *id) {
-    int k = tok_lookup(t, text + a->start, (size_t)a->len + (size_t)b->len);
+    int k = vq_tok_lookup(t, text + a->start, (size_t)a->len + (size_t)b->len);
     if (k < 0) return 0;
     int ty = t->type[k];
     /* control, unknown and byte pieces are never the result of a merge */
@@ -16,9 +16,9 @@ static int spm_pair(const vq_tokenizer *t, const char *text, const tok_sym *a, c
     return 1;
 }
 
-int tok_spm_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size_t len,
-                   int prefix, tok_out *o, vq_err *err) {
-    if (tok_scratch_buf(s, (len + 1) * 3 + 1))
+int vq_tok_spm_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size_t len,
+                      int prefix, tok_out *o, vq_err *err) {
+    if (vq_tok_scratch_buf(s, (len + 1) * 3 + 1))
         return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory for %zu bytes of text", len), -1;
     char *b = s->buf;
     size_t n = 0;
@@ -30,11 +30,11 @@ int tok_spm_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size
         if (text[i] == ' ' && t->spm_escape_ws) { memcpy(b + n, "\xE2\x96\x81", 3); n += 3; }
         else b[n++] = text[i];
     }
-    if (tok_scratch_syms(s, n))
+    if (vq_tok_scratch_syms(s, n))
         return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory for %zu symbols", n), -1;
     int ns = 0;
     for (size_t i = 0; i < n;) {
-        int k = tok_utf8_len((const unsigned char *)b + i, n - i);
+        int k = vq_tok_utf8_len((const unsigned char *)b + i, n - i);
         if (!k) k = 1;   /* an invalid byte stands alone and falls back to its byte token */
         tok_sym *y = &s->sym[ns];
         y->start = (int)i; y->len = k; y->id = -1; y->prev = ns - 1; y->next = ns + 1;
@@ -43,13 +43,13 @@ int tok_spm_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size
     }
     if (ns == 0) return 0;
     s->sym[ns - 1].next = -1;
-    if (tok_merge(t, s, b, ns, spm_pair))
+    if (vq_tok_merge(t, s, b, ns, spm_pair))
         return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory while merging"), -1;
     for (int i = 0; i >= 0; i = s->sym[i].next) {
         const tok_sym *y = &s->sym[i];
         int id = y->id;
         if (id < 0) {
-            id = tok_lookup(t, b + y->start, (size_t)y->len);
+            id = vq_tok_lookup(t, b + y->start, (size_t)y->len);
             if (id >= 0 && (t->type[id] == TOK_T_CONTROL || t->type[id] == TOK_T_UNKNOWN)) id = -1;
         }
         if (id >= 0) { tok_push(o, id); continue; }

@@ -17,7 +17,7 @@ static uint64_t tok_hash(const char *s, size_t n) {   /* FNV-1a, then a final mi
     return h;
 }
 
-vq_tokenizer *tok_alloc(int kind, int n, size_t text_bytes, vq_err *err) {
+vq_tokenizer *vq_tok_alloc(int kind, int n, size_t text_bytes, vq_err *err) {
     if (n <= 0 || n > (1 << 24) || text_bytes > (size_t)UINT32_MAX - 1) {
         vq_err_set(err, VQ_ERR_FORMAT, "tokenizer: vocabulary of %d tokens / %zu bytes is out of range",
                    n, text_bytes);
@@ -46,7 +46,7 @@ oom:
     return NULL;
 }
 
-void tok_set(vq_tokenizer *t, int i, const char *s, size_t len, float score, int type) {
+void vq_tok_set(vq_tokenizer *t, int i, const char *s, size_t len, float score, int type) {
     uint32_t at = i ? t->off[i - 1] + t->len[i - 1] + 1 : 0;
     memcpy(t->arena + at, s, len);
     t->arena[at + len] = 0;
@@ -56,7 +56,7 @@ void tok_set(vq_tokenizer *t, int i, const char *s, size_t len, float score, int
     t->type[i] = (uint8_t)type;
 }
 
-int tok_lookup(const vq_tokenizer *t, const char *s, size_t len) {
+int vq_tok_lookup(const vq_tokenizer *t, const char *s, size_t len) {
     if (!t->map) return -1;
     uint32_t h = (uint32_t)tok_hash(s, len) & t->map_mask;
     for (;;) {
@@ -94,7 +94,7 @@ static void add_eog(vq_tokenizer *t, int id) {
     t->eog[t->n_eog++] = id;
 }
 
-int tok_finish(vq_tokenizer *t, vq_err *err) {
+int vq_tok_finish(vq_tokenizer *t, vq_err *err) {
     int n = t->n_vocab;
     if (t->bos >= n) t->bos = -1;
     if (t->eos >= n) t->eos = -1;
@@ -106,7 +106,7 @@ int tok_finish(vq_tokenizer *t, vq_err *err) {
     if (!t->map || !t->special) return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory"), -1;
     t->map_mask = cap - 1;
     for (int i = 0; i < n; i++) {   /* first id wins on duplicate texts */
-        if (tok_lookup(t, tok_text(t, i), t->len[i]) >= 0) continue;
+        if (vq_tok_lookup(t, tok_text(t, i), t->len[i]) >= 0) continue;
         uint32_t h = (uint32_t)tok_hash(tok_text(t, i), t->len[i]) & t->map_mask;
         while (t->map[h]) h = (h + 1) & t->map_mask;
         t->map[h] = (uint32_t)i + 1;
@@ -132,7 +132,7 @@ int tok_finish(vq_tokenizer *t, vq_err *err) {
         int ty = t->type[i];
         if (t->kind == TOK_KIND_BPE) {
             if (ty == TOK_T_NORMAL || ty == TOK_T_UNDEF || ty == TOK_T_UNUSED || ty == TOK_T_BYTE)
-                w = (uint32_t)tok_bpe_decode_piece(s, L, d);
+                w = (uint32_t)vq_tok_bpe_decode_piece(s, L, d);
             else { memcpy(d, s, L); w = L; }
         } else {
             int b = spm_byte_piece(s, L);
@@ -156,13 +156,13 @@ int tok_finish(vq_tokenizer *t, vq_err *err) {
     static const char *const eog_text[] = { "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>",
                                             "<end_of_turn>", "<|end|>" };
     for (size_t k = 0; k < VQ_ARRAY_LEN(eog_text); k++) {
-        int id = tok_lookup(t, eog_text[k], strlen(eog_text[k]));
+        int id = vq_tok_lookup(t, eog_text[k], strlen(eog_text[k]));
         if (id >= 0 && t->type[id] != TOK_T_NORMAL) add_eog(t, id);
     }
     return 0;
 }
 
-int tok_utf8_len(const unsigned char *p, size_t avail) {
+int vq_tok_utf8_len(const unsigned char *p, size_t avail) {
     unsigned c = p[0];
     if (c < 0x80) return 1;
     int n; uint32_t cp;
@@ -182,7 +182,7 @@ int tok_utf8_len(const unsigned char *p, size_t avail) {
 
 /* ---- merge engine ---- */
 
-int tok_scratch_syms(tok_scratch *s, size_t n) {
+int vq_tok_scratch_syms(tok_scratch *s, size_t n) {
     if (n <= (size_t)s->sym_cap) return 0;
     if (n > (size_t)INT_MAX / 2) return -1;
     size_t cap = n < 64 ? 64 : n * 2;
@@ -192,7 +192,7 @@ int tok_scratch_syms(tok_scratch *s, size_t n) {
     return 0;
 }
 
-int tok_scratch_buf(tok_scratch *s, size_t n) {
+int vq_tok_scratch_buf(tok_scratch *s, size_t n) {
     if (n <= s->buf_cap) return 0;
     size_t cap = n < 256 ? 256 : n + n / 2;
     char *p = realloc(s->buf, cap);
@@ -248,7 +248,7 @@ static int try_pair(const vq_tokenizer *t, tok_scratch *s, const char *text, int
     return heap_push(s, c);
 }
 
-int tok_merge(const vq_tokenizer *t, tok_scratch *s, const char *text, int n, tok_pair_fn fn) {
+int vq_tok_merge(const vq_tokenizer *t, tok_scratch *s, const char *text, int n, tok_pair_fn fn) {
     s->heap_n = 0;
     for (int i = 0; i + 1 < n; i++)
         if (try_pair(t, s, text, i, i + 1, fn)) return -1;
@@ -277,8 +277,8 @@ static void scratch_free(tok_scratch *s);
 static int encode_fragment(const vq_tokenizer *t, tok_scratch *s, const char *p, size_t n,
                            tok_out *o, vq_err *err) {
     if (n == 0) return 0;
-    if (t->kind == TOK_KIND_BPE) return tok_bpe_encode(t, s, p, n, o, err);
-    return tok_spm_encode(t, s, p, n, t->add_space_prefix, o, err);
+    if (t->kind == TOK_KIND_BPE) return vq_tok_bpe_encode(t, s, p, n, o, err);
+    return vq_tok_spm_encode(t, s, p, n, t->add_space_prefix, o, err);
 }
 
 int vq_tok_encode(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
@@ -379,17 +379,17 @@ int vq_tok_is_eog(const vq_tokenizer *t, int id) {
     return 0;
 }
 int vq_tok_find(const vq_tokenizer *t, const char *piece) {
-    return t && piece ? tok_lookup(t, piece, strlen(piece)) : -1;
+    return t && piece ? vq_tok_lookup(t, piece, strlen(piece)) : -1;
 }
 
 static void scratch_free(tok_scratch *s) {
     free(s->sym); free(s->heap); free(s->buf);
-    tok_bpe_scratch_free(s);
+    vq_tok_bpe_scratch_free(s);
 }
 
 void vq_tokenizer_free(vq_tokenizer *t) {
     if (!t) return;
-    tok_bpe_free(t);
+    vq_tok_bpe_free(t);
     free(t->arena); free(t->dec); free(t->off); free(t->len); free(t->dec_off); free(t->dec_len);
     free(t->score); free(t->type); free(t->map); free(t->special);
     free(t);
@@ -411,7 +411,7 @@ vq_tokenizer *vq_tokenizer_from_llama2c(const char *path, int vocab_size, vq_err
     }
     size_t total = 0;
     for (int i = 0; i < v->n; i++) total += (size_t)v->lens[i];
-    t = tok_alloc(TOK_KIND_SPM, vocab_size, total, err);
+    t = vq_tok_alloc(TOK_KIND_SPM, vocab_size, total, err);
     if (!t) goto fail;
     for (int i = 0; i < v->n; i++) {
         const char *s = v->pieces[i];
@@ -419,14 +419,14 @@ vq_tokenizer *vq_tokenizer_from_llama2c(const char *path, int vocab_size, vq_err
         if (i == 0) ty = TOK_T_UNKNOWN;
         else if (i == 1 || i == 2) ty = TOK_T_CONTROL;
         else if (spm_byte_piece(s, (uint32_t)v->lens[i]) >= 0) ty = TOK_T_BYTE;
-        tok_set(t, i, s, (size_t)v->lens[i], v->scores[i], ty);
+        vq_tok_set(t, i, s, (size_t)v->lens[i], v->scores[i], ty);
     }
     t->unk = 0; t->bos = 1; t->eos = 2;   /* run.c's fixed ids */
     t->add_bos = 1;
     t->add_space_prefix = 1;
     t->spm_escape_ws = 0;                 /* llama2.c pieces spell spaces as ' ' */
     snprintf(t->pre, sizeof t->pre, "llama2c");
-    if (tok_finish(t, err)) goto fail;
+    if (vq_tok_finish(t, err)) goto fail;
     add_eog(t, t->bos);   /* llama2.c models emit BOS between stories; run.c stops on it */
     vq_l2c_vocab_free(v);
     return t;
