@@ -302,6 +302,169 @@ VQ_API vq_status vq_perplexity(const vq_model *m, const vq_kv_spec *const *specs
 VQ_API vq_status vq_perplexity_text(const vq_model *m, const vq_kv_spec *const *specs, int n_specs,
                                     const char *text, size_t len, const vq_ppl_params *p,
                                     vq_progress_cb cb, void *user, vq_ppl_result *out, vq_err *err);
+
+/* ---- the CLI's front door (tools/ use nothing but this header) --------------------------------
+ * Thin wrappers over src/eval that fill result structs and never print: the CLI formats them.
+ * Every spec is parsed first (vq_kv_spec_parse), so a bad --kv fails before any work. */
+
+/* The machine and the process. */
+VQ_API void        vq_cpu_description(char *buf, size_t cap); /* "model name, N cores, flags" */
+VQ_API const char *vq_kernels_isa_name(void);   /* the matmul variant chosen: "avx512", "avx2", ... */
+VQ_API int         vq_max_threads(void);        /* OpenMP threads work runs on */
+VQ_API void        vq_set_threads(int n);       /* n >= 1: threads for all later work */
+VQ_API size_t      vq_rss_now_bytes(void);      /* resident set now (/proc/self/statm) */
+VQ_API size_t      vq_rss_peak_bytes(void);     /* VmHWM (/proc/self/status) */
+VQ_API double      vq_clock_s(void);            /* CLOCK_MONOTONIC seconds */
+/* The codec table's names, i = 0.. (NULL past the end). */
+VQ_API const char *vq_codec_name(int i);
+
+/* What `info` prints beyond vq_model_info. */
+typedef struct vq_model_details {
+    float norm_eps;
+    int rope_dim;                  /* dims rotated per head */
+    int rope_neox;                 /* 0: adjacent pairs (llama), 1: halves (neox) */
+    char weight_type[16];          /* layer 0's q projection: "q4_1", ... */
+    char embd_type[16];            /* token embeddings */
+} vq_model_details;
+VQ_API vq_model_details vq_model_get_details(const vq_model *m);
+
+/* Throughput: prefill then decode at each context fill, arms interleaved per repeat (rep
+ * outermost), the text rotated per repeat. out[reps * n_ctxs * n_specs] in run order. */
+typedef struct vq_tput_params {
+    const int *ctxs; int n_ctxs;
+    const vq_kv_spec *const *specs; int n_specs;
+    int reps, n_gen, batch;
+    const int *text; long n_text;  /* real token ids to prefill with */
+    uint64_t kv_seed;
+} vq_tput_params;
+typedef struct vq_tput_sample {
+    int ctx_index, spec_index, rep;
+    double prefill_tps, decode_tps;
+    double prefill_s, decode_s;    /* the timed regions */
+    size_t kv_bytes;
+    long rss_delta;                /* resident bytes after the run minus before the cache */
+    size_t peak_rss;               /* VmHWM over this sample alone; 0 when the reset is refused */
+    double load1;                  /* 1-minute load average when the sample started */
+} vq_tput_sample;
+VQ_API vq_status vq_bench_throughput(const vq_model *m, const vq_tput_params *p, vq_tput_sample *out,
+                                     vq_progress_cb cb, void *user, vq_err *err);
+/* Read-only sweep over `bytes` with the decode threads; gbps[reps] per pass (1e9 bytes/s). */
+VQ_API vq_status vq_bench_read_bandwidth(size_t bytes, int reps, double *gbps, vq_err *err);
+
+/* Resident memory of one cache filled with real rows (one arm per process): RSS read at each of
+ * ctxs (ascending) while prefilling tok through a cache of spec. out[n_ctxs]. */
+typedef struct vq_rss_point {
+    int ctx;
+    size_t kv_bytes;
+    double kv_bits;
+    size_t rss, rss_trim;          /* resident bytes, and right after malloc_trim(0) */
+} vq_rss_point;
+typedef struct vq_rss_result {
+    size_t rss_base;               /* model loaded and warmed, scratch made, no cache */
+    size_t rss_end_trim;
+    size_t kv_bytes_empty;         /* the cache made, no rows yet */
+    double fill_s;
+} vq_rss_result;
+VQ_API vq_status vq_bench_rss(const vq_model *m, const vq_kv_spec *spec, const int *tok, long n_tok,
+                              const int *ctxs, int n_ctxs, int batch, uint64_t seed,
+                              vq_rss_point *out, vq_rss_result *res, vq_err *err);
+
+/* Passkey retrieval (docs/needle.md): a number hidden at a depth of filler text. */
+typedef enum vq_needle_fill { VQ_NEEDLE_CLASSIC = 0, VQ_NEEDLE_TEXT = 1 } vq_needle_fill;
+typedef enum vq_needle_fmt { VQ_NEEDLE_PLAIN = 0, VQ_NEEDLE_CHAT = 1 } vq_needle_fmt;
+typedef struct vq_needle_config {
+    const int *ctxs; int n_ctxs;
+    const double *depths; int n_depths;
+    const vq_kv_spec *const *specs; int n_specs;
+    int trials, batch, digits, n_gen;
+    vq_needle_fill filler;
+    const char *filler_text;       /* VQ_NEEDLE_TEXT: the text, NUL-terminated */
+    vq_needle_fmt format;
+    uint64_t seed, kv_seed;
+} vq_needle_config;
+typedef struct vq_needle_outcome {
+    int ctx_index, depth_index, spec_index, trial;
+    int ctx;
+    double depth, depth_actual;
+    int n_prompt, needle_at, n_gen;
+    char number[16];
+    char gen[512];                 /* the generated text (truncated if longer) */
+    int correct;
+    double seconds;
+} vq_needle_outcome;
+typedef void (*vq_needle_outcome_cb)(const vq_needle_outcome *t, long done, long total, void *user);
+/* Checks everything first, then runs ctx x depth x trial, each prompt through every arm;
+ * out[n_ctxs * n_depths * trials * n_specs] in run order. */
+VQ_API vq_status vq_needle(const vq_model *m, const vq_needle_config *c, vq_needle_outcome *out,
+                           vq_needle_outcome_cb cb, void *user, vq_err *err);
+typedef struct vq_needle_prompt_info {
+    int n, needle_at, needle_len, filler_total, filler_before, max_unit;
+    char number[16];
+} vq_needle_prompt_info;
+/* The first trial's prompt (ctxs[0], depths[0]) as text (vq_free) with its token counts. */
+VQ_API char *vq_needle_first_prompt(const vq_model *m, const vq_needle_config *c,
+                                    vq_needle_prompt_info *info, vq_err *err);
+
+/* KV fidelity: the model runs once with an f32 cache capturing every layer's q, k, v after RoPE;
+ * each spec then gets the same rows through its own store, layer by layer. */
+typedef struct vq_kvfid_capture vq_kvfid_capture;
+VQ_API vq_kvfid_capture *vq_kv_fidelity_capture(const vq_model *m, const int *tok, int n, vq_err *err);
+VQ_API void vq_kv_fidelity_capture_free(vq_kvfid_capture *c);
+typedef struct vq_kv_fidelity_stats { double key_cos, val_cos, kl, rel_err; } vq_kv_fidelity_stats;
+typedef struct vq_kv_fidelity_result {
+    int ok;                        /* 0: unusable here (e.g. head_dim), why says so */
+    char why[256], normalized[256];
+    double bits, code_bits;        /* whole store / the codecs' blocks only, per element */
+    size_t bytes;
+    int n_layers;
+    vq_kv_fidelity_stats *layer;   /* n_layers */
+    vq_kv_fidelity_stats mean, worst;
+    int worst_layer[4];            /* key_cos, val_cos, kl, rel_err */
+} vq_kv_fidelity_result;
+VQ_API vq_status vq_kv_fidelity_eval(const vq_kvfid_capture *c, const vq_kv_spec *spec, uint64_t seed,
+                                     vq_kv_fidelity_result *r, vq_err *err);
+VQ_API void vq_kv_fidelity_result_free(vq_kv_fidelity_result *r);
+/* The default arms (f32, every codec, the turboquant_mse ladder, q4_0:rotate=1); returns the count. */
+VQ_API int vq_kv_fidelity_default_specs(char (*out)[96], int cap);
+
+/* Attention-kernel benchmark: one layer, one KV head, GQA group of 3, through the real store. */
+#define VQ_BK_GROUP_SIZE 3
+typedef struct vq_bench_kernels_params {
+    const int *ns; int n_ns;       /* rows in the cache */
+    const int *dims; int n_dims;   /* head_dim values */
+    const vq_kv_spec *const *specs; const char *const *labels; int n_specs;  /* 0: the defaults */
+    int reps, threads;
+    size_t pool_bytes;
+    int split;
+    uint64_t seed;
+} vq_bench_kernels_params;
+typedef struct vq_bk_arm_result {
+    int n, d;
+    const char *label;
+    char normalized[256];
+    int ok;
+    char why[256];
+    int pool;
+    size_t kv_bytes;
+    double bits;
+    const double *attend_s, *attend_wall_s, *encode_rps;   /* reps each */
+    const double *score_s, *accum_s;                       /* split only, else NULL */
+} vq_bk_arm_result;
+typedef struct vq_bench_kernels_result {
+    int n_arms;
+    vq_bk_arm_result *arms;        /* n outer, d, spec inner; f16 first per (n, d) */
+    int n_specs, reps, threads;
+    size_t pool_bytes, copy_bytes;
+    const double *copy_bps, *copy_wall_bps, *read_bps;     /* 2 * reps each */
+    double load1_before, load1_after;
+    char machine[512], isa[32];
+    void *impl;
+} vq_bench_kernels_result;
+VQ_API vq_status vq_bench_kernels_run(const vq_bench_kernels_params *p, vq_bench_kernels_result *r,
+                                      void (*progress)(const char *what, void *user), void *user,
+                                      vq_err *err);
+VQ_API void vq_bench_kernels_result_free(vq_bench_kernels_result *r);
+/* ---- end of the CLI's front door -------------------------------------------------------------- */
 #endif /* VQ_EXPERIMENTAL */
 
 #ifdef __cplusplus

@@ -48,7 +48,7 @@ vq_status vq_bench_run(const vq_model *m, const vq_bench_params *p, vq_bench_sam
                 int hwm = peak_rss_reset();
                 long rss0 = (long)vq_rss_bytes();
                 vq_kv_dims dims = vq_model_kv_dims(m, ctx + p->n_gen);
-                vq_kv *kv = vq_kv_create_str(p->specs[a], &dims, p->kv_seed, err);
+                vq_kv *kv = vq_kv_create(p->specs[a], &dims, p->kv_seed, err);
                 if (!kv) { s = err->code; break; }
                 double t0 = vq_now_s();
                 for (int i = 0; i < ctx && !s; i += p->batch) {
@@ -101,7 +101,7 @@ int vq_bench_read_bw(size_t bytes, int reps, double *gbps) {
     return 0;
 }
 
-vq_status vq_bench_rss_fill(const vq_model *m, const char *spec, const int *tok, long n_tok,
+vq_status vq_bench_rss_fill(const vq_model *m, const vq_kv_spec *spec, const int *tok, long n_tok,
                             const int *ctxs, int n_ctxs, int batch, uint64_t seed,
                             vq_bench_rss_point *out, vq_bench_rss_result *res, vq_err *err) {
     memset(res, 0, sizeof *res);
@@ -120,7 +120,7 @@ vq_status vq_bench_rss_fill(const vq_model *m, const char *spec, const int *tok,
      * page (tied embeddings included) and the codec's code are resident before the baseline. */
     {
         vq_kv_dims d = vq_model_kv_dims(m, 16);
-        vq_kv *w = vq_kv_create_str(spec, &d, seed, err);
+        vq_kv *w = vq_kv_create(spec, &d, seed, err);
         if (!w) s = err->code;
         else s = vq_forward(m, f, w, tok, VQ_MIN(8, batch), 0, logits, 1, err);
         vq_kv_destroy(w);
@@ -130,7 +130,7 @@ vq_status vq_bench_rss_fill(const vq_model *m, const char *spec, const int *tok,
         malloc_trim(0);   /* freed warm-up memory goes back to the OS: the cache must fault in its own */
         res->rss_base = vq_rss_bytes();
         vq_kv_dims d = vq_model_kv_dims(m, max_ctx);
-        kv = vq_kv_create_str(spec, &d, seed, err);
+        kv = vq_kv_create(spec, &d, seed, err);
         if (!kv) s = err->code;
         else res->kv_bytes_empty = vq_kv_bytes(kv);
     }

@@ -2,6 +2,7 @@
  * measured through the real store (vq_kv_append / vq_kv_attend), arms interleaved per repeat,
  * inputs rotated over a pool of caches whose bytes exceed the LLC, with a memcpy ceiling. */
 #include <math.h>
+#include <stdio.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,13 @@ static vq_status make_specs(const vq_bk_params *p, vq_bk_result *r, vq_err *err)
     char **s = calloc((size_t)cap, sizeof *s);
     if (!s) return vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory");
     int n = 0;
+    if (p->parsed) {   /* the caller's list as it is (it put the baseline first and dropped repeats) */
+        for (int i = 0; i < p->n_specs; i++) s[n++] = strdup(p->specs[i]);
+        for (int i = 0; i < n; i++) if (!s[i]) return vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory");
+        r->specs = (const char **)s;
+        r->n_specs = n;
+        return VQ_OK;
+    }
     s[n++] = strdup("f16");
     if (p->n_specs) {
         for (int i = 0; i < p->n_specs; i++) if (!has_spec(s, n, p->specs[i])) s[n++] = strdup(p->specs[i]);
@@ -167,6 +175,12 @@ out:
 
 /* One (N, d): build every arm's pool (interleaved, appends timed), time one decode step per
  * cache per repeat (arms interleaved), then optionally the split. */
+/* A cache for arm a: from the parsed spec when the caller gave them, else from the text. */
+static vq_kv *arm_kv(const vq_bk_params *p, const vq_bk_arm *arms, int a, const vq_kv_dims *dims, vq_err *err) {
+    return p->parsed ? vq_kv_create(p->parsed[a], dims, p->seed + a, err)
+                     : vq_kv_create_str(arms[a].spec, dims, p->seed + a, err);
+}
+
 static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int N, int d,
                             vq_bk_progress cb, void *user, vq_err *err) {
     const int G = VQ_BK_GROUP;
@@ -185,7 +199,7 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
     int maxp = 0;
     for (int a = 0; a < na; a++) {
         vq_err e; vq_err_clear(&e);
-        vq_kv *kv = vq_kv_create_str(arms[a].spec, &dims, p->seed + a, &e);
+        vq_kv *kv = arm_kv(p, arms, a, &dims, &e);
         if (kv && vq_kv_append(kv, 0, 0, N, K, V, &e) != VQ_OK) { vq_kv_destroy(kv); kv = NULL; }
         if (!kv) { arms[a].ok = 0; snprintf(arms[a].why, sizeof arms[a].why, "%.250s", e.msg); continue; }
         arms[a].ok = 1;
@@ -205,7 +219,7 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
         for (int a = 0; a < na; a++) {
             if (!arms[a].ok) continue;
             size_t off = (size_t)((i * 7919L) % N) * d;
-            vq_kv *kv = vq_kv_create_str(arms[a].spec, &dims, p->seed + a, err);
+            vq_kv *kv = arm_kv(p, arms, a, &dims, err);
             if (!kv) { s = err->code; break; }
             double t0 = cpu_s();
             s = vq_kv_append(kv, 0, 0, N, K + off, V + off, err);
@@ -228,7 +242,7 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
         i += p->reps;
         size_t off = (size_t)((i * 7919L) % N) * d;
         vq_err e; vq_err_clear(&e);
-        vq_kv *kv = vq_kv_create_str(arms[a].spec, &dims, p->seed + a, &e);
+        vq_kv *kv = arm_kv(p, arms, a, &dims, &e);
         if (kv && vq_kv_append(kv, 0, 0, N, K + off, V + off, &e) != VQ_OK) { vq_kv_destroy(kv); kv = NULL; }
         pools[a].kv[i] = kv;
         if (!kv) {
@@ -344,133 +358,4 @@ void vq_bench_kernels_free(vq_bk_result *r) {
     free(r->specs);
     free(r->copy_bps); free(r->read_bps); free(r->copy_wall_bps);
     memset(r, 0, sizeof *r);
-}
-
-/* ---------------------------------------------------------------- output */
-typedef struct bk_stat { double med, min, max; } bk_stat;
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static bk_stat stat_of(const double *v, int n) {
-    bk_stat s = { 0, 0, 0 };
-    double *t = malloc(sizeof(double) * (size_t)VQ_MAX(n, 1));
-    int m = 0;
-    for (int i = 0; t && i < n; i++) if (v[i] > 0 && isfinite(v[i])) t[m++] = v[i];
-    if (m) {
-        qsort(t, (size_t)m, sizeof *t, cmp_d);
-        s.med = m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2]);
-        s.min = t[0];
-        s.max = t[m - 1];
-    }
-    free(t);
-    return s;
-}
-
-static void json_s(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-        else fputc(*s, f);
-    }
-    fputc('"', f);
-}
-static void json_arr(FILE *f, const double *v, int n) {
-    fputc('[', f);
-    for (int i = 0; v && i < n; i++) fprintf(f, "%s%.9g", i ? ", " : "", v[i]);
-    fputc(']', f);
-}
-
-void vq_bench_kernels_print(FILE *f, const vq_bk_result *r, int json) {
-    int R = r->reps;
-    bk_stat cp = stat_of(r->copy_bps, 2 * R), rd = stat_of(r->read_bps, 2 * R);
-    if (json) {
-        fprintf(f, "{\"machine\": ");
-        json_s(f, r->machine);
-        fprintf(f, ", \"isa\": \"%s\", \"threads\": %d, \"group\": %d, \"reps\": %d, \"pool_bytes\": %zu, "
-                   "\"load1_before\": %.2f, \"load1_after\": %.2f, \"copy_bytes\": %zu, \"copy_bps\": ",
-                r->isa, r->threads, VQ_BK_GROUP, R, r->pool_bytes, r->load1_before, r->load1_after, r->copy_bytes);
-        json_arr(f, r->copy_bps, 2 * R);
-        fprintf(f, ", \"read_bps\": ");
-        json_arr(f, r->read_bps, 2 * R);
-        fprintf(f, ", \"copy_wall_bps\": ");
-        json_arr(f, r->copy_wall_bps, 2 * R);
-        fprintf(f, ", \"attend_clock\": \"%s\", \"arms\": [", r->threads == 1 ? "thread_cpu" : "wall");
-        for (int i = 0; i < r->n_arms; i++) {
-            const vq_bk_arm *a = &r->arms[i];
-            fprintf(f, "%s\n {\"kv\": ", i ? "," : "");
-            json_s(f, a->spec);
-            fprintf(f, ", \"n\": %d, \"d\": %d, \"ok\": %s", a->n, a->d, a->ok ? "true" : "false");
-            if (!a->ok) { fprintf(f, ", \"why\": "); json_s(f, a->why); fputc('}', f); continue; }
-            fprintf(f, ", \"normalized\": ");
-            json_s(f, a->norm);
-            fprintf(f, ", \"pool\": %d, \"kv_bytes\": %zu, \"bits_per_elem\": %.4f, \"attend_s\": ", a->pool, a->kv_bytes, a->bits);
-            json_arr(f, a->attend_s, R);
-            fprintf(f, ", \"attend_wall_s\": ");
-            json_arr(f, a->attend_wall_s, R);
-            fprintf(f, ", \"encode_rows_per_s\": ");
-            json_arr(f, a->encode_rps, R);
-            if (a->score_s) {
-                fprintf(f, ", \"score_s\": "); json_arr(f, a->score_s, R);
-                fprintf(f, ", \"accumulate_s\": "); json_arr(f, a->accum_s, R);
-            }
-            fputc('}', f);
-        }
-        fprintf(f, "]}\n");
-        return;
-    }
-    fprintf(f, "machine: %s\nkernels %s, %d thread(s), GQA group %d (1 KV head, %d query heads, one decode step), "
-               "%d repeats interleaved, each arm's pool of caches >= %.0f MiB\n",
-            r->machine, r->isa, r->threads, VQ_BK_GROUP, VQ_BK_GROUP, R, r->pool_bytes / 1048576.0);
-    bk_stat cw = stat_of(r->copy_wall_bps, 2 * R);
-    fprintf(f, "clock: %s (us/step, GB/s, %%copy, encode, split); wall-clock us/step in the 'wall' column\n",
-            r->threads == 1 ? "thread CPU time (descheduled time not counted; memory stalls are)" : "wall time");
-    fprintf(f, "memcpy %.0f MiB: %.2f GB/s [%.2f, %.2f] by CPU time, %.2f GB/s by wall (bytes copied/s; the ceiling); "
-               "read-only sweep %.2f GB/s [%.2f, %.2f]\n",
-            r->copy_bytes / 1048576.0, cp.med / 1e9, cp.min / 1e9, cp.max / 1e9, cw.med / 1e9, rd.med / 1e9, rd.min / 1e9, rd.max / 1e9);
-    fprintf(f, "load average (1 min): %.2f before, %.2f after\n", r->load1_before, r->load1_after);
-    int has_split = r->n_arms && r->arms[0].score_s;
-    int prev_n = -1, prev_d = -1;
-    bk_stat base = { 0, 0, 0 };
-    for (int i = 0; i < r->n_arms; i++) {
-        const vq_bk_arm *a = &r->arms[i];
-        if (a->n != prev_n || a->d != prev_d) {
-            prev_n = a->n; prev_d = a->d;
-            base = a->ok ? stat_of(a->attend_s, R) : (bk_stat){ 0, 0, 0 };   /* f16 is first */
-            fprintf(f, "\nN = %d rows, head_dim %d (f16 spread: %.1f%% of its median)\n", a->n, a->d,
-                    base.med > 0 ? 100 * (base.max - base.min) / base.med : 0);
-            fprintf(f, "%-26s %6s %11s %6s | %-27s | %8s | %-20s | %7s %6s | %9s", "kv", "bits", "bytes/step", "pool",
-                    "us/step med [min,max]", "wall us", "vs f16 med [lo,hi]", "GB/s", "%copy", "enc Mr/s");
-            if (has_split) fprintf(f, " | %8s %8s", "score us", "acc us");
-            fputc('\n', f);
-        }
-        if (!a->ok) {
-            fprintf(f, "%-26s unsupported: %.100s\n", a->spec, a->why);
-            continue;
-        }
-        bk_stat t = stat_of(a->attend_s, R), e = stat_of(a->encode_rps, R), tw = stat_of(a->attend_wall_s, R);
-        double gbs = (double)a->kv_bytes / t.med / 1e9;
-        fprintf(f, "%-26s %6.2f %11zu %6d | %8.1f [%7.1f,%8.1f] | %8.1f | %5.2fx [%5.2f,%5.2f] | %7.2f %5.0f%% | %9.2f",
-                a->spec, a->bits, a->kv_bytes, a->pool, t.med * 1e6, t.min * 1e6, t.max * 1e6, tw.med * 1e6,
-                base.med / t.med, base.min / t.max, base.max / t.min, gbs, 100 * gbs * 1e9 / cp.med, e.med / 1e6);
-        if (a->score_s) {
-            bk_stat ss = stat_of(a->score_s, R), sa = stat_of(a->accum_s, R);
-            fprintf(f, " | %8.1f %8.1f", ss.med * 1e6, sa.med * 1e6);
-        }
-        fputc('\n', f);
-    }
-    /* the issue's targets, stated against what was measured */
-    fputc('\n', f);
-    for (int i = 0; i < r->n_arms; i++) {
-        const vq_bk_arm *a = &r->arms[i];
-        if (!a->ok || strcmp(a->spec, "turboquant_mse:k=4,v=4") || a->n < 16384) continue;
-        const vq_bk_arm *b = &r->arms[i - i % r->n_specs];   /* f16: first arm of this (N, d) */
-        if (!b->ok) continue;
-        bk_stat t = stat_of(a->attend_s, R), tb = stat_of(b->attend_s, R);
-        double gbs = (double)a->kv_bytes / t.med;
-        fprintf(f, "target N=%d d=%d: turboquant_mse:k=4,v=4 %.2fx f16 (target >= 2.5: %s), %.0f%% of memcpy (target >= 60%%: %s)\n",
-                a->n, a->d, tb.med / t.med, tb.med / t.med >= 2.5 ? "met" : "NOT met",
-                100 * gbs / cp.med, gbs / cp.med >= 0.6 ? "met" : "NOT met");
-    }
 }

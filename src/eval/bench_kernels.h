@@ -3,7 +3,6 @@
  * ceiling; arms interleaved, inputs rotated over a pool of caches larger than the LLC. */
 #ifndef VQ_BENCH_KERNELS_H
 #define VQ_BENCH_KERNELS_H
-#include <stdio.h>
 #include "core/core.h"
 
 #define VQ_BK_GROUP 3   /* query heads per KV head in the benchmark */
@@ -12,6 +11,8 @@ typedef struct vq_bk_params {
     const int *ns; int n_ns;              /* rows in the cache (context lengths) */
     const int *dims; int n_dims;          /* head_dim values */
     const char *const *specs; int n_specs;/* KV arms; NULL/0: every table row + the usual extras */
+    const vq_kv_spec *const *parsed;      /* NULL, or specs parsed: then specs are only the arms'
+                                             names and the list is taken as it is (no f16 added) */
     int reps;                             /* >= 1 (>= 5 for a result) */
     int threads;                          /* OpenMP threads for vq_kv_attend (1 = single-threaded) */
     size_t pool_bytes;                    /* each arm's caches together hold at least this much */
@@ -57,6 +58,4 @@ typedef void (*vq_bk_progress)(const char *what, void *user);
 vq_status vq_bench_kernels(const vq_bk_params *p, vq_bk_result *r, vq_bk_progress cb, void *user,
                            vq_err *err);
 void vq_bench_kernels_free(vq_bk_result *r);
-/* The human table (json = 0) or every raw repeat as JSON (json = 1). */
-void vq_bench_kernels_print(FILE *f, const vq_bk_result *r, int json);
 #endif

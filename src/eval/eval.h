@@ -1,6 +1,6 @@
 /* eval.h: what the CLI runs: generation, perplexity and the throughput benchmark.
- * Each takes a loaded model and a KV spec; none prints by itself (callbacks and result structs),
- * so the CLI only formats. */
+ * Each takes a loaded model and a KV spec; none prints (callbacks and result structs): the CLI
+ * formats, through the wrappers in veloxquant.h's experimental section (cli_api.c). */
 #ifndef VQ_EVAL_H
 #define VQ_EVAL_H
 #include "model/model.h"
@@ -29,74 +29,11 @@ typedef struct vq_gen_stats {
 vq_status vq_generate(const vq_model *m, const char *kv_spec, const int *prompt, int n_prompt,
                       const vq_gen_params *p, vq_text_cb cb, void *user, vq_gen_stats *st,
                       vq_err *err);
+vq_status vq_generate_spec(const vq_model *m, const vq_kv_spec *spec, const int *prompt, int n_prompt,
+                           const vq_gen_params *p, vq_text_cb cb, void *user, vq_gen_stats *st,
+                           vq_err *err);
 
 /* ---- perplexity: vq_perplexity / vq_perplexity_text (veloxquant.h, experimental) ---- */
 
-/* ---- throughput benchmark ---- */
-typedef struct vq_bench_params {
-    const int *ctxs; int n_ctxs;          /* context fills to measure decode at */
-    const char *const *specs; int n_specs;/* KV arms */
-    int reps, n_gen, batch;
-    const int *text; long n_text;         /* real token ids to prefill with (rotated per repeat) */
-    uint64_t kv_seed;
-} vq_bench_params;
-
-typedef struct vq_bench_sample {
-    int ctx_index, spec_index, rep;
-    double prefill_tps, decode_tps;
-    size_t kv_bytes;
-    long rss_delta;                       /* resident bytes after the run minus before the cache */
-    /* additions by bench: */
-    double prefill_s, decode_s;           /* the timed regions themselves */
-    size_t peak_rss;                      /* VmHWM over this sample alone (reset before it), 0 if
-                                             the kernel does not allow the reset */
-    double load1;                         /* 1-minute load average when the sample started */
-} vq_bench_sample;
-
-/* Runs reps x ctxs x specs, interleaved (rep outermost, arms innermost), filling out[] in run
- * order (n = reps * n_ctxs * n_specs). */
-vq_status vq_bench_run(const vq_model *m, const vq_bench_params *p, vq_bench_sample *out,
-                       vq_progress_cb cb, void *user, vq_err *err);
-
-/* ---- additions by bench: memory bandwidth, honest resident memory, the report ---- */
-/* Read-only sweep over a buffer of `bytes` (filled first, so every page is real), with the
- * OpenMP threads decode uses; gbps[reps] gets each pass in GB/s (1e9 bytes/s). Returns 0 or -1
- * (out of memory). */
-int vq_bench_read_bw(size_t bytes, int reps, double *gbps);
-
-/* Resident memory of one cache filled with real rows, for a fresh process (one arm per process:
- * an allocator that keeps freed pages would otherwise blur deltas between arms). */
-typedef struct vq_bench_rss_point {
-    int ctx;                  /* rows held by every layer */
-    size_t kv_bytes;          /* vq_kv_bytes then (the cache's own account) */
-    double kv_bits;           /* vq_kv_bits_per_elem then */
-    size_t rss;               /* resident bytes of the process then (/proc/self/statm) */
-    size_t rss_trim;          /* the same right after malloc_trim(0): freed scratch the allocator
-                                 kept (per-thread arenas) given back; held memory cannot be */
-} vq_bench_rss_point;
-typedef struct vq_bench_rss_result {
-    size_t rss_base;          /* after model load, a warm-up forward (every weight page read,
-                                 the codec's code paged in), scratch made, malloc_trim: no cache */
-    size_t rss_end_trim;      /* after the last point and malloc_trim(0) (allocator slack dropped) */
-    size_t kv_bytes_empty;    /* the cache created, no rows yet (page tables, window, codec state) */
-    double fill_s;            /* seconds to prefill to the largest ctx */
-} vq_bench_rss_result;
-/* Prefill tok[0 .. max(ctxs)) in chunks of `batch` through a cache of `spec`, reading the RSS at
- * each ctx of ctxs (ascending); out[n_ctxs]. Call it once per process, before any other cache. */
-vq_status vq_bench_rss_fill(const vq_model *m, const char *spec, const int *tok, long n_tok,
-                            const int *ctxs, int n_ctxs, int batch, uint64_t seed,
-                            vq_bench_rss_point *out, vq_bench_rss_result *res, vq_err *err);
-
-/* The throughput report: medians, the baseline's noise floor, ratios, the physical limit. */
-typedef struct vq_bench_report_in {
-    const char *command, *machine, *model_path, *isa;
-    size_t model_bytes;       /* weight bytes read per token (the model file: an upper bound) */
-    int threads;
-    const vq_bench_params *p;
-    const vq_bench_sample *samples;       /* reps * n_ctxs * n_specs, run order */
-    const double *bw_gbps; int n_bw;      /* read-bandwidth passes (vq_bench_read_bw) */
-    size_t bw_bytes;
-    size_t peak_rss;                      /* whole process */
-} vq_bench_report_in;
-void vq_bench_report(FILE *f, const vq_bench_report_in *in, int json);
+#include "eval/bench.h"   /* throughput, bandwidth, resident memory */
 #endif

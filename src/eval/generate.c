@@ -6,9 +6,18 @@ vq_status vq_generate(const vq_model *m, const char *kv_spec, const int *prompt,
                       const vq_gen_params *p, vq_text_cb cb, void *user, vq_gen_stats *st,
                       vq_err *err) {
     *st = (vq_gen_stats){ 0 };
-    if (n_prompt < 1) return vq_err_set(err, VQ_ERR_ARG, "the prompt is empty (no tokens)");
     vq_kv_spec *spec = vq_kv_spec_parse(kv_spec, err);
     if (!spec) return err ? err->code : VQ_ERR_ARG;
+    vq_status rc = vq_generate_spec(m, spec, prompt, n_prompt, p, cb, user, st, err);
+    vq_kv_spec_free(spec);
+    return rc;
+}
+
+vq_status vq_generate_spec(const vq_model *m, const vq_kv_spec *spec, const int *prompt, int n_prompt,
+                           const vq_gen_params *p, vq_text_cb cb, void *user, vq_gen_stats *st,
+                           vq_err *err) {
+    *st = (vq_gen_stats){ 0 };
+    if (n_prompt < 1) return vq_err_set(err, VQ_ERR_ARG, "the prompt is empty (no tokens)");
     vq_session_params sp = vq_session_default_params();
     sp.n_ctx = p->n_ctx;
     sp.n_batch = p->batch;
@@ -32,6 +41,5 @@ vq_status vq_generate(const vq_model *m, const char *kv_spec, const int *prompt,
     }
     vq_sampler_free(smp);
     vq_session_free(s);
-    vq_kv_spec_free(spec);
     return rc;
 }

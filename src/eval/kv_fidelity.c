@@ -2,6 +2,7 @@
  * the attention weights against exact, attention-output relative error, bits per element. Rows are
  * captured once (f32 cache, tap after RoPE) and replayed through each codec's store in decode order. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,13 +122,13 @@ static vq_status read_by_pos(vq_kv *kv, const vq_kvfid_capture *c, float *kr, fl
     return VQ_OK;
 }
 
-static vq_status eval_layer(const vq_kvfid_capture *c, int l, const char *spec, uint64_t seed,
+static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *spec, uint64_t seed,
                             vq_kvfid_result *r, vq_err *err) {
     const int n = c->n, d = c->hd, nh = c->n_heads, H = c->n_kv, G = nh / H;
     const size_t w = (size_t)H * d, wq = (size_t)nh * d;
     vq_kv_dims dims = { 1, nh, H, d, n };
     vq_err e; vq_err_clear(&e);
-    vq_kv *kv = vq_kv_create_str(spec, &dims, seed + 1000003ull * (uint64_t)l, &e);
+    vq_kv *kv = vq_kv_create(spec, &dims, seed + 1000003ull * (uint64_t)l, &e);
     if (!kv) {   /* unusable here (e.g. head_dim): reported, not fatal */
         r->ok = 0;
         snprintf(r->why, sizeof r->why, "%.250s", e.msg);
@@ -197,7 +198,23 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const char *spec, 
 vq_status vq_kvfid_eval(const vq_kvfid_capture *c, const char *spec, uint64_t seed,
                         vq_kvfid_result *r, vq_err *err) {
     memset(r, 0, sizeof *r);
+    vq_err e;
+    vq_kv_spec *ps = vq_kv_spec_parse(spec, &e);
+    if (!ps) {   /* an unknown spec is reported like an unusable one, not fatal */
+        snprintf(r->spec, sizeof r->spec, "%s", spec);
+        snprintf(r->why, sizeof r->why, "%.250s", e.msg);
+        return VQ_OK;
+    }
+    vq_status s = vq_kvfid_eval_spec(c, ps, seed, r, err);
     snprintf(r->spec, sizeof r->spec, "%s", spec);
+    vq_kv_spec_free(ps);
+    return s;
+}
+
+vq_status vq_kvfid_eval_spec(const vq_kvfid_capture *c, const vq_kv_spec *spec, uint64_t seed,
+                             vq_kvfid_result *r, vq_err *err) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->spec, sizeof r->spec, "%s", vq_kv_spec_text(spec));
     if (c->n_kv < 1 || c->n_heads % c->n_kv)
         return vq_err_set(err, VQ_ERR_ARG, "kv-fidelity: %d query heads not a multiple of %d KV heads", c->n_heads, c->n_kv);
     r->layer = calloc((size_t)c->n_layers, sizeof *r->layer);
@@ -242,81 +259,4 @@ int vq_kvfid_default_specs(char (*out)[96], int cap) {
     }
     for (size_t i = 0; i < VQ_ARRAY_LEN(kf_extras) && n < cap; i++) snprintf(out[n++], 96, "%s", kf_extras[i]);
     return n;
-}
-
-static void json_s(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-        else fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-vq_status vq_kvfid_report(FILE *f, const vq_model *m, const vq_kvfid_capture *c,
-                          const char *const *specs, int n_specs, uint64_t seed, int per_layer,
-                          int json) {
-    char defs[64][96];
-    const char *dl[64];
-    if (n_specs == 0) {
-        n_specs = vq_kvfid_default_specs(defs, 64);
-        for (int i = 0; i < n_specs; i++) dl[i] = defs[i];
-        specs = dl;
-    }
-    vq_err err; vq_err_clear(&err);
-    if (json) {
-        fprintf(f, "{\"model\": ");
-        json_s(f, m->path);
-        fprintf(f, ", \"tokens\": %d, \"layers\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"seed\": %llu, \"specs\": [",
-                c->n, c->n_layers, c->n_heads, c->n_kv, c->hd, (unsigned long long)seed);
-    } else {
-        fprintf(f, "model %s, %d tokens, %d layers, %d q heads / %d kv heads, head_dim %d\n"
-                   "key cos: mean cos(k_hat, k) over rows and KV heads (stored state after all rows);\n"
-                   "KL: mean over query positions and heads of KL(softmax(qk/sqrt d) || softmax(q k_hat/sqrt d)), causal, nats;\n"
-                   "rel err: mean |o - o_hat| / |o|, o_hat from vq_kv_attend (decode order) vs the f32 cache. "
-                   "(worst layer in parentheses)\n"
-                   "bits: vq_kv_bits_per_elem of a 1-layer cache of these rows (fixed costs, window, unfilled page count); "
-                   "code: the codecs' block bytes only\n",
-                m->path, c->n, c->n_layers, c->n_heads, c->n_kv, c->hd);
-        fprintf(f, "%-28s %6s %6s | %-18s | %-18s | %-20s | %-18s\n", "kv", "bits", "code", "key cos (worst L)",
-                "val cos (worst L)", "KL (worst L)", "rel err (worst L)");
-    }
-    for (int i = 0; i < n_specs; i++) {
-        vq_kvfid_result r;
-        vq_status s = vq_kvfid_eval(c, specs[i], seed, &r, &err);
-        if (s) {
-            if (json) { fprintf(f, "%s{\"kv\": ", i ? ", " : ""); json_s(f, specs[i]); fprintf(f, ", \"error\": "); json_s(f, err.msg); fputc('}', f); }
-            else fprintf(f, "%-28s error: %s\n", specs[i], err.msg);
-            vq_kvfid_result_free(&r);
-            vq_err_clear(&err);
-            continue;
-        }
-        if (json) {
-            fprintf(f, "%s\n {\"kv\": ", i ? "," : "");
-            json_s(f, specs[i]);
-            if (!r.ok) { fprintf(f, ", \"ok\": false, \"why\": "); json_s(f, r.why); fputc('}', f); vq_kvfid_result_free(&r); continue; }
-            fprintf(f, ", \"ok\": true, \"normalized\": ");
-            json_s(f, r.norm);
-            fprintf(f, ", \"bits_per_elem\": %.4f, \"code_bits\": %.4f, \"bytes\": %zu, \"mean\": {\"key_cos\": %.8f, \"val_cos\": %.8f, \"kl\": %.8g, \"rel_err\": %.8g}, \"layers\": [",
-                    r.bits, r.code_bits, r.bytes, r.mean.key_cos, r.mean.val_cos, r.mean.kl, r.mean.rel_err);
-            for (int l = 0; l < r.n_layers; l++)
-                fprintf(f, "%s{\"layer\": %d, \"key_cos\": %.8f, \"val_cos\": %.8f, \"kl\": %.8g, \"rel_err\": %.8g}", l ? ", " : "", l,
-                        r.layer[l].key_cos, r.layer[l].val_cos, r.layer[l].kl, r.layer[l].rel_err);
-            fprintf(f, "]}");
-        } else if (!r.ok) {
-            fprintf(f, "%-28s unsupported: %.100s\n", specs[i], r.why);
-        } else {
-            fprintf(f, "%-28s %6.2f %6.2f | %.5f (%.5f L%-2d) | %.5f (%.5f L%-2d) | %.2e (%.2e L%-2d) | %.4f (%.4f L%-2d)\n", specs[i], r.bits, r.code_bits,
-                    r.mean.key_cos, r.worst.key_cos, r.worst_layer[0], r.mean.val_cos, r.worst.val_cos, r.worst_layer[1],
-                    r.mean.kl, r.worst.kl, r.worst_layer[2], r.mean.rel_err, r.worst.rel_err, r.worst_layer[3]);
-            for (int l = 0; per_layer && l < r.n_layers; l++)
-                fprintf(f, "    layer %-2d %23s | %.5f            | %.5f            | %.2e             | %.4f\n", l, "",
-                        r.layer[l].key_cos, r.layer[l].val_cos, r.layer[l].kl, r.layer[l].rel_err);
-        }
-        fflush(f);
-        vq_kvfid_result_free(&r);
-    }
-    if (json) fprintf(f, "]}\n");
-    return VQ_OK;
 }

@@ -3,7 +3,6 @@
  * same rows through the real store (decode order: append row t, attend query t), per layer. */
 #ifndef VQ_KV_FIDELITY_H
 #define VQ_KV_FIDELITY_H
-#include <stdio.h>
 #include "model/model.h"
 
 typedef struct vq_kvfid_capture {
@@ -42,14 +41,13 @@ typedef struct vq_kvfid_result {
  * An unusable spec (e.g. head_dim unsupported) gives VQ_OK with r->ok = 0 and r->why. */
 vq_status vq_kvfid_eval(const vq_kvfid_capture *c, const char *spec, uint64_t seed,
                         vq_kvfid_result *r, vq_err *err);
+/* The same for a parsed spec (r->spec gets its normalized text). */
+vq_status vq_kvfid_eval_spec(const vq_kvfid_capture *c, const vq_kv_spec *spec, uint64_t seed,
+                             vq_kvfid_result *r, vq_err *err);
 void vq_kvfid_result_free(vq_kvfid_result *r);
 
 /* Default specs: f32, every table row with its defaults, the turboquant_mse 2/3/4-bit ladder and
  * q4_0:rotate=1. Writes up to cap names into out, returns how many. */
 int vq_kvfid_default_specs(char (*out)[96], int cap);
 
-/* Evaluate specs (n_specs = 0: the defaults) and print the human table or JSON. */
-vq_status vq_kvfid_report(FILE *f, const vq_model *m, const vq_kvfid_capture *c,
-                          const char *const *specs, int n_specs, uint64_t seed, int per_layer,
-                          int json);
 #endif

@@ -294,14 +294,14 @@ static int on_token(const char *bytes, size_t n, void *user) {
     return 0;
 }
 
-vq_status vq_needle_trial_run(const vq_model *m, const char *kv_spec, const vq_needle_prompt *pr,
+vq_status vq_needle_trial_run(const vq_model *m, const vq_kv_spec *kv_spec, const vq_needle_prompt *pr,
                               int n_gen, int batch, uint64_t kv_seed, vq_needle_trial *out, vq_err *err) {
     vq_gen_params gp = { .n_predict = n_gen, .n_ctx = pr->n + n_gen, .batch = batch > 0 ? batch : 64,
                          .sp = { .temp = 0, .top_k = 0, .top_p = 1, .min_p = 0 }, .kv_seed = kv_seed };
     gen_buf g = { out->gen, 0, sizeof out->gen };
     out->gen[0] = 0;
     vq_gen_stats st;
-    vq_status s = vq_generate(m, kv_spec, pr->tok, pr->n, &gp, on_token, &g, &st, err);
+    vq_status s = vq_generate_spec(m, kv_spec, pr->tok, pr->n, &gp, on_token, &g, &st, err);
     if (s) return s;
     out->n_prompt = pr->n;
     out->needle_at = pr->needle_at;
@@ -312,6 +312,9 @@ vq_status vq_needle_trial_run(const vq_model *m, const char *kv_spec, const vq_n
     out->seconds = st.t_prefill + st.t_decode;
     return VQ_OK;
 }
+
+static vq_status run_all(const vq_model *m, const vq_needle_run_params *p, const vq_kv_spec *const *specs,
+                         vq_needle_trial *out, vq_needle_cb cb, void *user, vq_err *err);
 
 vq_status vq_needle_run(const vq_model *m, const vq_needle_run_params *p, vq_needle_trial *out,
                         vq_needle_cb cb, void *user, vq_err *err) {
@@ -339,13 +342,26 @@ vq_status vq_needle_run(const vq_model *m, const vq_needle_run_params *p, vq_nee
                               "at least %d tokens", ctx, bp.n_gen, min_ctx);
         max_ctx = VQ_MAX(max_ctx, ctx);
     }
+    /* every arm parsed once (or as given) and made once at the largest ctx before any trial */
     vq_kv_dims dims = vq_model_kv_dims(m, max_ctx);
-    for (int a = 0; a < p->n_specs; a++) {
-        vq_kv *kv = vq_kv_create_str(p->specs[a], &dims, p->kv_seed, err);
-        if (!kv) return err && err->code ? err->code : VQ_ERR_ARG;
+    vq_kv_spec **own = p->parsed ? NULL : calloc((size_t)p->n_specs, sizeof *own);
+    if (!p->parsed && !own) return vq_err_set(err, VQ_ERR_NOMEM, "needle: out of memory");
+    const vq_kv_spec *const *specs = p->parsed ? p->parsed : (const vq_kv_spec *const *)own;
+    vq_status s = VQ_OK;
+    for (int a = 0; a < p->n_specs && !s; a++) {
+        if (own && !(own[a] = vq_kv_spec_parse(p->specs[a], err))) { s = err && err->code ? err->code : VQ_ERR_ARG; break; }
+        vq_kv *kv = vq_kv_create(specs[a], &dims, p->kv_seed, err);
+        if (!kv) s = err && err->code ? err->code : VQ_ERR_ARG;
         vq_kv_destroy(kv);
     }
+    if (!s) s = run_all(m, p, specs, out, cb, user, err);
+    for (int a = 0; own && a < p->n_specs; a++) vq_kv_spec_free(own[a]);
+    free(own);
+    return s;
+}
 
+static vq_status run_all(const vq_model *m, const vq_needle_run_params *p, const vq_kv_spec *const *specs,
+                         vq_needle_trial *out, vq_needle_cb cb, void *user, vq_err *err) {
     long total = (long)p->n_ctxs * p->n_depths * p->trials * p->n_specs, done = 0;
     for (int c = 0; c < p->n_ctxs; c++)
         for (int d = 0; d < p->n_depths; d++)
@@ -362,7 +378,7 @@ vq_status vq_needle_run(const vq_model *m, const vq_needle_run_params *p, vq_nee
                     memset(tr, 0, sizeof *tr);
                     tr->ctx_index = c; tr->depth_index = d; tr->spec_index = a; tr->trial = t;
                     tr->ctx = q.ctx; tr->depth = q.depth;
-                    s = vq_needle_trial_run(m, p->specs[a], &pr, q.n_gen, p->batch, p->kv_seed, tr, err);
+                    s = vq_needle_trial_run(m, specs[a], &pr, q.n_gen, p->batch, p->kv_seed, tr, err);
                     if (s) { vq_needle_prompt_free(&pr); return s; }
                     done++;
                     if (cb) cb(tr, done, total, user);

@@ -51,7 +51,7 @@ typedef struct vq_needle_trial {
 } vq_needle_trial;
 
 /* Run one prompt through one KV arm greedily and fill *out (its indices are left to the caller). */
-vq_status vq_needle_trial_run(const vq_model *m, const char *kv_spec, const vq_needle_prompt *pr,
+vq_status vq_needle_trial_run(const vq_model *m, const vq_kv_spec *kv_spec, const vq_needle_prompt *pr,
                               int n_gen, int batch, uint64_t kv_seed, vq_needle_trial *out, vq_err *err);
 
 typedef void (*vq_needle_cb)(const vq_needle_trial *t, long done, long total, void *user);
@@ -60,6 +60,7 @@ typedef struct vq_needle_run_params {
     const int *ctxs; int n_ctxs;
     const double *depths; int n_depths;
     const char *const *specs; int n_specs;
+    const vq_kv_spec *const *parsed;    /* the specs parsed (NULL: parsed here from specs) */
     int trials;                 /* per (ctx, depth), each with its own number */
     int batch;                  /* prefill chunk (0: 64) */
     uint64_t kv_seed;

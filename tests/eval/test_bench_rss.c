@@ -32,13 +32,15 @@ static arm_out run_child(const char *model, const char *text_path, const char *s
         vq_bench_rss_point pt;
         vq_bench_rss_result rr;
         int ctx = CTX;
-        if (n >= CTX && vq_bench_rss_fill(m, spec, tok, n, &ctx, 1, 64, 0x5eed, &pt, &rr, &err) == VQ_OK) {
+        vq_kv_spec *ps = n >= CTX ? vq_kv_spec_parse(spec, &err) : NULL;
+        if (ps && vq_bench_rss_fill(m, ps, tok, n, &ctx, 1, 64, 0x5eed, &pt, &rr, &err) == VQ_OK) {
             c.ok = 1;
             c.kv_bytes = pt.kv_bytes;
             c.delta = (long)pt.rss - (long)rr.rss_base;
             c.delta_trim = (long)pt.rss_trim - (long)rr.rss_base;
             c.fill_s = rr.fill_s;
         } else snprintf(c.msg, sizeof c.msg, "%.200s (tokens %d)", err.msg, n);   /* msg is 256 B */
+        vq_kv_spec_free(ps);
         free(text);
         if (m) vq_model_free(m);
         ssize_t w = write(fd[1], &c, sizeof c);

@@ -1,0 +1,65 @@
+/* bench.h: the throughput benchmark, the read-bandwidth sweep and the resident-memory fill
+ * (src/eval/bench.c). Apart from eval.h so that a file seeing veloxquant.h's experimental section
+ * (cli_api.c) can include it. Nothing here prints. */
+#ifndef VQ_EVAL_BENCH_H
+#define VQ_EVAL_BENCH_H
+#include "model/model.h"
+
+typedef void (*vq_progress_cb)(long done, long total, void *user);   /* as in veloxquant.h */
+
+/* ---- throughput benchmark ---- */
+typedef struct vq_bench_params {
+    const int *ctxs; int n_ctxs;          /* context fills to measure decode at */
+    const vq_kv_spec *const *specs; int n_specs;  /* KV arms, parsed */
+    int reps, n_gen, batch;
+    const int *text; long n_text;         /* real token ids to prefill with (rotated per repeat) */
+    uint64_t kv_seed;
+} vq_bench_params;
+
+typedef struct vq_bench_sample {
+    int ctx_index, spec_index, rep;
+    double prefill_tps, decode_tps;
+    size_t kv_bytes;
+    long rss_delta;                       /* resident bytes after the run minus before the cache */
+    /* additions by bench: */
+    double prefill_s, decode_s;           /* the timed regions themselves */
+    size_t peak_rss;                      /* VmHWM over this sample alone (reset before it), 0 if
+                                             the kernel does not allow the reset */
+    double load1;                         /* 1-minute load average when the sample started */
+} vq_bench_sample;
+
+/* Runs reps x ctxs x specs, interleaved (rep outermost, arms innermost), filling out[] in run
+ * order (n = reps * n_ctxs * n_specs). */
+vq_status vq_bench_run(const vq_model *m, const vq_bench_params *p, vq_bench_sample *out,
+                       vq_progress_cb cb, void *user, vq_err *err);
+
+/* ---- additions by bench: memory bandwidth, honest resident memory, the report ---- */
+/* Read-only sweep over a buffer of `bytes` (filled first, so every page is real), with the
+ * OpenMP threads decode uses; gbps[reps] gets each pass in GB/s (1e9 bytes/s). Returns 0 or -1
+ * (out of memory). */
+int vq_bench_read_bw(size_t bytes, int reps, double *gbps);
+
+/* Resident memory of one cache filled with real rows, for a fresh process (one arm per process:
+ * an allocator that keeps freed pages would otherwise blur deltas between arms). */
+typedef struct vq_bench_rss_point {
+    int ctx;                  /* rows held by every layer */
+    size_t kv_bytes;          /* vq_kv_bytes then (the cache's own account) */
+    double kv_bits;           /* vq_kv_bits_per_elem then */
+    size_t rss;               /* resident bytes of the process then (/proc/self/statm) */
+    size_t rss_trim;          /* the same right after malloc_trim(0): freed scratch the allocator
+                                 kept (per-thread arenas) given back; held memory cannot be */
+} vq_bench_rss_point;
+typedef struct vq_bench_rss_result {
+    size_t rss_base;          /* after model load, a warm-up forward (every weight page read,
+                                 the codec's code paged in), scratch made, malloc_trim: no cache */
+    size_t rss_end_trim;      /* after the last point and malloc_trim(0) (allocator slack dropped) */
+    size_t kv_bytes_empty;    /* the cache created, no rows yet (page tables, window, codec state) */
+    double fill_s;            /* seconds to prefill to the largest ctx */
+} vq_bench_rss_result;
+/* Prefill tok[0 .. max(ctxs)) in chunks of `batch` through a cache of `spec`, reading the RSS at
+ * each ctx of ctxs (ascending); out[n_ctxs]. Call it once per process, before any other cache. */
+vq_status vq_bench_rss_fill(const vq_model *m, const vq_kv_spec *spec, const int *tok, long n_tok,
+                            const int *ctxs, int n_ctxs, int batch, uint64_t seed,
+                            vq_bench_rss_point *out, vq_bench_rss_result *res, vq_err *err);
+
+#endif

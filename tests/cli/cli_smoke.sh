@@ -1,0 +1,188 @@
+#!/bin/bash
+# cli_smoke.sh BIN: every subcommand of the CLI with small sizes (exit codes checked, every --json
+# output validated with python3 -m json.tool), then the hostile-user cases: failed writes,
+# --json-file replaced whole or not at all, short and empty texts, NUL bytes, FIFOs and devices,
+# unknown codecs, repeated codec parameters, a huge page= on a tiny context.
+# Run from the source root (the default model path is relative to it); exit 77 (skip) when the
+# default model is absent. Each case prints "ok" or "FAIL" with what was wrong.
+set -u
+BIN=${1:?usage: cli_smoke.sh path/to/veloxquant}
+MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -f "$MODEL" ]; then
+  echo "cli_smoke: skipped: $MODEL is absent (scripts/fetch_model.sh fetches it)"
+  exit 77
+fi
+SHARED=../shared/data
+T=$(mktemp -d "${TMPDIR:-/tmp}/vq_cli.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fails=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+# run NAME EXPECT CMD...: EXPECT is 0 (must succeed) or x (must fail); stdout/stderr in $T/NAME.{out,err}
+run() {
+  local name=$1 expect=$2; shift 2
+  timeout 300 "$@" > "$T/$name.out" 2> "$T/$name.err"
+  local rc=$?
+  if [ "$expect" = 0 ] && [ $rc -ne 0 ]; then fail "$name: exit $rc, expected 0: $(tail -c 300 "$T/$name.err")"; return 1; fi
+  if [ "$expect" = x ] && { [ $rc -eq 0 ] || [ $rc -ge 124 ]; }; then fail "$name: exit $rc, expected a failure"; return 1; fi
+  return 0
+}
+json_ok() {   # json_ok NAME FILE
+  if python3 -m json.tool "$2" > /dev/null 2> "$T/json.err"; then pass "$1: valid JSON"
+  else fail "$1: invalid JSON: $(head -c 200 "$T/json.err")"; fi
+}
+err_has() {   # err_has NAME PATTERN: the failure's message names what was wrong
+  if grep -qiE -- "$2" "$T/$1.err"; then pass "$1: message '$(head -c 160 "$T/$1.err" | tr '\n' ' ')'"
+  else fail "$1: stderr lacks /$2/: $(head -c 300 "$T/$1.err")"; fi
+}
+out_empty() {
+  if [ ! -s "$T/$1.out" ]; then pass "$1: nothing on stdout"; else fail "$1: stdout has $(wc -c < "$T/$1.out") bytes: $(head -c 120 "$T/$1.out")"; fi
+}
+
+# a small text of our own (no ../shared needed): paragraphs of plain English
+for i in 1 2 3 4 5 6; do
+  echo "The printing press was invented in the fifteenth century, and books became cheaper to make."
+  echo "Scholars could share their work quickly, and ideas travelled from city to city across Europe."
+  echo
+done > "$T/text.txt"
+printf 'Short text.' > "$T/short.txt"
+: > "$T/empty.txt"
+
+# ---- every subcommand, small sizes ----
+run gen 0 "$BIN" generate -p "Hello" -n 4 --temp 0 && pass "generate"
+run gen_json 0 "$BIN" generate -p "Hello" -n 4 --temp 0 --json && json_ok generate "$T/gen_json.out"
+run gen_chat 0 "$BIN" generate --chat -p "Hi" -n 2 --temp 0 --json && json_ok "generate --chat" "$T/gen_chat.out"
+run ppl 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv f16 --kv q4_0 --json && json_ok perplexity "$T/ppl.out"
+run ppl_half 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --score second-half --json \
+  && json_ok "perplexity --score second-half" "$T/ppl_half.out"
+if [ -s "$T/ppl.out" ] && [ -s "$T/ppl_half.out" ]; then
+  python3 - "$T/ppl.out" "$T/ppl_half.out" <<'PY' && pass "--score second-half scores half of each window" || fail "--score second-half: scored counts wrong"
+import json, sys
+a, h = (json.load(open(f))["arms"][0]["scored"] for f in sys.argv[1:])
+ctx = 16   # one window: positions 0..14 predict, the second half is 8..14
+sys.exit(0 if (a, h) == (ctx - 1, ctx - 1 - ctx // 2) else 1)
+PY
+fi
+run ppl_kl 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv f16 --kv q4_0 --kl --json && json_ok "perplexity --kl" "$T/ppl_kl.out"
+if [ -s "$T/ppl_kl.out" ]; then
+  python3 - "$T/ppl_kl.out" <<'PY' && pass "--kl: KL(first arm || arm) is 0 for the first arm, > 0 for q4_0" || fail "--kl: $(cat "$T/ppl_kl.out")"
+import json, sys
+a = json.load(open(sys.argv[1]))["arms"]
+sys.exit(0 if a[0]["kl_vs_first"] == 0 and a[1]["kl_vs_first"] > 0 else 1)
+PY
+fi
+run ppl_para 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --split paragraphs --max-paragraphs 1 --json \
+  && json_ok "perplexity --split paragraphs" "$T/ppl_para.out"
+run ppl_table 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --mode prefill && pass "perplexity table"
+run bench 0 "$BIN" bench -f "$T/text.txt" --ctx 8 --reps 1 --gen 2 --bw-mb 1 --bw-reps 1 --kv f16 --kv q8_0 \
+  --json --json-file "$T/bench.json" && json_ok bench "$T/bench.out" && json_ok "bench --json-file" "$T/bench.json"
+run bench_rss 0 "$BIN" bench --rss-only -f "$T/text.txt" --ctx 8,16 --kv q8_0 --json && json_ok "bench --rss-only" "$T/bench_rss.out"
+run bench_codecs 0 "$BIN" bench --list-codecs && pass "bench --list-codecs"
+run info 0 "$BIN" info && pass info
+run tok 0 "$BIN" tokenize -p "Hello world <|im_start|>" --special && pass tokenize
+run bk 0 "$BIN" bench-kernels --n 256 --dims 64 --kv q8_0 --reps 1 --pool-mb 1 --json --json-file "$T/bk.json" \
+  && json_ok bench-kernels "$T/bk.out" && json_ok "bench-kernels --json-file" "$T/bk.json"
+run bk_table 0 "$BIN" bench-kernels --n 256 --dims 64 --kv q8_0 --reps 1 --pool-mb 1 && pass "bench-kernels table"
+run kvf 0 "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv q8_0 --kv turboquant_mse:k=4,v=4 --json && json_ok kv-fidelity "$T/kvf.out"
+run kvf_table 0 "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv q8_0 --per-layer && pass "kv-fidelity table"
+run needle 0 "$BIN" needle --ctx 160 --depths 0.5 --trials 1 --kv q8_0 --json && json_ok needle "$T/needle.out"
+run needle_pp 0 "$BIN" needle --ctx 160 --depths 0.5 --print-prompt && pass "needle --print-prompt"
+for c in generate perplexity bench info tokenize bench-kernels kv-fidelity needle; do
+  run "help_$c" 0 "$BIN" "$c" --help || true
+done
+pass "every --help"
+
+# ---- write errors ----
+# full NAME CMD...: stdout is /dev/full; the command must fail and say the write failed
+full() {
+  local name=$1; shift
+  timeout 300 "$@" > /dev/full 2> "$T/$name.err"
+  local rc=$?
+  if [ $rc -ne 0 ] && [ $rc -lt 124 ]; then err_has "$name" "writ.*(space|fail)"; else fail "$name: exit $rc with stdout on /dev/full"; fi
+}
+full full_gen "$BIN" generate -p "Hello" -n 4 --temp 0
+full full_gen_json "$BIN" generate -p "Hello" -n 2 --temp 0 --json
+full full_info "$BIN" info
+full full_tok "$BIN" tokenize -p "Hello"
+full full_ppl "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16
+full full_ppl_json "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --json
+full full_help "$BIN" generate --help
+run bk_full x "$BIN" bench-kernels --n 256 --dims 64 --kv q8_0 --reps 1 --pool-mb 1 --json-file /dev/full && err_has bk_full "/dev/full"
+# SIGPIPE ignored: the first failed write stops generation (1000 tokens would take minutes)
+( trap '' PIPE; timeout 120 "$BIN" generate -p "Hello" -n 1000 -c 2048 --temp 0 2> "$T/pipe.err" | head -c 1 > /dev/null
+  echo "${PIPESTATUS[0]}" > "$T/pipe.rc" )
+rc=$(cat "$T/pipe.rc")
+if [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ] && grep -qi "broken pipe" "$T/pipe.err"; then pass "generate into a closed pipe (SIGPIPE ignored): exit $rc, $(head -c 100 "$T/pipe.err")"
+else fail "generate into a closed pipe: exit $rc (124 = ran on), $(head -c 200 "$T/pipe.err")"; fi
+
+# ---- --json-file: checked before the run, replaced whole or not at all ----
+run bk_nodir x "$BIN" bench-kernels --n 256 --dims 64 --kv q8_0 --reps 1 --pool-mb 1 --json-file "$T/no/such/dir/x.json" \
+  && err_has bk_nodir "cannot write" \
+  && { grep -q "memcpy ceiling" "$T/bk_nodir.err" && fail "bk_nodir: the benchmark ran before the path was checked" || pass "bk_nodir: refused before the run"; }
+echo '{"old": true}' > "$T/keep.json"
+run bench_fail x "$BIN" bench -f "$T/short.txt" --ctx 512 --reps 1 --gen 2 --bw-mb 1 --bw-reps 1 --json-file "$T/keep.json"
+if [ "$(cat "$T/keep.json")" = '{"old": true}' ] && [ -z "$(ls "$T" | grep 'keep.json.')" ]; then pass "a failed bench run leaves --json-file as it was, no temp file"
+else fail "a failed bench run changed $T/keep.json or left a temp file: $(ls "$T")"; fi
+run bk_replace 0 "$BIN" bench-kernels --n 256 --dims 64 --kv q8_0 --reps 1 --pool-mb 1 --json-file "$T/keep.json" \
+  && json_ok "bench-kernels --json-file replaces the old file" "$T/keep.json"
+
+# ---- perplexity on short and empty texts ----
+run ppl_short x "$BIN" perplexity -f "$T/short.txt" --ctx 256 --json && out_empty ppl_short && err_has ppl_short "fewer than one window"
+run ppl_empty_para x "$BIN" perplexity -f "$T/empty.txt" --split paragraphs --json && out_empty ppl_empty_para && err_has ppl_empty_para "no paragraph|no token was scored"
+run ppl_short_arms x "$BIN" perplexity -f "$T/short.txt" --ctx 256 --kv f16 --kv q8_0 --serial-arms --json && out_empty ppl_short_arms
+if [ -f "$SHARED/stories260K.bin" ] && command -v valgrind > /dev/null; then
+  # the error exit frees what it made: the model, the text, the tokens, the specs (before the fix
+  # ~92 KB in 18 blocks were still held at exit; the runtime's own few bytes are allowed)
+  run ppl_leak x valgrind --leak-check=full --errors-for-leak-kinds=definite,possible --error-exitcode=99 \
+    "$BIN" perplexity -m "$SHARED/stories260K.bin" --tokenizer "$SHARED/tok512.bin" -f "$T/short.txt" --ctx 256
+  held=$(sed -n 's/.*in use at exit: \([0-9,]*\) bytes.*/\1/p' "$T/ppl_leak.err" | tr -d ,)
+  if grep -q "ERROR SUMMARY: [1-9]" "$T/ppl_leak.err" || [ -z "$held" ] || [ "$held" -ge 4096 ]; then
+    fail "perplexity's short-text exit: $(grep -E 'in use at exit|lost|ERROR SUMMARY' "$T/ppl_leak.err" | head -3 | tr '\n' ' ')"
+  else pass "perplexity's short-text exit frees what it made (valgrind: $held bytes in use at exit)"; fi
+fi
+
+# ---- prompt and text files ----
+printf 'The printing\0press' > "$T/nul.txt"
+run nul x "$BIN" generate -f "$T/nul.txt" -n 2 --temp 0 && err_has nul "NUL byte at offset 12" && out_empty nul
+mkfifo "$T/fifo"
+run fifo x "$BIN" generate -f "$T/fifo" -n 2 && err_has fifo "not a regular file"
+run devzero x "$BIN" tokenize -f /dev/zero && err_has devzero "not a regular file"
+run fifo_tok x "$BIN" generate -m "$MODEL" --tokenizer "$T/fifo" -p Hi -n 1 && err_has fifo_tok "not a regular file"
+# the loader's own message is shown; saying "directory" is the loader's fix (src/model, another
+# change): until it lands this case is reported as pending, not failed
+if run dir_model x "$BIN" info -m "$T"; then
+  if grep -qi "directory" "$T/dir_model.err"; then pass "info -m DIR: $(head -c 120 "$T/dir_model.err")"
+  else echo "PENDING info -m DIR (the loader does not say 'directory' yet): $(head -c 160 "$T/dir_model.err")"; fi
+fi
+run n0 0 "$BIN" generate -p "Hello" -n 0 --json && json_ok "generate -n 0" "$T/n0.out"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["decode_tps"] >= 0 and d["prefill_tps"] >= 0 and d["generated_tokens"] == 0 else 1)' "$T/n0.out" \
+  && pass "generate -n 0: no negative tok/s" || fail "generate -n 0: $(cat "$T/n0.out")"
+run n0v 0 "$BIN" generate -p "Hello" -n 0 --verbose
+grep -q -- "-[0-9.]* tok/s" "$T/n0v.err" && fail "generate -n 0 --verbose: $(cat "$T/n0v.err")" || pass "generate -n 0 --verbose: $(head -c 90 "$T/n0v.err")"
+
+# ---- KV specs ----
+run gen_kv x "$BIN" generate -p "Hello there" --kv garbage -n 2 && out_empty gen_kv && err_has gen_kv "garbage"
+run kvf_bad x "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv nosuchcodec && err_has kvf_bad "nosuchcodec"
+run bk_bad x "$BIN" bench-kernels --n 256 --dims 64 --kv nosuchcodec --reps 1 --pool-mb 1 && err_has bk_bad "nosuchcodec"
+run needle_bad x "$BIN" needle --ctx 160 --kv nosuchcodec && err_has needle_bad "nosuchcodec"
+run rep_bits x "$BIN" generate -p Hi -n 1 --kv 'turboquant_mse:bits=4,bits=2' && err_has rep_bits "bits"
+run rep_sink x "$BIN" generate -p Hi -n 1 --kv 'f16;sink=1,sink=2' && err_has rep_sink "sink"
+# page= far above the context is clamped: a 2-token context must not reserve 65536-row pages
+python3 - "$BIN" "$T/page.err" <<'PY' && pass "generate -c 2 --kv 'f16;page=65536': $(cat "$T/page.err")" || fail "page=65536 on -c 2: $(cat "$T/page.err")"
+import resource, subprocess, sys
+r = subprocess.run([sys.argv[1], "generate", "-p", "Hi", "-n", "1", "-c", "2", "--kv", "f16;page=65536", "--temp", "0"],
+                   capture_output=True)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+open(sys.argv[2], "w").write(f"exit {r.returncode}, peak RSS {peak:.0f} MiB")
+sys.exit(0 if r.returncode == 0 and peak < 400 else 1)
+PY
+
+# ---- needle takes --tokenizer (llama2.c checkpoints) ----
+if [ -f "$SHARED/stories260K.bin" ]; then
+  run needle_tok 0 "$BIN" needle -m "$SHARED/stories260K.bin" --tokenizer "$SHARED/tok512.bin" --ctx 256 --depths 0.5 --print-prompt \
+    && pass "needle --tokenizer"
+fi
+
+echo "cli_smoke: $fails failure(s)"
+[ $fails -eq 0 ]

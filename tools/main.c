@@ -1,0 +1,43 @@
+/* main.c: the veloxquant command-line tool: picks the command (tools/cmd_<command>.c). Every
+ * command parses its flags, calls the library through veloxquant.h and prints. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmds.h"
+#include "veloxquant.h"
+
+static const char *main_help =
+    "usage: veloxquant <command> [options]   (veloxquant <command> --help for each)\n"
+    "VeloxQuant: LLM inference on the CPU with a really compressed KV cache.\n"
+    "commands:\n"
+    "  generate     generate text from a prompt\n"
+    "  perplexity   perplexity of a text (decode or prefill mode, several KV arms)\n"
+    "  bench        prefill/decode throughput at several context fills\n"
+    "  info         print a model's configuration\n"
+    "  tokenize     print the token ids of a text\n"
+    "  bench-kernels  decode-attention and encode speed per KV codec (vs f16, vs memcpy)\n"
+    "  kv-fidelity  per-layer key cosine, attention KL and output error of KV codecs on real rows\n"
+    "  needle       passkey retrieval: a number hidden at a depth of filler text, per KV arm\n";
+
+static const struct { const char *name; int (*run)(int, char **); } commands[] = {
+    { "generate", cmd_generate },   { "perplexity", cmd_perplexity },       { "bench", cmd_bench },
+    { "info", cmd_info },           { "tokenize", cmd_tokenize },           { "bench-kernels", cmd_bench_kernels },
+    { "kv-fidelity", cmd_kv_fidelity }, { "needle", cmd_needle },
+};
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fputs(main_help, stderr); return 2; }
+    const char *c = argv[1];
+    if (!strcmp(c, "-h") || !strcmp(c, "--help") || !strcmp(c, "help")) {
+        fputs(main_help, stdout);
+        return fflush(stdout) || ferror(stdout) ? 1 : 0;
+    }
+    if (!strcmp(c, "--version")) {
+        printf("veloxquant %s\n", vq_version_string());
+        return fflush(stdout) || ferror(stdout) ? 1 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(c, commands[i].name)) return commands[i].run(argc, argv);
+    fprintf(stderr, "veloxquant: unknown command '%s'\n%s", c, main_help);
+    return 2;
+}
