@@ -246,7 +246,7 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
         if (kv && vq_kv_append(kv, 0, 0, N, K + off, V + off, &e) != VQ_OK) { vq_kv_destroy(kv); kv = NULL; }
         pools[a].kv[i] = kv;
         if (!kv) {
-            #pragma omp critical(bk_fail)
+            #pragma omp critical(vq_bk_fail)
             { if (!fail) { fail = 1; ferr = e; } }
         }
     }
