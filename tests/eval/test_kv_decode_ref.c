@@ -9,7 +9,7 @@
  * last bits (float32 kernels vs float64), a K/V element lands on the other side of a quantizer
  * boundary in one of them, the caches then hold different codes, and a 5-layer model amplifies a
  * code step over the following tokens. Measured on AVX2 (EPYC): turboquant_rvq's caches first differ
- * after the prompt, layer 1 K at position 2, from inputs 3e-8 (one float ulp) apart, and the logits
+ * after the prompt, layer 1 K at position 2, from inputs 3e-8 (4 float ulps) apart, and the logits
  * then differ by 0.089; rabitq first differs at position 114 (inputs 5e-7 apart), 0.033 by position
  * 200; even f16 differs in 173 rows by the end. Which elements cross depends on the ISA's rounding,
  * so the old cross-run tolerance passed on AVX-512 and failed on AVX2 without any kernel being wrong.
