@@ -3,7 +3,9 @@
  * A test that needs ../shared or a downloaded model calls VQ_SKIP (exit 77: CTest's skip). */
 #ifndef VQ_TEST_H
 #define VQ_TEST_H
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,28 @@ static int vq_t_pass, vq_t_fail;
 static inline int vq_t_done(void) {
     printf("%d passed, %d failed\n", vq_t_pass, vq_t_fail);
     return vq_t_fail ? 1 : 0;
+}
+
+/* The seed of a randomized test: def, unless the environment variable VQ_TEST_SEED gives another
+ * (decimal, or 0x hex). Printed first thing, so any failure can be repeated exactly; a seed from
+ * the clock would make a failure unrepeatable and a pass mean less. A malformed VQ_TEST_SEED is
+ * an error (exit 2), not silently the default. */
+static inline uint64_t vq_t_seed(uint64_t def) {
+    uint64_t seed = def;
+    const char *e = getenv("VQ_TEST_SEED");
+    if (e && *e) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(e, &end, 0);
+        if (errno || *end || *e == '-') {
+            fprintf(stderr, "VQ_TEST_SEED=\"%s\": not an unsigned 64-bit number\n", e);
+            exit(2);
+        }
+        seed = v;
+    }
+    printf("seed %llu (VQ_TEST_SEED overrides)\n", (unsigned long long)seed);
+    fflush(stdout);
+    return seed;
 }
 
 /* Path of a file in ../shared/data, or skip the whole test when it is absent. */

@@ -4,11 +4,13 @@
 #include "core/core.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *vq_status_name(vq_status s) {
@@ -32,6 +34,10 @@ vq_status vq_err_set(vq_err *err, vq_status code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        /* messages quote paths, spec text and file contents: a control byte (a newline, an ANSI
+         * escape) would forge or garble what the caller prints, so each becomes '?' (UTF-8 stays) */
+        for (char *c = err->msg; *c; c++)
+            if ((unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f) *c = '?';
         err->code = code;
     }
     return code;
@@ -206,23 +212,87 @@ size_t vq_peak_rss_bytes(void) {
     return kb * 1024;
 }
 
-char *vq_read_file(const char *path, size_t *len, vq_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { vq_err_set(err, VQ_ERR_IO, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    if (!buf) { fclose(f); vq_err_set(err, VQ_ERR_NOMEM, "%s: out of memory", path); return NULL; }
-    for (;;) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        char *nb = realloc(buf, cap * 2 + 1);
-        if (!nb) { free(buf); fclose(f); vq_err_set(err, VQ_ERR_NOMEM, "%s: out of memory", path); return NULL; }
-        buf = nb; cap *= 2;
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "is a directory";
+    if (S_ISFIFO(m)) return "is a FIFO (named pipe), not a regular file";
+    if (S_ISCHR(m)) return "is a character device, not a regular file";
+    if (S_ISBLK(m)) return "is a block device, not a regular file";
+    if (S_ISSOCK(m)) return "is a socket, not a regular file";
+    return "is not a regular file";
+}
+
+int vq_open_regular(const char *path, uint64_t *size, vq_err *err) {
+    if (!path || !*path) { vq_err_set(err, VQ_ERR_IO, "empty file path"); return -1; }
+    /* O_NONBLOCK: without it, opening a FIFO blocks until some process opens it for writing */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        struct stat st;   /* open(2) of a directory read-only succeeds; this is for EACCES & co */
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            vq_err_set(err, VQ_ERR_IO, "%s: %s", path, file_kind(st.st_mode));
+        else
+            vq_err_set(err, VQ_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+        return -1;
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { free(buf); vq_err_set(err, VQ_ERR_IO, "%s: read error", path); return NULL; }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        vq_err_set(err, VQ_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        vq_err_set(err, VQ_ERR_IO, "%s: %s", path, file_kind(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);   /* a regular file ignores O_NONBLOCK; clear it all the same */
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (size) *size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
+    return fd;
+}
+
+char *vq_read_file(const char *path, size_t *len, vq_err *err) {
+    uint64_t size;
+    int fd = vq_open_regular(path, &size, err);
+    if (fd < 0) return NULL;
+    if (size > VQ_READ_FILE_MAX) {
+        close(fd);
+        vq_err_set(err, VQ_ERR_RANGE, "%s: file of %llu bytes is over the %s limit for files read into "
+                   "memory", path, (unsigned long long)size, VQ_READ_FILE_MAX_TEXT);
+        return NULL;
+    }
+    /* the size is a hint (the file may change while read, procfs says 0): read to EOF, bounded */
+    size_t cap = (size_t)size + 1 > ((size_t)1 << 16) ? (size_t)size + 1 : ((size_t)1 << 16), n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) { close(fd); vq_err_set(err, VQ_ERR_NOMEM, "%s: out of memory for %zu bytes", path, cap); return NULL; }
+    for (;;) {
+        if (n == cap) {
+            if ((uint64_t)cap > VQ_READ_FILE_MAX) {
+                free(buf);
+                close(fd);
+                vq_err_set(err, VQ_ERR_RANGE, "%s: grew past the %s limit for files read into memory while "
+                           "being read", path, VQ_READ_FILE_MAX_TEXT);
+                return NULL;
+            }
+            size_t nc = cap * 2 > (size_t)VQ_READ_FILE_MAX + 1 ? (size_t)VQ_READ_FILE_MAX + 1 : cap * 2;
+            char *nb = realloc(buf, nc + 1);
+            if (!nb) { free(buf); close(fd); vq_err_set(err, VQ_ERR_NOMEM, "%s: out of memory", path); return NULL; }
+            buf = nb;
+            cap = nc;
+        }
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            vq_err_set(err, VQ_ERR_IO, "%s: read error: %s", path, strerror(e));
+            return NULL;
+        }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    close(fd);
     buf[n] = 0;
     if (len) *len = n;
     return buf;

@@ -60,7 +60,18 @@ size_t vq_peak_rss_bytes(void);                /* VmHWM from /proc/self/status *
 #define VQ_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define VQ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Read a whole file into memory (NUL-terminated). Returns NULL and sets err on failure. */
+/* Open path for reading; it must be a regular file. The open is non-blocking, so a FIFO (which
+ * would wait for a writer) or a device returns at once, and fstat then refuses anything but a
+ * regular file, saying what it is ("is a directory", "is a FIFO", ...). Returns the descriptor
+ * (O_CLOEXEC, back in blocking mode) and the file's size, or -1 with err set (VQ_ERR_IO). */
+int vq_open_regular(const char *path, uint64_t *size, vq_err *err);
+
+/* Files read whole into memory (tokenizer .bin, texts) are at most this big: a wrong path to a
+ * huge file fails with a message instead of exhausting memory. Models are mapped, not read. */
+#define VQ_READ_FILE_MAX ((uint64_t)1 << 30)
+#define VQ_READ_FILE_MAX_TEXT "1 GiB"
+/* Read a whole regular file (vq_open_regular) of at most VQ_READ_FILE_MAX bytes into memory,
+ * NUL-terminated. Returns NULL and sets err on failure (over the limit: VQ_ERR_RANGE). */
 char *vq_read_file(const char *path, size_t *len, vq_err *err);
 
 #endif

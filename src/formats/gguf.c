@@ -481,26 +481,26 @@ vq_gguf *vq_gguf_open_mem(const void *buf, size_t len, const char *name, vq_err 
 
 vq_gguf *vq_gguf_open(const char *path, vq_err *err) {
     vq_err_clear(err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { vq_err_set(err, VQ_ERR_IO, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        vq_err_set(err, VQ_ERR_IO, "%s: not a regular file", path);
+    uint64_t size;
+    int fd = vq_open_regular(path, &size, err);   /* never blocks on a FIFO; refuses directories */
+    if (fd < 0) return NULL;
+    if (size < 4) {
         close(fd);
+        vq_err_set(err, VQ_ERR_FORMAT, "%s: file of %llu bytes is too short for the GGUF magic", path,
+                   (unsigned long long)size);
         return NULL;
     }
-    if (st.st_size < 4) {
+    if (size > SIZE_MAX) {
         close(fd);
-        vq_err_set(err, VQ_ERR_FORMAT, "%s: file of %lld bytes is too short for the GGUF magic", path,
-                   (long long)st.st_size);
+        vq_err_set(err, VQ_ERR_RANGE, "%s: file of %llu bytes cannot be mapped", path, (unsigned long long)size);
         return NULL;
     }
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
     if (m == MAP_FAILED) { vq_err_set(err, VQ_ERR_IO, "%s: mmap failed: %s", path, strerror(e)); return NULL; }
-    vq_gguf *g = parse(m, (uint64_t)st.st_size, path, err);
-    if (!g) { munmap(m, (size_t)st.st_size); return NULL; }
+    vq_gguf *g = parse(m, size, path, err);
+    if (!g) { munmap(m, (size_t)size); return NULL; }
     g->mapped = 1;
     return g;
 }

@@ -82,15 +82,9 @@ static uint64_t layout(const vq_l2c_config *c, const float *base, vq_l2c_weights
 
 vq_l2c *vq_l2c_open(const char *path, vq_err *err) {
     vq_err_clear(err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { vq_err_set(err, VQ_ERR_IO, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        vq_err_set(err, VQ_ERR_IO, "%s: not a regular file", path);
-        return NULL;
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    uint64_t size;
+    int fd = vq_open_regular(path, &size, err);   /* never blocks on a FIFO; refuses directories */
+    if (fd < 0) return NULL;
     int32_t h[7];
     if (size < L2C_HEADER_BYTES) {
         close(fd);

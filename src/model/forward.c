@@ -66,6 +66,18 @@ static void matmul(float *y, const vq_wmat *w, const float *x, int n) {
 
 /* kvs == NULL: n tokens of one sequence at pos0.. in kv. kvs != NULL: n arms, row t at position
  * pos0 in kvs[t] (vq_forward_arms). */
+static vq_status check_kv_finite(const vq_fwd *f, int layer, int n, int kvd, vq_err *err) {
+    for (int side = 0; side < 2; side++) {
+        const float *x = side ? f->v : f->k;
+        for (size_t i = 0; i < (size_t)n * kvd; i++)
+            if (!isfinite(x[i]))
+                return vq_err_set(err, VQ_ERR_NUMERIC, "forward: layer %d, position %d: the model produced a "
+                                  "non-finite %s value (%g, element %zu): the weights hold bad values", layer,
+                                  f->pos[i / kvd], side ? "V" : "K", (double)x[i], i % kvd);
+    }
+    return VQ_OK;
+}
+
 static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *kvs,
                          const int *arm_pos, const int *tokens, int n, int pos0, float *logits,
                          int n_logits, vq_err *err) {
@@ -99,6 +111,13 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
             vq_rope(f->k + (size_t)t * kvd, c->n_kv_heads, c->head_dim, c->rope_dim, f->pos[t], c->rope_base, c->rope_neox);
         }
         if (f->tap) f->tap(f->tap_user, l, n, f->pos, f->q, f->k, f->v);
+        /* A NaN/inf here comes from the weights (or an overflow), not from the caller: say so with
+         * VQ_ERR_NUMERIC, as the logits check does, before the cache refuses the row as a bad
+         * argument. n x kvd values per layer: nothing next to the matmuls. */
+        {
+            vq_status s = check_kv_finite(f, l, n, kvd, err);
+            if (s) return s;
+        }
         if (kvs) {   /* each arm's row to its own cache; arms in parallel */
             vq_status s = VQ_OK;
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)

@@ -3,9 +3,11 @@
  * llama2.c checkpoints are both supported; weights stay in the mapped file. */
 #include "model/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "formats/gguf.h"
 #include "formats/llama2c.h"
@@ -74,6 +76,22 @@ static vq_status get_u32_key(const vq_gguf *g, const char *arch, const char *suf
     return VQ_OK;
 }
 
+/* An optional float hyperparameter: def when absent; present, it must be finite and in (lo, hi]
+ * (NaN, +-inf and absurd values are refused at load, naming the key, rather than surfacing as NaN
+ * logits many tokens later). */
+static vq_status get_f32_key(const vq_gguf *g, const char *arch, const char *suffix, float def, double lo,
+                             double hi, float *out, vq_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    float v = def;
+    if (vq_gguf_find(g, key) && vq_gguf_get_f32(g, key, &v, err)) return err ? err->code : VQ_ERR_FORMAT;
+    if (!isfinite(v) || !(v > lo && v <= hi))
+        return vq_err_set(err, VQ_ERR_FORMAT, "%s: metadata '%s' = %g is out of range (must be finite, > %g "
+                          "and <= %g)", vq_gguf_path(g), key, (double)v, lo, hi);
+    *out = v;
+    return VQ_OK;
+}
+
 static vq_status load_gguf(vq_model *m, const char *path, vq_err *err) {
     vq_gguf *g = vq_gguf_open(path, err);
     if (!g) return err ? err->code : VQ_ERR_IO;
@@ -99,16 +117,11 @@ static vq_status load_gguf(vq_model *m, const char *path, vq_err *err) {
     c->head_dim = c->dim / c->n_heads;
     if ((s = get_u32_key(g, a, "rope.dimension_count", 0, (uint32_t)c->head_dim, 2, (uint32_t)c->head_dim, &c->rope_dim, err))) return s;
     if (c->rope_dim % 2) return vq_err_set(err, VQ_ERR_FORMAT, "%s: rope.dimension_count %d is odd", path, c->rope_dim);
-    char key[128];
-    c->norm_eps = 1e-5f;
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
-    if (vq_gguf_find(g, key) && vq_gguf_get_f32(g, key, &c->norm_eps, err)) return err->code;
-    c->rope_base = 10000.0f;
-    snprintf(key, sizeof key, "%s.rope.freq_base", a);
-    if (vq_gguf_find(g, key) && vq_gguf_get_f32(g, key, &c->rope_base, err)) return err->code;
-    if (!(c->norm_eps > 0 && c->norm_eps < 1) || !(c->rope_base > 1))
-        return vq_err_set(err, VQ_ERR_FORMAT, "%s: rms epsilon %g or rope base %g out of range", path,
-                          c->norm_eps, c->rope_base);
+    /* eps: llama files use 1e-6..1e-5; above 0.5 it would swamp the mean square of unit-scale
+     * activations. rope base: the frequencies base^(-2i/d) need base > 1; released models use
+     * 1e4..1e7, so 1e12 leaves room and still refuses nonsense. */
+    if ((s = get_f32_key(g, a, "attention.layer_norm_rms_epsilon", 1e-5f, 0, 0.5, &c->norm_eps, err))) return s;
+    if ((s = get_f32_key(g, a, "rope.freq_base", 10000.0f, 1, 1e12, &c->rope_base, err))) return s;
     c->rope_neox = 0;
     const vq_gguf_tensor *emb = vq_gguf_find_tensor(g, "token_embd.weight");
     if (!emb) return vq_err_set(err, VQ_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", path);
@@ -185,8 +198,11 @@ static vq_status load_l2c(vq_model *m, const char *path, const char *tok_path, v
         L->w_down = (vq_wmat){ w->w2 + (size_t)i * d * h, VQ_TYPE_F32, d, h };
         L->w_up = (vq_wmat){ w->w3 + (size_t)i * d * h, VQ_TYPE_F32, h, d };
     }
-    m->tok = vq_tokenizer_from_llama2c(tok_path, c->vocab_size, err);
-    if (!m->tok) return err ? err->code : VQ_ERR_FORMAT;
+    vq_err te;
+    vq_err_clear(&te);
+    m->tok = vq_tokenizer_from_llama2c(tok_path, c->vocab_size, &te);
+    if (!m->tok)   /* say which of the two files it was: both are often .bin */
+        return vq_err_set(err, te.code ? te.code : VQ_ERR_FORMAT, "tokenizer %s", te.msg);
     return VQ_OK;
 }
 
@@ -194,14 +210,14 @@ vq_model *vq_model_open(const char *path, const char *tok_path, vq_err *err) {
     vq_model *m = calloc(1, sizeof *m);
     if (!m) { vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); return NULL; }
     snprintf(m->path, sizeof m->path, "%s", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) { vq_err_set(err, VQ_ERR_IO, "%s: cannot open model file", path); free(m); return NULL; }
+    /* a FIFO, a directory or a device is refused here without blocking (vq_open_regular) */
+    uint64_t sz;
+    int fd = vq_open_regular(path, &sz, err);
+    if (fd < 0) { free(m); return NULL; }
     char magic[4] = {0};
-    size_t got = fread(magic, 1, 4, f);
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fclose(f);
-    m->file_bytes = sz > 0 ? (size_t)sz : 0;
+    ssize_t got = pread(fd, magic, 4, 0);
+    close(fd);
+    m->file_bytes = (size_t)sz;
     vq_status s;
     if (got == 4 && memcmp(magic, "GGUF", 4) == 0) s = load_gguf(m, path, err);
     else if (ends_with(path, ".gguf")) s = vq_err_set(err, VQ_ERR_FORMAT, "%s: not a GGUF file (bad magic)", path);

@@ -141,4 +141,26 @@ static inline tw_buf tw_build(const tw_opts *o, tw_layout *L) {
 static inline void tw_patch(uint8_t *p, size_t at, uint64_t v, int bytes) {
     for (int i = 0; i < bytes; i++) p[at + (size_t)i] = (uint8_t)(v >> (8 * i));
 }
+/* A llama GGUF of metadata only: the architecture and the sizes the model loader reads first,
+ * plus the float hyperparameter fkey (GGUF type ftype: 6 float32, 12 float64) set to val when fkey
+ * is non-NULL; no tensors. A loader that accepts every hyperparameter goes on to look for tensors
+ * and stops at "tensor 'token_embd.weight' is missing": that is the file's "valid" outcome. */
+static inline tw_buf tw_llama_hparams(const char *fkey, uint32_t ftype, double val) {
+    tw_buf b = {0};
+    tw_put(&b, "GGUF", 4);
+    tw_u32(&b, 3);
+    tw_u64(&b, 0);                        /* tensors */
+    tw_u64(&b, fkey ? 6 : 5);             /* metadata keys */
+    tw_key(&b, "general.architecture", 8); tw_str(&b, "llama");
+    tw_key(&b, "llama.embedding_length", 4); tw_u32(&b, 64);
+    tw_key(&b, "llama.block_count", 4); tw_u32(&b, 2);
+    tw_key(&b, "llama.feed_forward_length", 4); tw_u32(&b, 128);
+    tw_key(&b, "llama.attention.head_count", 4); tw_u32(&b, 8);
+    if (fkey) {
+        tw_key(&b, fkey, ftype);
+        if (ftype == 12) tw_f64(&b, val);
+        else tw_f32(&b, (float)val);
+    }
+    return b;
+}
 #endif

@@ -234,7 +234,7 @@ static void check_misc(void) {
     CHECK(!g && strncmp(e.msg, "<memory>: ", 10) == 0);
     /* files: absent, a directory, empty */
     CHECK(!vq_gguf_open("/nonexistent/x.gguf", &e) && e.code == VQ_ERR_IO && strstr(e.msg, "/nonexistent/x.gguf"));
-    CHECK(!vq_gguf_open("/tmp", &e) && e.code == VQ_ERR_IO && strstr(e.msg, "not a regular file"));
+    CHECK(!vq_gguf_open("/tmp", &e) && e.code == VQ_ERR_IO && strstr(e.msg, "is a directory"));
     CHECK(vq_ggml_type_name(3) && strcmp(vq_ggml_type_name(3), "Q4_1") == 0 && vq_ggml_type_name(4) == NULL);
     uint32_t blk = 0, by = 0;
     CHECK(vq_ggml_type_layout(14, &blk, &by) && blk == 256 && by == 210);   /* Q6_K */

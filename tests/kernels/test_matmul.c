@@ -308,10 +308,7 @@ static void check_many(vq_rng *rng) {
 }
 
 int main(void) {
-    uint64_t seed = 20261129;
-    const char *se = getenv("VQ_TEST_SEED");
-    if (se) seed = strtoull(se, NULL, 10);
-    printf("seed %llu (set VQ_TEST_SEED to change)\n", (unsigned long long)seed);
+    uint64_t seed = vq_t_seed(20261129);
     vq_rng rng;
     vq_rng_seed(&rng, seed);
     vq_isa best = vq_cpu_best_isa();

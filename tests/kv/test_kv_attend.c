@@ -112,7 +112,6 @@ static void run_case(vq_rng *rng, const char *spec, int L, int NH, int H, int d,
 
 int main(void) {
     uint64_t seed = test_seed();
-    printf("seed %llu (set VQ_TEST_SEED to repeat)\n", (unsigned long long)seed);
     vq_rng rng;
     vq_rng_seed(&rng, seed);
     const char *specs[] = {"f32", "f16", "f32:window=5,wprec=32", "f16:window=40",

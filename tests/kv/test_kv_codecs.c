@@ -94,7 +94,6 @@ static int run_all(uint64_t seed) {
 int main(int argc, char **argv) {
     if (argc > 2) return run_all(strtoull(argv[2], NULL, 0));   /* child: one ISA */
     uint64_t seed = test_seed();
-    printf("seed %llu (set VQ_TEST_SEED to repeat)\n", (unsigned long long)seed);
     const char *isas[] = {"scalar", "avx2", "avx512"};
     char self[4000];
     ssize_t ln = readlink("/proc/self/exe", self, sizeof self - 1);

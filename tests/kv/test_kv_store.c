@@ -243,7 +243,6 @@ static void test_zero_rows(void) {
 
 int main(void) {
     uint64_t seed = test_seed();
-    printf("seed %llu (set VQ_TEST_SEED to repeat)\n", (unsigned long long)seed);
     vq_rng rng;
     vq_rng_seed(&rng, seed);
     test_specs();
