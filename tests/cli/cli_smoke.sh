@@ -149,12 +149,8 @@ mkfifo "$T/fifo"
 run fifo x "$BIN" generate -f "$T/fifo" -n 2 && err_has fifo "not a regular file"
 run devzero x "$BIN" tokenize -f /dev/zero && err_has devzero "not a regular file"
 run fifo_tok x "$BIN" generate -m "$MODEL" --tokenizer "$T/fifo" -p Hi -n 1 && err_has fifo_tok "not a regular file"
-# the loader's own message is shown; saying "directory" is the loader's fix (src/model, another
-# change): until it lands this case is reported as pending, not failed
-if run dir_model x "$BIN" info -m "$T"; then
-  if grep -qi "directory" "$T/dir_model.err"; then pass "info -m DIR: $(head -c 120 "$T/dir_model.err")"
-  else echo "PENDING info -m DIR (the loader does not say 'directory' yet): $(head -c 160 "$T/dir_model.err")"; fi
-fi
+# the loader's own message is shown, and it says the path is a directory
+run dir_model x "$BIN" info -m "$T" && err_has dir_model "is a directory"
 run n0 0 "$BIN" generate -p "Hello" -n 0 --json && json_ok "generate -n 0" "$T/n0.out"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["decode_tps"] >= 0 and d["prefill_tps"] >= 0 and d["generated_tokens"] == 0 else 1)' "$T/n0.out" \
   && pass "generate -n 0: no negative tok/s" || fail "generate -n 0: $(cat "$T/n0.out")"
