@@ -324,6 +324,8 @@ static vq_status probe_clause(vq_kv_clause *c, const char *plain, vq_err *err) {
                 st[s] = t;
                 vq_err_clear(err);
                 rc = VQ_OK;
+            } else if (t.codec->fini) {
+                t.codec->fini(&t);   /* the contract: fini also after a failed init */
             }
         }
         if (!rc) fpw = VQ_MAX(fpw, st[s].fp_window);
