@@ -441,6 +441,9 @@ static void *loop(void *arg) {
     const int N = s->c.n_slots, V = s->V;
     char msg[512];
     vq_err err;
+    /* OpenMP's thread count is per thread: the model runs here, so set it here */
+    if (s->c.n_threads > 0) vq_set_threads(s->c.n_threads);
+    int rr = 0;   /* the prefilling slot whose turn it is */
     pthread_mutex_lock(&s->mu);
     for (;;) {
         if (s->ctl.pending) run_ctl(s);
@@ -470,12 +473,18 @@ static void *loop(void *arg) {
                 pthread_mutex_unlock(&s->mu);
             }
         }
+        /* while some slot decodes, one prefill chunk per step (round robin), so a long prompt
+         * arriving does not stall every stream; with none decoding, a chunk for each */
+        int decoding = 0;
+        for (int i = 0; i < N; i++) decoding += s->slots[i].job && s->slots[i].next >= 0;
         double t0 = now_s();
         long n_pre = 0;
-        for (int i = 0; i < N; i++) {
+        for (int q = 0; q < N; q++) {
+            int i = (rr + q) % N;
             slot *sl = &s->slots[i];
             srv_job *j = sl->job;
             if (!j || sl->fed >= j->n_tok) continue;
+            if (decoding && n_pre > 0) { rr = i; break; }
             int n = j->n_tok - sl->fed < s->c.n_batch ? j->n_tok - sl->fed : s->c.n_batch;
             int last = sl->fed + n == j->n_tok;
             float *lg = s->logits + (size_t)i * V;

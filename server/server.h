@@ -23,6 +23,7 @@ typedef struct srv_config {
     int n_slots;               /* conversations decoded at once */
     int n_ctx;                 /* positions per slot */
     int n_batch;               /* prefill chunk */
+    int n_threads;             /* the scheduler's OpenMP threads (0: OpenMP's default) */
     int queue_cap;             /* requests that may wait for a slot or for budget */
     int max_conns;             /* concurrent HTTP connections */
     size_t kv_budget_bytes;    /* KV memory all slots together may hold or reserve */

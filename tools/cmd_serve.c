@@ -80,6 +80,7 @@ int cmd_serve(int argc, char **argv) {
     c.model = m;
     c.model_name = alias ? alias : base ? base + 1 : o.model;
     c.n_batch = o.batch;
+    c.n_threads = o.threads;
     c.kv_default = o.kv;
     char msg[768];
     int rc = srv_run(&c, msg, sizeof msg);
