@@ -47,6 +47,8 @@ def parse():
     a.add_argument("--reps", type=int, default=3)
     a.add_argument("--threads", type=int, default=2)
     a.add_argument("--json", action="store_true")
+    a.add_argument("--plot", help="PNG: conversations that fit and aggregate decode tok/s against concurrency "
+                   "(gnuplot)")
     return a.parse_args()
 
 
@@ -204,6 +206,35 @@ def main():
                   f"{max(r['peak_rss'] for r in rs) / 2**20:12.0f}")
     if args.json:
         print(json.dumps({"args": vars(args), "runs": runs}, indent=1))
+    if args.plot:
+        plot(args, specs, concs, runs, fit)
+
+
+def plot(args, specs, concs, runs, fit):
+    base = os.path.splitext(args.plot)[0]
+    with open(base + ".dat", "w") as f:
+        for s in specs:
+            f.write(f"# {s}\n")
+            for c in concs:
+                rs = [r["step_tps"] for r in runs if r["kv"] == s and r["conc"] == c]
+                ws = [r["wall_tps"] for r in runs if r["kv"] == s and r["conc"] == c]
+                f.write(f"{c} {statistics.median(rs):.2f} {min(rs):.2f} {max(rs):.2f} {statistics.median(ws):.2f} "
+                        f"{fit[s]}\n")
+            f.write("\n\n")
+    lines = []
+    for i, s in enumerate(specs):
+        lines.append(f"'{base}.dat' index {i} using 1:2:3:4 with yerrorlines lw 2 title '{s} (fit {fit[s]})'")
+    gp = (f"set terminal pngcairo size 900,520 noenhanced\nset output '{args.plot}'\n"
+          f"set title 'veloxquant serve, SmolLM2-135M Q4_1: aggregate decode tok/s (steps), KV budget "
+          f"{args.budget_mb} MiB, {args.conv_tokens}-token conversations, {args.threads} threads'\n"
+          f"set xlabel 'concurrent clients'\nset ylabel 'decode tokens/s (median, min..max)'\n"
+          f"set logscale x 2\nset xtics ({', '.join(str(c) for c in concs)})\nset key left top\nset grid\n"
+          f"plot " + ", ".join(lines) + "\n")
+    try:
+        subprocess.run(["gnuplot"], input=gp.encode(), check=True)
+        print(f"plot: {args.plot}")
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"plot: gnuplot failed ({e}); data in {base}.dat", file=sys.stderr)
 
 
 if __name__ == "__main__":
