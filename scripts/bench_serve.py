@@ -47,6 +47,7 @@ def parse():
     a.add_argument("--reps", type=int, default=3)
     a.add_argument("--threads", type=int, default=2)
     a.add_argument("--json", action="store_true")
+    a.add_argument("--server-log", help="the server's stderr (--verbose) goes here")
     a.add_argument("--plot", help="PNG: conversations that fit and aggregate decode tok/s against concurrency "
                    "(gnuplot)")
     return a.parse_args()
@@ -56,7 +57,10 @@ class Srv:
     def __init__(self, args, n_slots):
         cmd = [args.bin, "serve", "-m", args.model, "--port", "0", "-np", str(n_slots), "-c", str(args.conv_tokens),
                "--kv-budget", str(args.budget_mb), "--queue", "256", "-t", str(args.threads), "--max-conns", "512"]
-        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.log = open(args.server_log, "w") if args.server_log else subprocess.DEVNULL
+        if args.server_log:
+            cmd.append("--verbose")
+        self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log)
         line = self.p.stdout.readline().decode()
         m = re.search(r":(\d+) ", line)
         if not m:
@@ -97,7 +101,12 @@ def stream_client(port, body, n_gen, out, i):
     got = 0
     buf = b""
     while got < n_gen:
-        chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+        try:
+            chunk = r.read1(65536)
+        except http.client.HTTPException as e:
+            out[i] = (599, got, f"the stream broke after {got} chunks: {e!r}".encode())
+            c.close()
+            return
         if not chunk:
             break
         buf += chunk
@@ -116,6 +125,13 @@ def main():
     words = open(args.text, encoding="utf-8").read().split()
     n_words = int(args.prompt_tokens * 0.72)   # WikiText-2: about 1.4 tokens per word with this tokenizer
     srv = Srv(args, max(concs))
+    try:
+        run(args, specs, concs, words, n_words, srv)
+    finally:
+        srv.stop()
+
+
+def run(args, specs, concs, words, n_words, srv):
     cursor = [0]
 
     def prompt():
@@ -189,7 +205,6 @@ def main():
                 print(f"rep {rep} c {c:2d} {s:24s} step {r['step_tps']:7.1f} tok/s  wall {r['wall_tps']:6.1f} tok/s  "
                       f"peak active {peak['act']:.0f}  rss {peak['rss'] / 2**20:.0f} MiB  load {r['load1']:.2f}",
                       file=sys.stderr)
-    srv.stop()
 
     def med(xs):
         return f"{statistics.median(xs):7.1f} [{min(xs):.1f}..{max(xs):.1f}]"

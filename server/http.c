@@ -197,8 +197,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             st->phase = 3;
             continue;
         }
-        /* phase 1: wait for text or the end, watching the socket */
+        /* phase 1: wait for text or the end, watching the socket; a request that waits long (in
+         * the queue, or behind other prompts' prefill) gets an SSE comment every second, which
+         * clients ignore and which keeps the connection from looking idle (--idle-timeout) */
         srv_sched_lock(sc);
+        int waited = 0, keepalive = 0;
         for (;;) {
             size_t have = j->out_len - j->out_taken;
             size_t ok = j->done ? have : srv_utf8_complete(j->out + j->out_taken, have);
@@ -209,6 +212,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 srv_sched_unlock(sc);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
+            if (++waited >= 50) { keepalive = 1; break; }
+        }
+        if (keepalive) {
+            srv_sched_unlock(sc);
+            free(st->pend);
+            st->pend = strdup(": keep-alive\n\n");
+            st->pend_len = st->pend ? strlen(st->pend) : 0;
+            st->pend_off = 0;
+            continue;
         }
         size_t have = j->out_len - j->out_taken;
         size_t ok = j->done ? have : srv_utf8_complete(j->out + j->out_taken, have);
