@@ -129,6 +129,11 @@ VQ_API const char *vq_kv_spec_text(const vq_kv_spec *s);   /* normalized: every 
  * accounting for those rows, codes + metadata + full-precision window + codec state). */
 VQ_API vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_ctx, size_t *bytes,
                                   vq_err *err);
+/* Bytes the cache of a session made with context n_ctx holds after n_rows rows (0..n_ctx): pages
+ * are sized by the context, so a long-context session holding few rows holds more than
+ * vq_kv_spec_bytes(n_rows). What a server reserves for a request in a slot of n_ctx positions. */
+VQ_API vq_status vq_kv_spec_bytes_at(const vq_kv_spec *s, const vq_model *m, int n_ctx, int n_rows,
+                                     size_t *bytes, vq_err *err);
 /* Every codec with its parameters, then the store keys, one per line; returns the length needed. */
 VQ_API size_t vq_kv_spec_help(char *buf, size_t cap);
 

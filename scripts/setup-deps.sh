@@ -6,8 +6,10 @@
 #   libomp-dev clang libclang-rt-14-dev : clang's OpenMP and libFuzzer/ASan runtimes for the fuzz run
 #   python3 python3-venv : the scripts that fetch the model and build the reference fixtures
 #   gnuplot-nox    : the report's plots (make report)
+#   libmicrohttpd-dev : `veloxquant serve`'s HTTP server (HTTP/1.1 parsing, chunked streams, timeouts)
+#   libcjson-dev   : `veloxquant serve`'s request and response JSON
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libpcre2-dev zlib1g-dev libomp-dev clang libclang-rt-14-dev python3 python3-venv python3-pip unzip gnuplot-nox)
+pkgs=(build-essential cmake pkg-config libpcre2-dev zlib1g-dev libomp-dev clang libclang-rt-14-dev python3 python3-venv python3-pip unzip gnuplot-nox libmicrohttpd-dev libcjson-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,18 +7,26 @@
 #include "session/session_impl.h"
 #include "codec/codec.h"
 
-vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_ctx, size_t *bytes, vq_err *err) {
+vq_status vq_kv_spec_bytes_at(const vq_kv_spec *s, const vq_model *m, int n_ctx, int n_rows, size_t *bytes,
+                             vq_err *err) {
     vq_err_clear(err);
     if (!s || !m || !bytes) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_bytes: no spec, model or result");
     if (n_ctx < 1 || n_ctx > (1 << 24))
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_bytes: context %d is out of range (1..16777216)", n_ctx);
-    /* the accounting is the cache's own: make one (no rows, so no pages) and ask it */
+    if (n_rows < 0 || n_rows > n_ctx)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_bytes_at: %d rows is outside 0..%d (the context)", n_rows, n_ctx);
+    /* the accounting is the cache's own: make one (no rows, so no pages) and ask it; the page
+     * size follows the context, so the context is the session's, not the row count */
     vq_kv_dims dims = vq_model_kv_dims(m, n_ctx);
     vq_kv *kv = vq_kv_create(s, &dims, 0, err);
     if (!kv) return err ? err->code : VQ_ERR_ARG;
-    *bytes = vq_kv_bytes_at(kv, n_ctx);
+    *bytes = vq_kv_bytes_at(kv, n_rows);
     vq_kv_destroy(kv);
     return VQ_OK;
+}
+
+vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_ctx, size_t *bytes, vq_err *err) {
+    return vq_kv_spec_bytes_at(s, m, n_ctx, n_ctx, bytes, err);
 }
 
 void vq_session_set_ref_attention(vq_session *s, int on) {

@@ -88,7 +88,7 @@ run kvf 0 "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv q8_0 --kv turboqua
 run kvf_table 0 "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv q8_0 --per-layer && pass "kv-fidelity table"
 run needle 0 "$BIN" needle --ctx 160 --depths 0.5 --trials 1 --kv q8_0 --json && json_ok needle "$T/needle.out"
 run needle_pp 0 "$BIN" needle --ctx 160 --depths 0.5 --print-prompt && pass "needle --print-prompt"
-for c in generate perplexity bench info tokenize bench-kernels kv-fidelity needle; do
+for c in generate perplexity bench info tokenize bench-kernels kv-fidelity needle serve; do
   run "help_$c" 0 "$BIN" "$c" --help || true
 done
 pass "every --help"
@@ -162,6 +162,13 @@ run gen_kv x "$BIN" generate -p "Hello there" --kv garbage -n 2 && out_empty gen
 run kvf_bad x "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv nosuchcodec && err_has kvf_bad "nosuchcodec"
 run bk_bad x "$BIN" bench-kernels --n 256 --dims 64 --kv nosuchcodec --reps 1 --pool-mb 1 && err_has bk_bad "nosuchcodec"
 run needle_bad x "$BIN" needle --ctx 160 --kv nosuchcodec && err_has needle_bad "nosuchcodec"
+# serve: bad flags fail before anything listens (the server itself: tests/server/)
+run serve_kv x "$BIN" serve --kv nosuchcodec --port 0 && err_has serve_kv "nosuchcodec"
+run serve_host x "$BIN" serve --host not.an.ip --port 0 && err_has serve_host "not an IPv4 address"
+run serve_port x "$BIN" serve --port 70000 && err_has serve_port "port"
+run serve_np x "$BIN" serve -np 0 --port 0 && err_has serve_np "np"
+run serve_dir x "$BIN" serve --slot-save-path "$T/nosuchdir" --port 0 && err_has serve_dir "not a directory"
+run serve_flag x "$BIN" serve --frobnicate && err_has serve_flag "unknown option '--frobnicate'"
 run rep_bits x "$BIN" generate -p Hi -n 1 --kv 'turboquant_mse:bits=4,bits=2' && err_has rep_bits "bits"
 run rep_sink x "$BIN" generate -p Hi -n 1 --kv 'f16;sink=1,sink=2' && err_has rep_sink "sink"
 # page= far above the context is clamped: a 2-token context must not reserve 65536-row pages

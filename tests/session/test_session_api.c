@@ -19,7 +19,17 @@ static void check_spec(vq_model *m, const char *text, int n_ctx) {
     if (!s) { vq_kv_spec_free(spec); return; }
     int tok[4096];
     for (int i = 0; i < n_ctx; i++) tok[i] = 1 + (i * 37) % (vq_model_n_vocab(m) - 1);
-    CHECKF(vq_session_decode(s, tok, n_ctx, NULL, 0, &err) == VQ_OK, "%s: %s", text, err.msg);
+    /* part-filled: vq_kv_spec_bytes_at(n_ctx, rows) is what the session holds at each fill */
+    int fed = 0;
+    for (int rows = 1; rows < n_ctx; rows = rows * 3 + 1) {
+        CHECKF(vq_session_decode(s, tok + fed, rows - fed, NULL, 0, &err) == VQ_OK, "%s: %s", text, err.msg);
+        fed = rows;
+        size_t at = 0;
+        CHECKF(vq_kv_spec_bytes_at(spec, m, n_ctx, rows, &at, &err) == VQ_OK, "%s: %s", text, err.msg);
+        CHECKF(vq_session_kv_bytes(s) == at, "%s: after %d of %d rows held %zu != vq_kv_spec_bytes_at %zu",
+               text, rows, n_ctx, vq_session_kv_bytes(s), at);
+    }
+    CHECKF(vq_session_decode(s, tok + fed, n_ctx - fed, NULL, 0, &err) == VQ_OK, "%s: %s", text, err.msg);
     size_t held = vq_session_kv_bytes(s);
     printf("%-36s n_ctx %4d: spec bytes %zu, held after %d rows %zu, %.3f bits/elem\n", text, n_ctx, want, n_ctx,
            held, vq_session_kv_bits(s));
@@ -60,6 +70,11 @@ int main(void) {
     size_t b;
     CHECK(vq_kv_spec_bytes(f16, m, 0, &b, &err) == VQ_ERR_ARG && strstr(err.msg, "out of range"));
     CHECK(vq_kv_spec_bytes(NULL, m, 8, &b, &err) == VQ_ERR_ARG);
+    CHECK(vq_kv_spec_bytes_at(f16, m, 8, 9, &b, &err) == VQ_ERR_ARG && strstr(err.msg, "outside 0..8"));
+    CHECK(vq_kv_spec_bytes_at(f16, m, 8, -1, &b, &err) == VQ_ERR_ARG);
+    size_t b8 = 0, b8_8 = 0;
+    CHECK(vq_kv_spec_bytes(f16, m, 8, &b8, &err) == VQ_OK && vq_kv_spec_bytes_at(f16, m, 8, 8, &b8_8, &err) == VQ_OK);
+    CHECK(b8 == b8_8);
     vq_kv_spec_free(f16);
     vq_model_free(m);
     return vq_t_done();
