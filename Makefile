@@ -13,6 +13,7 @@ all: build
 setup:
 	bash scripts/setup-deps.sh
 	bash scripts/fetch_model.sh
+	bash scripts/fetch_gemma.sh
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
