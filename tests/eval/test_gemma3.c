@@ -67,7 +67,7 @@ static void check_chat(const vq_model *m) {
 
 /* every codec at head_dim 256 with one KV head: prefill + 8 decode steps, finite logits; f16 and q8_0
  * pick the f32 cache's greedy tokens (the prompt's continuation has clear margins in the fixture) */
-static void check_codecs(const vq_model *m) {
+static void check_codecs(const vq_model *m, int sanitized) {
     const char *specs[] = { "f32", "f16", "q8_0", "q4_0", "q4_0:rotate=1", "turboquant_mse:k=4,v=4",
                             "turboquant_mse:k=3,v=3", "turboquant_prod:k=4,v=4", "turboquant_rvq", "kivi", "qjl",
                             "polar", "rabitq", "f16@0,-1=q8_0" };
@@ -78,7 +78,9 @@ static void check_codecs(const vq_model *m) {
     CHECK(np > 1 && np <= 16);
     const int V = m->cfg.vocab_size;
     float *lg = malloc(sizeof(float) * (size_t)V);
+    /* a sanitizer build runs 4 of them: the f32 baseline, f16, q8_0 and 4-bit turboquant (lanes) */
     for (size_t i = 0; i < VQ_ARRAY_LEN(specs); i++) {
+        if (sanitized && i > 2 && i != 5) continue;
         vq_kv_spec *sp = vq_kv_spec_parse(specs[i], &err);
         CHECKF(sp != NULL, "%s: %s", specs[i], err.msg);
         if (!sp) continue;
@@ -124,8 +126,10 @@ int main(void) {
     check_tokenizer(m, fx);
     check_chat(m);
     const vq_t_logit_tol tol = { LOGIT_TOL, LOGIT_MEAN_TOL, GREEDY_MARGIN, 1024 };
-    vq_t_check_logits(m, fx, &tol);
-    check_codecs(m);
+    const int sanitized = getenv("VQ_SANITIZER_BUILD") != NULL;
+    if (sanitized) printf("sanitizer build: the reference logits are left to the Release run\n");
+    else vq_t_check_logits(m, fx, &tol);
+    check_codecs(m, sanitized);
     vq_model_free(m);
     return vq_t_done();
 }
