@@ -13,6 +13,7 @@ all: build
 setup:
 	bash scripts/setup-deps.sh
 	bash scripts/fetch_model.sh
+	bash scripts/fetch_gemma.sh
 	bash scripts/setup-serve-venv.sh
 
 build:

@@ -63,4 +63,10 @@ static inline const char *vq_t_model(char *buf, size_t n) {
     if (access(buf, R_OK) != 0) VQ_SKIP("%s not found: run scripts/fetch_model.sh", buf);
     return buf;
 }
+/* Path of the Gemma 3 270M model, or skip when it was not fetched (scripts/fetch_gemma.sh). */
+static inline const char *vq_t_gemma(char *buf, size_t n) {
+    snprintf(buf, n, "%s/gemma-3-270m-q4_k_m.gguf", VQ_MODELS_DIR);
+    if (access(buf, R_OK) != 0) VQ_SKIP("%s not found: run scripts/fetch_gemma.sh", buf);
+    return buf;
+}
 #endif

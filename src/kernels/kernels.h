@@ -50,6 +50,9 @@ void vq_get_row(const void *W, uint32_t type, int cols, int row, float *out);
 void  vq_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void  vq_softmax(float *x, int n);                  /* in place, max-subtracted */
 void  vq_swiglu(float *gate, const float *up, int n); /* gate = silu(gate) * up */
+/* gate = gelu(gate) * up, gelu in its tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ * (Gemma's GeGLU; HF gelu_pytorch_tanh) */
+void  vq_geglu(float *gate, const float *up, int n);
 float vq_dot_f32(const float *a, const float *b, int n);
 void  vq_axpy_f32(float *y, float a, const float *x, int n);   /* y += a*x */
 

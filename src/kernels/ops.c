@@ -41,6 +41,14 @@ void vq_swiglu(float *gate, const float *up, int n) {
     }
 }
 
+void vq_geglu(float *gate, const float *up, int n) {
+    const float c = 0.7978845608028654f;   /* sqrt(2 / pi) */
+    for (int i = 0; i < n; i++) {
+        float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up[i];
+    }
+}
+
 __attribute__((target("avx512f,fma"))) static float dot_avx512(const float *a, const float *b, int n) {
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     int i = 0;

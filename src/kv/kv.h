@@ -12,6 +12,10 @@ typedef struct vq_kv_dims {
     int n_kv_heads;   /* K/V heads; n_heads % n_kv_heads == 0 (GQA group = n_heads / n_kv_heads) */
     int head_dim;
     int max_ctx;      /* most rows a layer will hold (an append past it is VQ_ERR_RANGE) */
+    /* Per cache layer: the attention span W in tokens (a sliding-window layer: a query at position
+     * p sees rows with p - W < pos <= p); 0 = unbounded. NULL: every layer unbounded. Copied by
+     * vq_kv_create (the caller's array need not outlive the cache). */
+    const int *span;
 } vq_kv_dims;
 
 typedef struct vq_kv vq_kv;
@@ -41,7 +45,8 @@ vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, co
                        vq_err *err);
 
 /* Attention for n_q query rows: q and out are n_q x (n_heads * head_dim); q after RoPE.
- * Query i at position q_pos[i] sees exactly the rows with position <= q_pos[i].
+ * Query i at position q_pos[i] sees exactly the rows with position <= q_pos[i] (and, in a layer
+ * with a span W (dims.span), > q_pos[i] - W).
  * Scores are scaled by 1/sqrt(head_dim); softmax in float32. */
 vq_status vq_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
                        float *out, vq_err *err);

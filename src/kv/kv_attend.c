@@ -16,26 +16,27 @@
 typedef struct task {
     const vq_kvg *kv;
     const vq_kv_layer *L;
-    int layer, h, q0, nq;
+    int layer, h, q0, nq, span;
     const int *q_pos;
     const float *q;
     float *out;
 } task;
 
 typedef struct sm {            /* online-softmax state of nv query vectors */
-    int nv, G, acc_stride, d;
+    int nv, G, acc_stride, d, span;
     float scale;
     float *m, *l, *acc, *accw;
 } sm;
 
 /* ---- the softmax's two passes over a block of scores, scalar and SIMD ----
- * mask_max: S[r] = pos[r] <= qp ? S[r] * scale : -inf, returns the max.
+ * mask_max: S[r] = lo <= pos[r] <= qp ? S[r] * scale : -inf, returns the max (lo: the first
+ * position a sliding-window layer still sees, INT32_MIN otherwise).
  * exp_sum:  S[r] = exp(S[r] - m) (-inf -> 0), returns the sum. expf on the SIMD paths is a
  * Cephes-style polynomial (about 2 ulp): the tests hold attention to 1e-5 of float64. */
-static float mask_max_scalar(float *S, const int32_t *pos, int n, int qp, float scale) {
+static float mask_max_scalar(float *S, const int32_t *pos, int n, int lo, int qp, float scale) {
     float mx = -INFINITY;
     for (int r = 0; r < n; r++) {
-        if (pos[r] <= qp) { S[r] *= scale; mx = S[r] > mx ? S[r] : mx; }
+        if (pos[r] <= qp && pos[r] >= lo) { S[r] *= scale; mx = S[r] > mx ? S[r] : mx; }
         else S[r] = -INFINITY;
     }
     return mx;
@@ -51,13 +52,14 @@ static float exp_sum_scalar(float *S, int n, float m) {
 }
 #define T2 __attribute__((target("avx2,fma,f16c")))
 #define T5 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
-T5 static float mask_max_512(float *S, const int32_t *pos, int n, int qp, float scale) {
+T5 static float mask_max_512(float *S, const int32_t *pos, int n, int lo, int qp, float scale) {
     __m512 mx = _mm512_set1_ps(-INFINITY), vs = _mm512_set1_ps(scale), ninf = mx;
-    __m512i vq = _mm512_set1_epi32(qp);
+    __m512i vq = _mm512_set1_epi32(qp), vlo = _mm512_set1_epi32(lo);
     for (int r = 0; r < n; r += 16) {
         __mmask16 t = n - r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - r)) - 1);
         __m512 s = _mm512_maskz_loadu_ps(t, S + r);
-        __mmask16 vis = _mm512_mask_cmple_epi32_mask(t, _mm512_maskz_loadu_epi32(t, pos + r), vq);
+        __m512i p = _mm512_maskz_loadu_epi32(t, pos + r);
+        __mmask16 vis = _mm512_mask_cmpge_epi32_mask(_mm512_mask_cmple_epi32_mask(t, p, vq), p, vlo);
         s = _mm512_mask_mul_ps(ninf, vis, s, vs);
         mx = _mm512_max_ps(mx, s);
         _mm512_mask_storeu_ps(S + r, t, s);
@@ -91,13 +93,14 @@ T5 static float exp_sum_512(float *S, int n, float m) {
     }
     return _mm512_reduce_add_ps(sum);
 }
-T2 static float mask_max_256(float *S, const int32_t *pos, int n, int qp, float scale) {
+T2 static float mask_max_256(float *S, const int32_t *pos, int n, int lo, int qp, float scale) {
     __m256 mx = _mm256_set1_ps(-INFINITY), vs = _mm256_set1_ps(scale), ninf = mx;
-    __m256i vq = _mm256_set1_epi32(qp);
+    __m256i vq = _mm256_set1_epi32(qp), vlo = _mm256_set1_epi32(lo);
     int r = 0;
     for (; r + 8 <= n; r += 8) {
         __m256 s = _mm256_mul_ps(_mm256_loadu_ps(S + r), vs);
-        __m256 hide = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(pos + r)), vq));
+        __m256i p = _mm256_loadu_si256((const __m256i *)(pos + r));
+        __m256 hide = _mm256_castsi256_ps(_mm256_or_si256(_mm256_cmpgt_epi32(p, vq), _mm256_cmpgt_epi32(vlo, p)));
         s = _mm256_blendv_ps(s, ninf, hide);
         mx = _mm256_max_ps(mx, s);
         _mm256_storeu_ps(S + r, s);
@@ -105,7 +108,7 @@ T2 static float mask_max_256(float *S, const int32_t *pos, int n, int qp, float 
     float t[8], m = -INFINITY;
     _mm256_storeu_ps(t, mx);
     for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
-    float tail = mask_max_scalar(S + r, pos + r, n - r, qp, scale);
+    float tail = mask_max_scalar(S + r, pos + r, n - r, lo, qp, scale);
     return tail > m ? tail : m;
 }
 T2 static __m256 exp256(__m256 x) {
@@ -147,10 +150,11 @@ static void softmax_update(sm *s, float *S, int rows, const int32_t *pos, const 
     const vq_isa isa = vq_cvec_isa();
     for (int j = 0; j < s->nv; j++) {
         const int qp = q_pos[j / s->G];
+        const int lo = s->span > 0 && (int64_t)qp - s->span + 1 > INT32_MIN ? qp - s->span + 1 : INT32_MIN;
         float *Sj = S + (size_t)j * rows;
-        float mx = isa == VQ_ISA_AVX512 ? mask_max_512(Sj, pos, rows, qp, s->scale)
-                 : isa == VQ_ISA_AVX2   ? mask_max_256(Sj, pos, rows, qp, s->scale)
-                                        : mask_max_scalar(Sj, pos, rows, qp, s->scale);
+        float mx = isa == VQ_ISA_AVX512 ? mask_max_512(Sj, pos, rows, lo, qp, s->scale)
+                 : isa == VQ_ISA_AVX2   ? mask_max_256(Sj, pos, rows, lo, qp, s->scale)
+                                        : mask_max_scalar(Sj, pos, rows, lo, qp, s->scale);
         if (mx == -INFINITY) {   /* nothing visible in this block */
             memset(Sj, 0, (size_t)rows * sizeof(float));
             continue;
@@ -238,7 +242,8 @@ static void run_task(const task *t, uint8_t *mem) {
     const void **qptr = (const void **)(void *)p; p += al64(nv * sizeof(void *));
     float **accptr = (float **)(void *)p; p += al64(nv * sizeof(void *));
     float *S = (float *)(void *)p; p += al64((size_t)nv * smax * sizeof(float));
-    sm s = {.nv = nv, .G = G, .acc_stride = acc_stride, .d = d, .scale = 1.0f / sqrtf((float)d)};
+    sm s = {.nv = nv, .G = G, .acc_stride = acc_stride, .d = d, .span = t->span,
+            .scale = 1.0f / sqrtf((float)d)};
     s.m = (float *)(void *)p; p += al64(nv * sizeof(float));
     s.l = (float *)(void *)p; p += al64(nv * sizeof(float));
     s.acc = (float *)(void *)p; p += (size_t)nv * acc_stride * sizeof(float);
@@ -251,8 +256,10 @@ static void run_task(const task *t, uint8_t *mem) {
     memset(s.accw, 0, (size_t)nv * d * sizeof(float));
 
     const int *qpos = t->q_pos + t->q0;
-    int maxpos = INT32_MIN;
-    for (int i = 0; i < t->nq; i++) maxpos = VQ_MAX(maxpos, qpos[i]);
+    int maxpos = INT32_MIN, minpos = INT32_MAX;
+    for (int i = 0; i < t->nq; i++) { maxpos = VQ_MAX(maxpos, qpos[i]); minpos = VQ_MIN(minpos, qpos[i]); }
+    /* a sliding-window layer: rows below every query's window are skipped a page at a time */
+    const int64_t lo_min = t->span > 0 ? (int64_t)minpos - t->span + 1 : INT64_MIN;
     for (int j = 0; j < nv; j++) {
         const float *qrow = t->q + ((size_t)(t->q0 + j / G) * nh + (size_t)t->h * G + j % G) * d;
         sk->codec->prep_query(sk, qrow, qst + j * qsb);
@@ -266,6 +273,12 @@ static void run_task(const task *t, uint8_t *mem) {
         int rows = VQ_MIN(kv->P, L->n_coded - pg * kv->P);
         if (rows <= 0 || L->page_minpos[pg] > maxpos) continue;
         const uint8_t *page = L->pages[pg];
+        if (lo_min > INT32_MIN) {
+            const int32_t *pp = (const int32_t *)(const void *)page;
+            int32_t pmax = INT32_MIN;
+            for (int r = 0; r < rows; r++) pmax = VQ_MAX(pmax, pp[r]);
+            if (pmax < lo_min) continue;
+        }
         sk->codec->score(sk, nv, qptr, page + kv->off_k[t->h], rows / kv->rpb[0], S);
         softmax_update(&s, S, rows, (const int32_t *)(const void *)page, qpos);
         sv->codec->accumulate(sv, nv, S, page + kv->off_v[t->h], rows / kv->rpb[1], accptr);
@@ -290,7 +303,7 @@ static void run_task(const task *t, uint8_t *mem) {
 }
 
 /* One group layer (local index); layer is the cache's, for messages. Arguments checked, n_q > 0. */
-vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int n_q, const int *q_pos,
+vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int span, int n_q, const int *q_pos,
                         const float *q, float *out, vq_err *err) {
     const vq_kv_layer *L = &kv->layers[local];
     const int nchunks = (n_q + QCHUNK - 1) / QCHUNK, ntasks = nchunks * kv->H;
@@ -299,7 +312,7 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int n_q, const i
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (ntasks > 1 && work > 2e5)
     for (int i = 0; i < ntasks; i++) {
-        task t = {.kv = kv, .L = L, .layer = local, .h = i % kv->H, .q0 = (i / kv->H) * QCHUNK,
+        task t = {.kv = kv, .L = L, .layer = local, .span = span, .h = i % kv->H, .q0 = (i / kv->H) * QCHUNK,
                   .q_pos = q_pos, .q = q, .out = out};
         t.nq = VQ_MIN(QCHUNK, n_q - t.q0);
         /* a free slot of the group's scratch; only callers that attend on one cache from more

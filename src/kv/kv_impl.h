@@ -97,6 +97,7 @@ struct vq_kv {
     int n_groups, g_cap;   /* groups made; slots in g (one per clause of the spec as given) */
     vq_kvg **g;            /* n_groups; g[0] serves the layers no override names (if any) */
     int *lg, *ll;          /* per cache layer: its group and its local index there */
+    int *span;             /* per cache layer: attention span in tokens (0: unbounded; dims.span) */
     int ref_attend;        /* debug: attention over decoded rows in float64 (vq_kv_set_ref_attend) */
     uint64_t seed;         /* the codecs' seed (kept so a saved state can say which it was made with) */
     size_t bytes;          /* tally of the router's own allocations (groups keep their own) */
@@ -113,8 +114,9 @@ int vq_kvg_rows(const vq_kvg *g, int local);
 vq_status vq_kvg_append(vq_kvg *g, int local, int pos0, int n, const float *k, const float *v,
                         vq_err *err);
 vq_status vq_kvg_read(const vq_kvg *g, int local, float *k, float *v, int32_t *pos, vq_err *err);
-/* kv_attend.c: attention of one group layer (local index); layer = the cache's for messages */
-vq_status vq_kvg_attend(const vq_kvg *g, int local, int layer, int n_q, const int *q_pos,
+/* kv_attend.c: attention of one group layer (local index); layer = the cache's for messages;
+ * span: the layer's attention span (0: unbounded) */
+vq_status vq_kvg_attend(const vq_kvg *g, int local, int layer, int span, int n_q, const int *q_pos,
                         const float *q, float *out, vq_err *err);
 
 vq_status vq_kvg_scratch_init(vq_kvg *g);

@@ -42,6 +42,7 @@ void vq_kv_destroy(vq_kv *kv) {
     vq_aligned_free(kv->g);
     vq_aligned_free(kv->lg);
     vq_aligned_free(kv->ll);
+    vq_aligned_free(kv->span);
     vq_aligned_free(kv);
 }
 
@@ -54,6 +55,7 @@ static vq_kvg *make_group(const vq_kv_clause *cl, const vq_kv_dims *D, const int
         if (owner[l] == c) gl[cnt++] = l;
     vq_kv_dims gd = *D;
     gd.n_layers = cnt;
+    gd.span = NULL;   /* spans are the router's (indexed by cache layer) */
     vq_kvg *g = cnt ? vq_kvg_create(&cl->sp, cl->norm, &gd, gl, seed, err) : NULL;
     free(gl);
     return g;
@@ -113,11 +115,21 @@ vq_kv *vq_kv_create(const vq_kv_spec *spec, const vq_kv_dims *dims, uint64_t see
         goto fail;
     }
     kv->dims = *D;
+    kv->dims.span = NULL;
     kv->seed = seed;
-    kv->bytes = sizeof *kv + 2 * (size_t)NL * sizeof(int);
+    kv->bytes = sizeof *kv + 3 * (size_t)NL * sizeof(int);
     kv->lg = vq_aligned_alloc((size_t)NL * sizeof(int));
     kv->ll = vq_aligned_alloc((size_t)NL * sizeof(int));
-    if (!kv->lg || !kv->ll) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); goto fail; }
+    kv->span = vq_aligned_alloc((size_t)NL * sizeof(int));
+    if (!kv->lg || !kv->ll || !kv->span) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); goto fail; }
+    for (int l = 0; l < NL; l++) {
+        kv->span[l] = D->span ? D->span[l] : 0;
+        if (kv->span[l] < 0) {
+            vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: layer %d: attention span %d (need >= 0; 0 = unbounded)",
+                       l, kv->span[l]);
+            goto fail;
+        }
+    }
     for (int l = 0; l < NL; l++) owner[l] = -1;
     for (int c = 1; c < nc; c++)
         if (own_layers(spec, c, NL, owner, err)) goto fail;
@@ -220,7 +232,7 @@ vq_status vq_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const fl
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_attend: layer %d: bad arguments n_q=%d", layer, n_q);
     if (n_q == 0) return VQ_OK;
     if (kv->ref_attend) return ref_attend(kv, layer, n_q, q_pos, q, out, err);
-    return vq_kvg_attend(GROUP(kv, layer), LOCAL(kv, layer), layer, n_q, q_pos, q, out, err);
+    return vq_kvg_attend(GROUP(kv, layer), LOCAL(kv, layer), layer, kv->span[layer], n_q, q_pos, q, out, err);
 }
 
 vq_status vq_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err) {
@@ -231,14 +243,14 @@ vq_status vq_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *po
 /* computed from the layouts (router + groups), independently of the allocation tallies */
 size_t vq_kv_bytes(const vq_kv *kv) {
     if (!kv) return 0;
-    size_t b = sizeof(vq_kv) + 2 * (size_t)kv->dims.n_layers * sizeof(int);
+    size_t b = sizeof(vq_kv) + 3 * (size_t)kv->dims.n_layers * sizeof(int);
     b += (size_t)kv->g_cap * sizeof(vq_kvg *);
     for (int i = 0; i < kv->n_groups; i++) b += vq_kvg_bytes(kv->g[i]);
     return b;
 }
 size_t vq_kv_bytes_at(const vq_kv *kv, int rows) {
     if (!kv) return 0;
-    size_t b = sizeof(vq_kv) + 2 * (size_t)kv->dims.n_layers * sizeof(int) + (size_t)kv->g_cap * sizeof(vq_kvg *);
+    size_t b = sizeof(vq_kv) + 3 * (size_t)kv->dims.n_layers * sizeof(int) + (size_t)kv->g_cap * sizeof(vq_kvg *);
     for (int i = 0; kv && i < kv->n_groups; i++) b += vq_kvg_bytes_at(kv->g[i], rows);
     return b;
 }
@@ -315,11 +327,11 @@ static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_po
         for (int hq = 0; hq < nh; hq++) {
             const float *qr = q + ((size_t)i * nh + hq) * d;
             float *o = out + ((size_t)i * nh + hq) * d;
-            const int h = hq / G;
+            const int h = hq / G, span = kv->span[layer];
             double mx = -INFINITY, sum = 0;
             for (int r = 0; r < rows; r++) {
                 s[r] = -INFINITY;
-                if (pos[r] > q_pos[i]) continue;
+                if (pos[r] > q_pos[i] || (span > 0 && (int64_t)pos[r] <= (int64_t)q_pos[i] - span)) continue;
                 double dot = 0;
                 for (int e = 0; e < d; e++) dot += (double)qr[e] * k[(size_t)r * w + (size_t)h * d + e];
                 s[r] = dot / sqrt((double)d);

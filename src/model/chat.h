@@ -1,10 +1,16 @@
 /* chat.h: turns a user message into the prompt text a chat model expects. The model file's
  * Jinja template is not executed; we recognize the template family by its markers (ChatML for
  * SmolLM2, Qwen, ...) and render that family's fixed layout, taking the default system prompt
- * the template hard-codes, if any. */
+ * the template hard-codes, if any. Families: ChatML ("<|im_start|>") and Gemma ("<start_of_turn>").
+ * Gemma files often carry no template at all: the loader then names the Gemma family itself
+ * (VQ_CHAT_GEMMA). */
 #ifndef VQ_CHAT_H
 #define VQ_CHAT_H
 #include "core/core.h"
+
+/* The template text a Gemma 3 model without tokenizer.chat_template is given: its markers are
+ * what vq_chat_render* recognize (the text is not a Jinja template). */
+#define VQ_CHAT_GEMMA "<start_of_turn>user\n{content}<end_of_turn>\n<start_of_turn>model\n"
 
 /* Render one user turn plus the assistant header. system may be NULL (template default).
  * Returns a malloc'd string, or NULL with err set (unknown template family). */

@@ -1,6 +1,8 @@
-/* forward.c: the Llama forward pass over a batch of tokens (chunked prefill, or one token for
- * decode). Reads top to bottom like the math; K/V go to the cache and attention comes back
- * from it, so the pass is the same for every KV codec. */
+/* forward.c: the Llama / Gemma 3 forward pass over a batch of tokens (chunked prefill, or one
+ * token for decode). Reads top to bottom like the math; K/V go to the cache and attention comes
+ * back from it, so the pass is the same for every KV codec. Gemma 3 adds: embeddings scaled by
+ * sqrt(dim), RMSNorm of each q/k head before RoPE, RMSNorm of each branch's output before the
+ * residual add, GeGLU, and per-layer rope bases (sliding-window layers: the cache masks them). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,12 @@ static void add_bias(float *y, const float *b, int n, int dim) {
         for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += b[i];
 }
 
+/* Gemma's post-norms: a branch's output RMS-normalized before the residual add (w NULL: none) */
+static void post_norm(float *y, const float *w, int n, int dim, float eps) {
+    if (!w) return;
+    for (int t = 0; t < n; t++) vq_rmsnorm(y + (size_t)t * dim, y + (size_t)t * dim, w, dim, eps);
+}
+
 static void matmul(float *y, const vq_wmat *w, const float *x, int n) {
     vq_matmul(y, w->data, w->type, x, n, w->rows, w->cols);
 }
@@ -91,6 +99,8 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
         if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
             return vq_err_set(err, VQ_ERR_ARG, "forward: token id %d out of range [0, %d)", tokens[t], c->vocab_size);
         vq_get_row(m->tok_embd.data, m->tok_embd.type, dim, tokens[t], f->x + (size_t)t * dim);
+        if (c->emb_scale != 1.0f)
+            for (int i = 0; i < dim; i++) f->x[(size_t)t * dim + i] *= c->emb_scale;
         f->pos[t] = kvs ? arm_pos[t] : pos0 + t;
     }
     for (int l = 0; l < c->n_layers; l++) {
@@ -106,9 +116,14 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
         add_bias(f->q, L->bq, n, qd);
         add_bias(f->k, L->bk, n, kvd);
         add_bias(f->v, L->bv, n, kvd);
+        if (L->q_norm) {   /* QK-norm: each head's q and k RMS-normalized (in place) */
+            const int hd = c->head_dim;
+            for (size_t r = 0; r < (size_t)n * c->n_heads; r++) vq_rmsnorm(f->q + r * hd, f->q + r * hd, L->q_norm, hd, c->norm_eps);
+            for (size_t r = 0; r < (size_t)n * c->n_kv_heads; r++) vq_rmsnorm(f->k + r * hd, f->k + r * hd, L->k_norm, hd, c->norm_eps);
+        }
         for (int t = 0; t < n; t++) {   /* RoPE at the true position of each token */
-            vq_rope(f->q + (size_t)t * qd, c->n_heads, c->head_dim, c->rope_dim, f->pos[t], c->rope_base, c->rope_neox);
-            vq_rope(f->k + (size_t)t * kvd, c->n_kv_heads, c->head_dim, c->rope_dim, f->pos[t], c->rope_base, c->rope_neox);
+            vq_rope(f->q + (size_t)t * qd, c->n_heads, c->head_dim, c->rope_dim, f->pos[t], L->rope_base, c->rope_neox);
+            vq_rope(f->k + (size_t)t * kvd, c->n_kv_heads, c->head_dim, c->rope_dim, f->pos[t], L->rope_base, c->rope_neox);
         }
         if (f->tap) f->tap(f->tap_user, l, n, f->pos, f->q, f->k, f->v);
         /* A NaN/inf here comes from the weights (or an overflow), not from the caller: say so with
@@ -138,6 +153,7 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
             if (s) return s;
         }
         matmul(f->xb, &L->wo, f->att, n);
+        post_norm(f->xb, L->post_attn_norm, n, dim, c->norm_eps);
         for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
 
         for (int t = 0; t < n; t++)
@@ -147,8 +163,10 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
                                    { f->hb2, L->w_up.data, L->w_up.type, L->w_up.rows } };
             vq_matmul_many(j, 2, f->xb, n, dim);
         }
-        vq_swiglu(f->hb, f->hb2, n * c->hidden_dim);
+        if (c->ffn_gelu) vq_geglu(f->hb, f->hb2, n * c->hidden_dim);
+        else vq_swiglu(f->hb, f->hb2, n * c->hidden_dim);
         matmul(f->xb, &L->w_down, f->hb, n);
+        post_norm(f->xb, L->post_ffn_norm, n, dim, c->norm_eps);
         for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
     }
     if (logits && n_logits > 0) {

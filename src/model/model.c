@@ -1,6 +1,6 @@
 /* model.c: binds a model file's tensors to the Llama-family weight layout and checks every
- * shape and type before the forward pass may touch them. GGUF ("llama" architecture) and
- * llama2.c checkpoints are both supported; weights stay in the mapped file. */
+ * shape and type before the forward pass may touch them. GGUF ("llama" and "gemma3"
+ * architectures) and llama2.c checkpoints are supported; weights stay in the mapped file. */
 #include "model/model.h"
 
 #include <math.h>
@@ -12,6 +12,7 @@
 #include "formats/gguf.h"
 #include "formats/llama2c.h"
 #include "kernels/kernels.h"
+#include "model/chat.h"
 
 static int ends_with(const char *s, const char *suf) {
     size_t n = strlen(s), k = strlen(suf);
@@ -99,10 +100,11 @@ static vq_status load_gguf(vq_model *m, const char *path, vq_err *err) {
     vq_model_config *c = &m->cfg;
     vq_str arch;
     if (vq_gguf_get_str(g, "general.architecture", &arch, err)) return err->code;
-    if (!vq_str_eq(arch, "llama"))
-        return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (known: llama)",
+    const int gemma = vq_str_eq(arch, "gemma3");
+    if (!vq_str_eq(arch, "llama") && !gemma)
+        return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (known: llama, gemma3)",
                           path, (int)VQ_MIN(arch.len, 64), arch.ptr);
-    snprintf(c->arch, sizeof c->arch, "llama");
+    snprintf(c->arch, sizeof c->arch, "%s", gemma ? "gemma3" : "llama");
     const char *a = c->arch;
     vq_status s;
     if ((s = get_u32_key(g, a, "embedding_length", 1, 0, 1, 65536, &c->dim, err))) return s;
@@ -111,10 +113,18 @@ static vq_status load_gguf(vq_model *m, const char *path, vq_err *err) {
     if ((s = get_u32_key(g, a, "attention.head_count", 1, 0, 1, 1024, &c->n_heads, err))) return s;
     if ((s = get_u32_key(g, a, "attention.head_count_kv", 0, (uint32_t)c->n_heads, 1, 1024, &c->n_kv_heads, err))) return s;
     if ((s = get_u32_key(g, a, "context_length", 0, 2048, 1, 1 << 24, &c->train_ctx, err))) return s;
-    if (c->dim % c->n_heads || c->n_heads % c->n_kv_heads)
+    /* head_dim: attention.key_length when the file says (Gemma 3: 256 with dim 640 and 4 heads),
+     * else dim / heads; values must have the same width (the cache stores K and V rows alike) */
+    int kl = 0, vl = 0;
+    if ((s = get_u32_key(g, a, "attention.key_length", 0, 0, 0, 4096, &kl, err))) return s;
+    if ((s = get_u32_key(g, a, "attention.value_length", 0, (uint32_t)kl, 0, 4096, &vl, err))) return s;
+    if (kl != vl)
+        return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d is not supported",
+                          path, kl, vl);
+    if (c->n_heads % c->n_kv_heads || (!kl && c->dim % c->n_heads))
         return vq_err_set(err, VQ_ERR_FORMAT, "%s: dim %d / heads %d / kv heads %d are inconsistent",
                           path, c->dim, c->n_heads, c->n_kv_heads);
-    c->head_dim = c->dim / c->n_heads;
+    c->head_dim = kl ? kl : c->dim / c->n_heads;
     if ((s = get_u32_key(g, a, "rope.dimension_count", 0, (uint32_t)c->head_dim, 2, (uint32_t)c->head_dim, &c->rope_dim, err))) return s;
     if (c->rope_dim % 2) return vq_err_set(err, VQ_ERR_FORMAT, "%s: rope.dimension_count %d is odd", path, c->rope_dim);
     /* eps: llama files use 1e-6..1e-5; above 0.5 it would swamp the mean square of unit-scale
@@ -123,6 +133,18 @@ static vq_status load_gguf(vq_model *m, const char *path, vq_err *err) {
     if ((s = get_f32_key(g, a, "attention.layer_norm_rms_epsilon", 1e-5f, 0, 0.5, &c->norm_eps, err))) return s;
     if ((s = get_f32_key(g, a, "rope.freq_base", 10000.0f, 1, 1e12, &c->rope_base, err))) return s;
     c->rope_neox = 0;
+    c->emb_scale = 1.0f;
+    c->rope_base_swa = c->rope_base;
+    if (gemma) {
+        /* Gemma 3: rotary on halves (the converter does not permute Q/K), embeddings scaled by
+         * sqrt(dim), GeGLU, sliding-window layers (every 6th layer global: 5, 11, 17, ...) with rope
+         * base 10000 (the files carry no key for it), QK-norm and post-norms (bound below). */
+        c->rope_neox = 1;
+        c->emb_scale = sqrtf((float)c->dim);
+        c->ffn_gelu = 1;
+        c->rope_base_swa = 10000.0f;
+        if ((s = get_u32_key(g, a, "attention.sliding_window", 1, 0, 1, 1 << 24, &c->swa_window, err))) return s;
+    }
     const vq_gguf_tensor *emb = vq_gguf_find_tensor(g, "token_embd.weight");
     if (!emb) return vq_err_set(err, VQ_ERR_FORMAT, "%s: tensor 'token_embd.weight' is missing", path);
     if (emb->ne[1] < 1 || emb->ne[1] > (1u << 24))
@@ -135,10 +157,14 @@ static vq_status load_gguf(vq_model *m, const char *path, vq_err *err) {
     if (!m->output.data) m->output = m->tok_embd;   /* tied embeddings */
     if ((s = bind_vec(g, "output_norm.weight", c->dim, 0, &m->out_norm, err))) return s;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    if (!m->layers) return vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
+    m->span = calloc((size_t)c->n_layers, sizeof *m->span);
+    if (!m->layers || !m->span) return vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
     int kvd = c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         vq_layer_weights *L = &m->layers[l];
+        L->swa = gemma && l % 6 != 5;
+        L->rope_base = L->swa ? c->rope_base_swa : c->rope_base;
+        m->span[l] = L->swa ? c->swa_window : 0;
         char n[96];
 #define NM(suffix) (snprintf(n, sizeof n, "blk.%d.%s", l, suffix), n)
         if ((s = bind_vec(g, NM("attn_norm.weight"), c->dim, 0, &L->attn_norm, err))) return s;
@@ -153,11 +179,19 @@ static vq_status load_gguf(vq_model *m, const char *path, vq_err *err) {
         if ((s = bind_vec(g, NM("attn_q.bias"), c->n_heads * c->head_dim, 1, &L->bq, err))) return s;
         if ((s = bind_vec(g, NM("attn_k.bias"), kvd, 1, &L->bk, err))) return s;
         if ((s = bind_vec(g, NM("attn_v.bias"), kvd, 1, &L->bv, err))) return s;
+        if (gemma) {
+            if ((s = bind_vec(g, NM("attn_q_norm.weight"), c->head_dim, 0, &L->q_norm, err))) return s;
+            if ((s = bind_vec(g, NM("attn_k_norm.weight"), c->head_dim, 0, &L->k_norm, err))) return s;
+            if ((s = bind_vec(g, NM("post_attention_norm.weight"), c->dim, 0, &L->post_attn_norm, err))) return s;
+            if ((s = bind_vec(g, NM("post_ffw_norm.weight"), c->dim, 0, &L->post_ffn_norm, err))) return s;
+        }
 #undef NM
     }
     vq_str tmpl;
     if (vq_gguf_find(g, "tokenizer.chat_template") && vq_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL) == VQ_OK)
         m->chat_template = tmpl.ptr;   /* only its presence and a few markers are inspected */
+    else if (gemma)   /* Gemma files often carry none; the architecture fixes the turn format */
+        m->chat_template = VQ_CHAT_GEMMA;
     m->tok = vq_tokenizer_from_gguf(g, err);
     if (!m->tok) return err ? err->code : VQ_ERR_FORMAT;
     if (vq_tok_vocab_size(m->tok) != c->vocab_size)
@@ -180,6 +214,7 @@ static vq_status load_l2c(vq_model *m, const char *path, const char *tok_path, v
     c->n_heads = lc->n_heads; c->n_kv_heads = lc->n_kv_heads; c->vocab_size = lc->vocab_size;
     c->train_ctx = lc->seq_len; c->head_dim = lc->dim / lc->n_heads;
     c->norm_eps = 1e-5f; c->rope_base = 10000.0f; c->rope_dim = c->head_dim; c->rope_neox = 0;
+    c->emb_scale = 1.0f; c->rope_base_swa = c->rope_base;
     int d = c->dim, kvd = c->n_kv_heads * c->head_dim, h = c->hidden_dim;
     m->tok_embd = (vq_wmat){ w->token_embedding, VQ_TYPE_F32, c->vocab_size, d };
     m->output = (vq_wmat){ w->wcls, VQ_TYPE_F32, c->vocab_size, d };
@@ -197,6 +232,7 @@ static vq_status load_l2c(vq_model *m, const char *path, const char *tok_path, v
         L->w_gate = (vq_wmat){ w->w1 + (size_t)i * d * h, VQ_TYPE_F32, h, d };
         L->w_down = (vq_wmat){ w->w2 + (size_t)i * d * h, VQ_TYPE_F32, d, h };
         L->w_up = (vq_wmat){ w->w3 + (size_t)i * d * h, VQ_TYPE_F32, h, d };
+        L->rope_base = c->rope_base;
     }
     vq_err te;
     vq_err_clear(&te);
@@ -232,10 +268,11 @@ void vq_model_free(vq_model *m) {
     if (m->gguf) vq_gguf_close(m->gguf);
     if (m->l2c) vq_l2c_close(m->l2c);
     free(m->layers);
+    free(m->span);
     free(m);
 }
 
 vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx) {
-    vq_kv_dims d = { m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, n_ctx };
+    vq_kv_dims d = { m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, n_ctx, m->span };
     return d;
 }

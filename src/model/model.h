@@ -1,4 +1,4 @@
-/* model.h: a loaded language model (Llama family) and its forward pass.
+/* model.h: a loaded language model (Llama family, Gemma 3) and its forward pass.
  * Weights point into the mapped file (GGUF or llama2.c checkpoint); nothing is dequantized.
  * The forward pass hands K/V rows to a vq_kv cache and asks it for attention outputs: it never
  * reads K/V memory itself (ARCHITECTURE.md), so every codec plugs in without touching this code. */
@@ -15,6 +15,11 @@ typedef struct vq_model_config {
     float norm_eps, rope_base;
     int rope_dim;           /* dims rotated per head */
     int rope_neox;          /* 0: adjacent pairs (llama), 1: halves (neox) */
+    /* Gemma 3 (all off for Llama): */
+    float emb_scale;        /* embeddings multiplied by it (gemma: sqrt(dim)); 1 */
+    int ffn_gelu;           /* 0: SwiGLU (silu), 1: GeGLU (gelu, tanh form) */
+    int swa_window;         /* sliding-window layers see this many tokens (0: none) */
+    float rope_base_swa;    /* rope base of the sliding-window layers */
 } vq_model_config;
 
 typedef struct vq_wmat { const void *data; uint32_t type; int rows, cols; } vq_wmat; /* rows x cols */
@@ -23,6 +28,10 @@ typedef struct vq_layer_weights {
     const float *attn_norm, *ffn_norm;      /* dim */
     vq_wmat wq, wk, wv, wo, w_gate, w_up, w_down;
     const float *bq, *bk, *bv;              /* optional biases (NULL when absent) */
+    const float *q_norm, *k_norm;           /* head_dim: RMSNorm of each q/k head before RoPE (QK-norm) */
+    const float *post_attn_norm, *post_ffn_norm;   /* dim: RMSNorm of each branch's output */
+    int swa;                                /* 1: a sliding-window layer (cfg.swa_window) */
+    float rope_base;                        /* this layer's rope base */
 } vq_layer_weights;
 
 typedef struct vq_model {
@@ -31,6 +40,7 @@ typedef struct vq_model {
     vq_wmat output;                         /* vocab x dim (== tok_embd when tied) */
     const float *out_norm;
     vq_layer_weights *layers;
+    int *span;                              /* per layer: attention span for the cache (0: all) */
     vq_tokenizer *tok;
     const char *chat_template;              /* NULL when the file has none */
     size_t file_bytes;

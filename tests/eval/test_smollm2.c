@@ -6,98 +6,13 @@
  * the same float64 reference (fixture lines 'llamacpp_'): largest logit difference 0.35-0.70,
  * WikiText-2 perplexity +0.58%. With the weights dequantized to float instead (an experiment, not
  * shipped), our logits equal numpy's to 1e-4, so the remaining gap is activation quantization. */
-#include "eval/eval.h"
-#include "../vq_test.h"
+#include "logits_fixture.h"
 
 #define LOGIT_TOL 0.80      /* max |ours - numpy f64| over the checked logits (llama.cpp: 0.70) */
 #define LOGIT_MEAN_TOL 0.15 /* mean |ours - numpy| over the checked logits (measured: 0.11) */
 #define PPL_TOL_NUMPY 0.005 /* |ppl/numpy - 1|, f32 cache (measured +0.0042; llama.cpp's own: +0.0058) */
 #define PPL_TOL_LLAMACPP 0.003 /* |ppl/llama.cpp - 1| */
 #define GREEDY_MARGIN 0.5  /* greedy steps compared while numpy's top-1 lead is at least this */
-#define MAX_IDS 256
-
-static void check_logits(const vq_model *m, const char *path) {
-    FILE *f = fopen(path, "r");
-    CHECKF(f != NULL, "cannot open %s", path);
-    if (!f) return;
-    char *line = malloc(1 << 20);
-    int ids[MAX_IDS], n = 0, V = m->cfg.vocab_size, pos = -1;
-    float *logits = NULL;
-    char name[64] = "";
-    double worst = 0, sum_abs = 0; long n_cmp = 0;
-    while (fgets(line, 1 << 20, f)) {
-        char *p = line;
-        if (!strncmp(p, "case ", 5)) { sscanf(p + 5, "%63s", name); free(logits); logits = NULL; }
-        else if (!strncmp(p, "ids ", 4)) {
-            p += 4;
-            n = (int)strtol(p, &p, 10);
-            CHECK(n > 0 && n <= MAX_IDS);
-            for (int i = 0; i < n; i++) ids[i] = (int)strtol(p, &p, 10);
-            vq_err err; vq_err_clear(&err);
-            vq_kv_dims d = vq_model_kv_dims(m, 512);
-            vq_kv *kv = vq_kv_create_str("f32", &d, 1, &err);
-            vq_fwd *fw = vq_fwd_create(m, n, &err);
-            logits = malloc((size_t)n * V * sizeof(float));
-            CHECKF(kv && fw && vq_forward(m, fw, kv, ids, n, 0, logits, n, &err) == VQ_OK, "%s", err.msg);
-            vq_fwd_destroy(fw);
-            vq_kv_destroy(kv);
-        } else if (!strncmp(p, "pos ", 4)) pos = atoi(p + 4);
-        else if ((!strncmp(p, "top ", 4) || !strncmp(p, "samples ", 8)) && logits) {
-            int is_top = p[0] == 't';
-            p += is_top ? 4 : 8;
-            int k = (int)strtol(p, &p, 10);
-            const float *lg = logits + (size_t)pos * V;
-            for (int j = 0; j < k; j++) {
-                int id = (int)strtol(p, &p, 10);
-                double want = strtod(p, &p);
-                double diff = fabs(lg[id] - want);
-                worst = VQ_MAX(worst, diff); sum_abs += diff; n_cmp++;
-                if (is_top && j == 0)
-                    CHECKF(vq_argmax(lg, V) == id, "case %s pos %d: argmax %d, numpy %d", name, pos, vq_argmax(lg, V), id);
-            }
-        } else if (!strncmp(p, "greedy ", 7)) {
-            /* continue greedily; compare while numpy's top-1 margin is clear of the tolerance */
-            p += 7;
-            int k = (int)strtol(p, &p, 10), want[64];
-            for (int j = 0; j < k && j < 64; j++) want[j] = (int)strtol(p, &p, 10);
-            char *mline = malloc(1 << 16);
-            double margin[64] = { 0 };
-            if (fgets(mline, 1 << 16, f) && !strncmp(mline, "greedy_margin ", 14)) {
-                char *q = mline + 14;
-                strtol(q, &q, 10);
-                for (int j = 0; j < k && j < 64; j++) margin[j] = strtod(q, &q);
-            }
-            free(mline);
-            vq_err err; vq_err_clear(&err);
-            vq_kv_dims d = vq_model_kv_dims(m, 512);
-            vq_kv *kv = vq_kv_create_str("f16", &d, 1, &err);
-            vq_fwd *fw = vq_fwd_create(m, n, &err);
-            float *lg = malloc((size_t)V * sizeof(float));
-            vq_forward(m, fw, kv, ids, n, 0, lg, 1, &err);
-            int compared = 0;
-            for (int j = 0; j < k; j++) {
-                int got = vq_argmax(lg, V);
-                if (margin[j] < GREEDY_MARGIN) break;   /* a near-tie may flip; stop comparing */
-                CHECKF(got == want[j], "case %s greedy step %d: %d, numpy %d", name, j, got, want[j]);
-                compared++;
-                if (got != want[j]) break;
-                vq_forward(m, fw, kv, &got, 1, n + j, lg, 1, &err);
-            }
-            printf("case %s: greedy tokens equal numpy's for the first %d steps (until a margin < %.2f)\n", name, compared, GREEDY_MARGIN);
-            CHECK(compared >= 1);
-            free(lg);
-            vq_fwd_destroy(fw);
-            vq_kv_destroy(kv);
-        }
-    }
-    printf("logits vs numpy: %ld compared, max |diff| %.4f, mean |diff| %.4f\n", n_cmp, worst, sum_abs / VQ_MAX(n_cmp, 1));
-    CHECK(n_cmp > 300);
-    CHECKF(worst <= LOGIT_TOL, "max |diff| %.4f > %.2f", worst, LOGIT_TOL);
-    CHECKF(sum_abs / VQ_MAX(n_cmp, 1) <= LOGIT_MEAN_TOL, "mean |diff| %.4f > %.2f", sum_abs / n_cmp, LOGIT_MEAN_TOL);
-    free(logits);
-    free(line);
-    fclose(f);
-}
 
 static void check_wikitext(const vq_model *m, const char *ids_path, const char *ref_path, int slow_ok) {
     FILE *f = fopen(ids_path, "r");
@@ -194,7 +109,8 @@ int main(void) {
     CHECK(m->cfg.n_layers == 30 && m->cfg.dim == 576 && m->cfg.n_heads == 9 && m->cfg.n_kv_heads == 3 &&
           m->cfg.head_dim == 64 && m->cfg.vocab_size == 49152 && m->cfg.rope_base == 100000.0f);
     snprintf(p1, sizeof p1, "%s/tests/fixtures/smollm2_logits.txt", VQ_SOURCE_DIR);
-    check_logits(m, p1);
+    const vq_t_logit_tol tol = { LOGIT_TOL, LOGIT_MEAN_TOL, GREEDY_MARGIN, 256 };
+    vq_t_check_logits(m, p1, &tol);
     int sanitized = getenv("VQ_SANITIZER_BUILD") != NULL;
     snprintf(p1, sizeof p1, "%s/tests/fixtures/smollm2_wikitext_8k_ids.txt", VQ_SOURCE_DIR);
     snprintf(p2, sizeof p2, "%s/tests/fixtures/smollm2_wikitext_ppl.txt", VQ_SOURCE_DIR);

@@ -1,0 +1,113 @@
+/* logits_fixture.h: checks a model's logits against a reference-logits fixture (the record format
+ * of tests/fixtures/smollm2_logits.txt and gemma3_logits.txt; tests/fixtures/README.md). For every
+ * case: the logits at each 'pos' line (computed incrementally: the case's ids are fed up to that
+ * position, so a long case never holds more than one row of logits), every 'top' and 'samples'
+ * value within the tolerances, the argmax equal to the reference's, and the greedy continuation
+ * equal to the reference's while the reference's top-1 margin is at least greedy_margin. */
+#ifndef VQ_LOGITS_FIXTURE_H
+#define VQ_LOGITS_FIXTURE_H
+#include "eval/eval.h"
+#include "../vq_test.h"
+
+typedef struct vq_t_logit_tol {
+    double max_abs;        /* max |ours - reference| over every checked logit */
+    double mean_abs;       /* mean |ours - reference| */
+    double greedy_margin;  /* greedy steps compared while the reference's top-1 lead is >= this */
+    int max_ids;           /* longest case */
+} vq_t_logit_tol;
+
+static void vq_t_check_logits(const vq_model *m, const char *path, const vq_t_logit_tol *tol) {
+    FILE *f = fopen(path, "r");
+    CHECKF(f != NULL, "cannot open %s", path);
+    if (!f) return;
+    char *line = malloc(1 << 22);
+    const int V = m->cfg.vocab_size;
+    int *ids = malloc(sizeof(int) * (size_t)tol->max_ids), n = 0, pos = -1, fed = 0;
+    float *lg = malloc((size_t)V * sizeof(float));
+    char name[64] = "";
+    double worst = 0, sum_abs = 0;
+    long n_cmp = 0;
+    vq_err err;
+    vq_err_clear(&err);
+    vq_kv *kv = NULL;
+    vq_fwd *fw = NULL;
+    while (fgets(line, 1 << 22, f)) {
+        char *p = line;
+        if (!strncmp(p, "case ", 5)) sscanf(p + 5, "%63s", name);
+        else if (!strncmp(p, "ids ", 4)) {
+            p += 4;
+            n = (int)strtol(p, &p, 10);
+            CHECKF(n > 0 && n <= tol->max_ids, "case %s: %d ids", name, n);
+            if (n <= 0 || n > tol->max_ids) break;
+            for (int i = 0; i < n; i++) ids[i] = (int)strtol(p, &p, 10);
+            vq_kv_destroy(kv);
+            vq_fwd_destroy(fw);
+            vq_kv_dims d = vq_model_kv_dims(m, n + 64);
+            kv = vq_kv_create_str("f32", &d, 1, &err);
+            fw = vq_fwd_create(m, n, &err);
+            CHECKF(kv && fw, "%s", err.msg);
+            fed = 0;
+        } else if (!strncmp(p, "pos ", 4) && kv && fw) {
+            pos = atoi(p + 4);
+            CHECKF(pos >= fed && pos < n, "case %s: pos %d after %d fed of %d", name, pos, fed, n);
+            if (pos < fed || pos >= n) break;
+            CHECKF(vq_forward(m, fw, kv, ids + fed, pos + 1 - fed, fed, lg, 1, &err) == VQ_OK, "%s", err.msg);
+            fed = pos + 1;
+        } else if ((!strncmp(p, "top ", 4) || !strncmp(p, "samples ", 8)) && pos >= 0) {
+            int is_top = p[0] == 't';
+            p += is_top ? 4 : 8;
+            int k = (int)strtol(p, &p, 10);
+            for (int j = 0; j < k; j++) {
+                int id = (int)strtol(p, &p, 10);
+                double want = strtod(p, &p);
+                if (id < 0 || id >= V) { CHECKF(0, "case %s: id %d", name, id); break; }
+                double diff = fabs(lg[id] - want);
+                worst = VQ_MAX(worst, diff); sum_abs += diff; n_cmp++;
+                if (is_top && j == 0)
+                    CHECKF(vq_argmax(lg, V) == id, "case %s pos %d: argmax %d, reference %d", name, pos, vq_argmax(lg, V), id);
+            }
+        } else if (!strncmp(p, "greedy ", 7) && n > 0) {
+            p += 7;
+            int k = (int)strtol(p, &p, 10), want[64];
+            for (int j = 0; j < k && j < 64; j++) want[j] = (int)strtol(p, &p, 10);
+            double margin[64] = { 0 };
+            if (fgets(line, 1 << 22, f) && !strncmp(line, "greedy_margin ", 14)) {
+                char *q = line + 14;
+                strtol(q, &q, 10);
+                for (int j = 0; j < k && j < 64; j++) margin[j] = strtod(q, &q);
+            }
+            vq_kv_dims d = vq_model_kv_dims(m, n + 64);
+            vq_kv *gk = vq_kv_create_str("f16", &d, 1, &err);
+            vq_fwd *gf = vq_fwd_create(m, n, &err);
+            CHECKF(gk && gf && vq_forward(m, gf, gk, ids, n, 0, lg, 1, &err) == VQ_OK, "%s", err.msg);
+            int compared = 0;
+            for (int j = 0; gk && gf && j < k && j < 64; j++) {
+                int got = vq_argmax(lg, V);
+                if (margin[j] < tol->greedy_margin) break;   /* a near-tie may flip; stop comparing */
+                CHECKF(got == want[j], "case %s greedy step %d: %d, reference %d", name, j, got, want[j]);
+                compared++;
+                if (got != want[j]) break;
+                vq_forward(m, gf, gk, &got, 1, n + j, lg, 1, &err);
+            }
+            printf("case %s: greedy tokens equal the reference's for the first %d steps (until a margin < %.2f)\n",
+                   name, compared, tol->greedy_margin);
+            CHECK(compared >= 1);
+            vq_fwd_destroy(gf);
+            vq_kv_destroy(gk);
+            pos = -1;
+        }
+    }
+    printf("logits vs reference: %ld compared, max |diff| %.4f, mean |diff| %.4f\n", n_cmp, worst,
+           sum_abs / VQ_MAX(n_cmp, 1));
+    CHECK(n_cmp > 300);
+    CHECKF(worst <= tol->max_abs, "max |diff| %.4f > %.2f", worst, tol->max_abs);
+    CHECKF(sum_abs / VQ_MAX(n_cmp, 1) <= tol->mean_abs, "mean |diff| %.4f > %.2f", sum_abs / VQ_MAX(n_cmp, 1),
+           tol->mean_abs);
+    vq_kv_destroy(kv);
+    vq_fwd_destroy(fw);
+    free(lg);
+    free(ids);
+    free(line);
+    fclose(f);
+}
+#endif
