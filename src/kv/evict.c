@@ -198,6 +198,12 @@ size_t vq_evict_help(char *buf, size_t n) {
     return o;
 }
 
+size_t vq_evict_raw_bytes(const vq_kvg *g, int rows) {
+    if (!g->ev_attn || rows <= 0) return 0;
+    size_t cap = (size_t)VQ_MIN(g->dims.max_ctx, (rows + g->P - 1) / g->P * g->P);
+    return (size_t)g->n_slots * g->ev_nv * cap * sizeof(float);
+}
+
 /* ---- observation at append: new rows' scores start at 0 (knorm: the key norms) ---- */
 void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float *k) {
     float *sc = g->layers[local].ev_score;

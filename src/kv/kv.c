@@ -46,7 +46,7 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
         b += kv->st[0][l].state_bytes + kv->st[1][l].state_bytes;
         b += layer_fixed_bytes(kv) + (size_t)kv->layers[l].n_pages * kv->page_bytes;
     }
-    return b;
+    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
 }
 /* Rows coded (not in the window or the sink) once a layer has taken `rows` rows in order. */
 static int coded_at(const vq_kvg *kv, int rows) {
@@ -60,7 +60,7 @@ size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
     for (int l = 0; l < kv->dims.n_layers; l++)
         b += kv->st[0][l].state_bytes + kv->st[1][l].state_bytes + layer_fixed_bytes(kv) +
              pages * kv->page_bytes;
-    return b;
+    return b + vq_evict_raw_bytes(kv, rows);
 }
 
 /* Truncate a layer to positions < n: every sink and window row below n is kept, and the coded
@@ -134,6 +134,7 @@ void vq_kvg_destroy(vq_kvg *kv) {
     vq_aligned_free(kv->scratch);
     vq_aligned_free(kv->slot_busy);
     vq_aligned_free(kv->enc_tmp);
+    kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
     vq_aligned_free(kv->ev_tmp);
     vq_aligned_free(kv->ev_blk);
     vq_aligned_free(kv->off_k);
@@ -336,6 +337,16 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     vq_status rc = check_rows(kv, layer, pos0, n, k, "K", err);
     if (!rc) rc = check_rows(kv, layer, pos0, n, v, "V", err);
     if (rc) return rc;
+    if (kv->ev_attn && rows + n > kv->ev_raw_cap) {   /* the observer's buffer grows with the rows */
+        int cap = VQ_MIN(kv->dims.max_ctx, (rows + n + kv->P - 1) / kv->P * kv->P);
+        float *raw = kv_alloc(kv, vq_evict_raw_bytes(kv, cap));
+        if (!raw)
+            return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_append: layer %d: out of memory for the eviction "
+                              "observer (%zu bytes)", layer, vq_evict_raw_bytes(kv, cap));
+        kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
+        kv->ev_raw = raw;
+        kv->ev_raw_cap = cap;
+    }
 
     /* attention sink: the leading rows whose position is < S stay in full precision for good */
     const size_t w = (size_t)kv->H * kv->d;

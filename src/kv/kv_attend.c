@@ -227,11 +227,10 @@ static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const tas
 
 /* Bytes of one task's scratch for nv query vectors (every buffer 64-byte aligned). The full-
  * precision rows are taken in chunks of at most P rows, so P bounds the score buffer. */
-static size_t obs_bytes(const vq_kvg *kv, int nv) {
+static size_t obs_bytes(const vq_kvg *kv, int nv) {   /* the block table (the weights: ev_raw) */
     if (!kv->ev_attn) return 0;
     const int nblk = kv->ev_nblk;
-    return al64((size_t)nv * kv->ev_cap * sizeof(float)) + al64((size_t)nblk * nv * sizeof(float)) +
-           2 * al64((size_t)nblk * sizeof(int));
+    return al64((size_t)nblk * nv * sizeof(float)) + 2 * al64((size_t)nblk * sizeof(int));
 }
 static size_t task_bytes(const vq_kvg *kv, int nv) {
     const vq_codec_state *sk = &kv->st[VQ_SIDE_K][0], *sv = &kv->st[VQ_SIDE_V][0];
@@ -248,6 +247,7 @@ static size_t task_bytes(const vq_kvg *kv, int nv) {
  * that decode never allocates (kv.c calls this at create). */
 vq_status vq_kvg_scratch_init(vq_kvg *kv) {
     kv->n_slots = VQ_MAX(1, omp_get_max_threads());
+    kv->ev_nv = QCHUNK * kv->G;
     /* blocks one pass meets: the pages, then the window and the sink in chunks of P rows */
     kv->ev_nblk = kv->page_cap + (kv->win_cap + kv->P - 1) / kv->P + (kv->S + kv->P - 1) / kv->P + 2;
     kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G));
@@ -320,7 +320,7 @@ static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, cons
     }
 }
 
-static void run_task(const task *t, uint8_t *mem) {
+static void run_task(const task *t, uint8_t *mem, float *raw) {
     const vq_kvg *kv = t->kv;
     const vq_kv_layer *L = t->L;
     const vq_codec_state *sk = &kv->st[VQ_SIDE_K][t->layer], *sv = &kv->st[VQ_SIDE_V][t->layer];
@@ -341,13 +341,13 @@ static void run_task(const task *t, uint8_t *mem) {
     float *tmp = (float *)(void *)p; p += al64((size_t)d * sizeof(float));
     int32_t *wpos = (int32_t *)(void *)p; p += al64((size_t)smax * sizeof(int32_t));
     obs ob0, *ob = NULL;
-    if (kv->ev_attn && L->ev_score) {
-        ob0.raw = (float *)(void *)p; p += al64((size_t)nv * kv->ev_cap * sizeof(float));
+    if (kv->ev_attn && L->ev_score && raw) {
+        ob0.raw = raw;
         ob0.bm = (float *)(void *)p; p += al64((size_t)kv->ev_nblk * nv * sizeof(float));
         ob0.b0 = (int *)(void *)p; p += al64((size_t)kv->ev_nblk * sizeof(int));
         ob0.bn = (int *)(void *)p;
         ob0.nblk = 0;
-        ob0.cap = kv->ev_cap;
+        ob0.cap = kv->ev_raw_cap;
         ob0.nv = nv;
         ob = &ob0;
     }
@@ -419,14 +419,19 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int n_q, const i
             if (!__atomic_exchange_n(&kv->slot_busy[j], 1, __ATOMIC_ACQUIRE)) slot = j;
         uint8_t *mem = slot >= 0 ? kv->scratch + (size_t)slot * kv->slot_bytes
                                  : vq_aligned_alloc(kv->slot_bytes);
-        if (!mem) {
+        const size_t rawn = (size_t)kv->ev_nv * kv->ev_raw_cap;
+        float *raw = !kv->ev_raw ? NULL : slot >= 0 ? kv->ev_raw + (size_t)slot * rawn
+                                                    : vq_aligned_alloc(rawn * sizeof(float));
+        if (!mem || (kv->ev_raw && !raw)) {
+            if (slot < 0) { vq_aligned_free(mem); vq_aligned_free(raw); }
+            else __atomic_store_n(&kv->slot_busy[slot], 0, __ATOMIC_RELEASE);
 #pragma omp atomic write
             failed = 1;
             continue;
         }
-        run_task(&t, mem);
+        run_task(&t, mem, raw);
         if (slot >= 0) __atomic_store_n(&kv->slot_busy[slot], 0, __ATOMIC_RELEASE);
-        else vq_aligned_free(mem);
+        else { vq_aligned_free(mem); vq_aligned_free(raw); }
     }
     if (failed) return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_attend: layer %d: out of memory for "
                                   "scratch (n_q=%d)", layer, n_q);

@@ -117,6 +117,9 @@ typedef struct vq_kvg {
     uint64_t ev_seed;      /* keyformer's noise */
     long ev_dropped;       /* rows evicted so far, all layers of the group */
     int ev_nblk;           /* per-task block table entries (kv_attend.c) */
+    float *ev_raw;         /* the observer's weights: n_slots x ev_nv x ev_raw_cap floats, grown
+                              (by append, in pages of P rows) to the most rows a layer has held */
+    int ev_nv, ev_raw_cap;
     float *ev_tmp;         /* eviction scratch: 2 x ev_cap floats (row scores, pooling) */
     struct vq_evict_blk { float s; int b; } *ev_blk;   /* ev_cap candidate blocks */
 } vq_kvg;
@@ -159,6 +162,7 @@ size_t vq_evict_help(char *buf, size_t n);
 int vq_evict_needs_attn(const vq_evict_cfg *ev);
 int vq_evict_needs_knorm(const vq_evict_cfg *ev);
 int vq_evict_gumbel(const vq_evict_cfg *ev);
+size_t vq_evict_raw_bytes(const vq_kvg *g, int rows);   /* the observer's buffer for rows held */
 void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float *k);
 /* One eviction step of a group layer: drop rows down to the layer's budget (next_pos: the next
  * position to be appended). Returns rows dropped. */
