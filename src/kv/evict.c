@@ -373,10 +373,11 @@ void vq_kv_evict_begin(vq_kv *kv, int pos0, int n) {
         /* which queries feed the scores: a prompt's last obs (snapkv), the last (tova), or all */
         if (n > 1) g->ev_obs_from = (f & EV_WINDOWED) ? pos0 + n - g->ev.obs : (f & EV_RESET) ? pos0 + n - 1 : 0;
         else g->ev_obs_from = 0;
-        if (f & EV_RESET)
+        if (f & EV_RESET)   /* the rows held now (appended rows start at 0 anyway) */
             for (int l = 0; l < g->dims.n_layers; l++) {
                 vq_kv_layer *L = &g->layers[l];
-                memset(L->ev_score, 0, (size_t)g->H * g->ev_cap * sizeof(float));
+                const size_t nr = (size_t)(L->n_coded + L->win_count);
+                for (int h = 0; h < g->H; h++) memset(L->ev_score + (size_t)h * g->ev_cap, 0, nr * sizeof(float));
             }
     }
 }
