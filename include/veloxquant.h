@@ -374,6 +374,14 @@ VQ_API vq_status vq_bench_rss(const vq_model *m, const vq_kv_spec *spec, const i
                               const int *ctxs, int n_ctxs, int batch, uint64_t seed,
                               vq_rss_point *out, vq_rss_result *res, vq_err *err);
 
+/* Token eviction's score fidelity (docs/eviction.md): per spec (each with evict=POLICY and a
+ * budget covering every row) and layer, Spearman's rank correlation of the policy's scores after
+ * the text's first `at` tokens with the attention the next `future` tokens' queries pay to those
+ * rows (measured by an evict=h2o cache of the same codec). rho[n_specs * n_layers]. */
+VQ_API vq_status vq_evict_correlation(const vq_model *m, const vq_kv_spec *const *specs, int n_specs,
+                                      const int *tok, int n_tok, int at, int future, double *rho,
+                                      vq_err *err);
+
 /* Passkey retrieval (docs/needle.md): a number hidden at a depth of filler text. */
 typedef enum vq_needle_fill { VQ_NEEDLE_CLASSIC = 0, VQ_NEEDLE_TEXT = 1 } vq_needle_fill;
 typedef enum vq_needle_fmt { VQ_NEEDLE_PLAIN = 0, VQ_NEEDLE_CHAT = 1 } vq_needle_fmt;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# fuzz.sh: fuzz the model-file readers, the tokenizers, the kv state reader and the server's request
-# parser. Builds the libFuzzer targets (fuzz_gguf, fuzz_l2c_vocab, fuzz_tokenizer, fuzz_kv_state,
-# fuzz_server) with
+# fuzz.sh: fuzz the model-file readers, the tokenizers, the kv state reader, the kv spec parser and
+# the server's request parser. Builds the libFuzzer targets (fuzz_gguf, fuzz_l2c_vocab, fuzz_tokenizer,
+# fuzz_kv_state, fuzz_kv_spec, fuzz_server) with
 # clang + ASan/UBSan in build-fuzz, seeds their corpora with small valid files (written by
 # tests/fuzz/gen_fuzz_seeds.c; plus the first 4 KiB of the SmolLM2 model when it was fetched;
 # fuzz_kv_state writes its own valid kv streams when run with VQ_FUZZ_WRITE_SEEDS=DIR) and
@@ -20,11 +20,11 @@ crashes=fuzz-corpus/crashes
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
 CC=clang CXX=clang++ cmake -S . -B "$build" -DVQ_FUZZ=ON -DVQ_SANITIZE=ON \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-g" >/dev/null
-cmake --build "$build" -j2 --target fuzz_gguf fuzz_l2c_vocab fuzz_tokenizer fuzz_kv_state fuzz_server gen_fuzz_seeds
+cmake --build "$build" -j2 --target fuzz_gguf fuzz_l2c_vocab fuzz_tokenizer fuzz_kv_state fuzz_kv_spec fuzz_server gen_fuzz_seeds
 
-mkdir -p "$crashes" fuzz-corpus/gguf fuzz-corpus/vocab fuzz-corpus/tok fuzz-corpus/kvstate fuzz-corpus/server
-rm -rf fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab fuzz-corpus/seeds-tok fuzz-corpus/seeds-kvstate fuzz-corpus/seeds-server
-mkdir -p fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab fuzz-corpus/seeds-tok fuzz-corpus/seeds-kvstate fuzz-corpus/seeds-server
+mkdir -p "$crashes" fuzz-corpus/gguf fuzz-corpus/vocab fuzz-corpus/tok fuzz-corpus/kvstate fuzz-corpus/kvspec fuzz-corpus/server
+rm -rf fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab fuzz-corpus/seeds-tok fuzz-corpus/seeds-kvstate fuzz-corpus/seeds-kvspec fuzz-corpus/seeds-server
+mkdir -p fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab fuzz-corpus/seeds-tok fuzz-corpus/seeds-kvstate fuzz-corpus/seeds-kvspec fuzz-corpus/seeds-server
 printf 'Hello, world! 12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80\n\n  x' > fuzz-corpus/seeds-tok/mixed
 printf '<|im_start|>user\nWhat is 3.14?<|im_end|>\n' > fuzz-corpus/seeds-tok/chat
 printf '\xff\xfe\xc0\x80 broken \xe2\x82' > fuzz-corpus/seeds-tok/invalid
@@ -33,6 +33,12 @@ printf '\xff\xfe\xc0\x80 broken \xe2\x82' > fuzz-corpus/seeds-tok/invalid
 printf '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_tokens":16,"temperature":0.7,"top_p":0.9,"seed":42,"stop":["\\n","END"],"stream":true,"stream_options":{"include_usage":true},"kv":"q4_0:rotate=1;sink=4,window=64"}' > fuzz-corpus/seeds-server/chat
 printf '{"prompt":["Once upon a time"],"max_tokens":8,"stop":"x","kv":"k=turboquant_mse:bits=4;v=q8_0","n":1,"user":"u","top_k":40,"min_p":0.05,"max_completion_tokens":null}' > fuzz-corpus/seeds-server/completion
 printf '{"prompt":"caf\xc3\xa9 \\u00e9\\ud83d\\ude00","max_tokens":1e3,"temperature":true,"kv":"q4_0@0,-1=f16","x":[1,{"a":null}]}' > fuzz-corpus/seeds-server/odd
+i=0
+for sp in 'f16' 'turboquant_mse:k=4,v=4;evict=h2o,budget=0.5,every=2' 'kivi:bits=2,group=32;evict=snapkv,budget=24,obs=8' \
+          'q4_0;window=8,sink=2;evict=knorm,budget=16,recent=4' 'q8_0@0,-1=f16;evict=tova,budget=0.25' \
+          'f32;evict=keyformer,budget=20,tau=0.5' 'f16;evict=pyramidkv,budget=30,slope=1.0'; do
+    printf '%s' "$sp" > fuzz-corpus/seeds-kvspec/s$i; i=$((i + 1))
+done
 VQ_FUZZ_WRITE_SEEDS=fuzz-corpus/seeds-kvstate "$build/fuzz_kv_state"
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -r "$model" ]; then
@@ -46,7 +52,8 @@ status=0
 # (a kv stream of the fuzzed cache filled to its 64 rows is 22858 bytes)
 for spec in "fuzz_gguf gguf seeds-gguf -max_len=8192 -dict=tests/fuzz/gguf.dict" \
             "fuzz_l2c_vocab vocab seeds-vocab -max_len=8192" "fuzz_tokenizer tok seeds-tok -max_len=8192" \
-            "fuzz_kv_state kvstate seeds-kvstate -max_len=32768" "fuzz_server server seeds-server -max_len=4096"; do
+            "fuzz_kv_state kvstate seeds-kvstate -max_len=32768" "fuzz_kv_spec kvspec seeds-kvspec -max_len=600" \
+            "fuzz_server server seeds-server -max_len=4096"; do
     set -- $spec
     target=$1; corpus=fuzz-corpus/$2; seeds=fuzz-corpus/$3; shift 3
     echo "fuzz.sh: fuzzing $target for ${secs}s with ${jobs} job(s)"

@@ -18,12 +18,14 @@ static const char *main_help =
     "  bench-kernels  decode-attention and encode speed per KV codec (vs f16, vs memcpy)\n"
     "  kv-fidelity  per-layer key cosine, attention KL and output error of KV codecs on real rows\n"
     "  needle       passkey retrieval: a number hidden at a depth of filler text, per KV arm\n"
+    "  evict-corr   Spearman correlation of eviction policies' scores with later queries' attention\n"
     "  serve        an OpenAI-compatible HTTP server: many conversations, compressed caches, batched decode\n";
 
 static const struct { const char *name; int (*run)(int, char **); } commands[] = {
     { "generate", cmd_generate },   { "perplexity", cmd_perplexity },       { "bench", cmd_bench },
     { "info", cmd_info },           { "tokenize", cmd_tokenize },           { "bench-kernels", cmd_bench_kernels },
     { "kv-fidelity", cmd_kv_fidelity }, { "needle", cmd_needle },       { "serve", cmd_serve },
+    { "evict-corr", cmd_evict_corr },
 };
 
 int main(int argc, char **argv) {

@@ -51,14 +51,20 @@ vq_status vq_bench_run(const vq_model *m, const vq_bench_params *p, vq_bench_sam
                 vq_kv *kv = vq_kv_create(p->specs[a], &dims, p->kv_seed, err);
                 if (!kv) { s = err->code; break; }
                 double t0 = vq_now_s();
+                /* an evicting spec runs its schedule as a session would: a step when the prompt
+                 * ends, then every N decode steps (inside the timed regions: it is their cost) */
+                vq_kv_evict_begin(kv, 0, ctx);
                 for (int i = 0; i < ctx && !s; i += p->batch) {
                     int nb = VQ_MIN(p->batch, ctx - i);
                     s = vq_forward(m, f, kv, tok + i, nb, i, i + nb == ctx ? logits : NULL, 1, err);
                 }
+                vq_kv_evict_end(kv, 0, ctx);
                 double t1 = vq_now_s();
                 int next = vq_argmax(logits, m->cfg.vocab_size);
                 for (int g = 0; g < p->n_gen && !s; g++) {
+                    vq_kv_evict_begin(kv, ctx + g, 1);
                     s = vq_forward(m, f, kv, &next, 1, ctx + g, logits, 1, err);
+                    vq_kv_evict_end(kv, ctx + g, 1);
                     next = vq_argmax(logits, m->cfg.vocab_size);
                 }
                 double t2 = vq_now_s();
@@ -137,7 +143,9 @@ vq_status vq_bench_rss_fill(const vq_model *m, const vq_kv_spec *spec, const int
     double t0 = vq_now_s();
     for (int i = 0, c = 0; !s && c < n_ctxs;) {
         int nb = VQ_MIN(batch, ctxs[c] - i);
+        vq_kv_evict_begin(kv, i, nb);   /* an evicting spec: a step after each chunk (a prompt) */
         s = vq_forward(m, f, kv, tok + i, nb, i, NULL, 1, err);
+        if (!s) vq_kv_evict_end(kv, i, nb);
         i += nb;
         if (!s && i == ctxs[c]) {
             out[c] = (vq_bench_rss_point){ ctxs[c], vq_kv_bytes(kv), vq_kv_bits_per_elem(kv), vq_rss_bytes(), 0 };

@@ -29,10 +29,13 @@ static uint64_t mix_seed(uint64_t seed, int layer, int side) {
     return z ^ (z >> 31);
 }
 
+static size_t ev_score_bytes(const vq_kvg *kv) {   /* a layer's eviction scores */
+    return kv->ev.pol && kv->ev_cap ? (size_t)kv->H * kv->ev_cap * sizeof(float) : 0;
+}
 static size_t layer_fixed_bytes(const vq_kvg *kv) {
     size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
     return (size_t)kv->page_cap * (sizeof(uint8_t *) + sizeof(int32_t)) +
-           (size_t)(kv->win_cap + kv->S) * (2 * wrow + sizeof(int32_t));
+           (size_t)(kv->win_cap + kv->S) * (2 * wrow + sizeof(int32_t)) + ev_score_bytes(kv);
 }
 
 size_t vq_kvg_bytes(const vq_kvg *kv) {
@@ -43,7 +46,7 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
         b += kv->st[0][l].state_bytes + kv->st[1][l].state_bytes;
         b += layer_fixed_bytes(kv) + (size_t)kv->layers[l].n_pages * kv->page_bytes;
     }
-    return b;
+    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
 }
 /* Rows coded (not in the window or the sink) once a layer has taken `rows` rows in order. */
 static int coded_at(const vq_kvg *kv, int rows) {
@@ -57,15 +60,19 @@ size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
     for (int l = 0; l < kv->dims.n_layers; l++)
         b += kv->st[0][l].state_bytes + kv->st[1][l].state_bytes + layer_fixed_bytes(kv) +
              pages * kv->page_bytes;
-    return b;
+    return b + vq_evict_raw_bytes(kv, rows);
 }
 
-/* Rows a layer would keep if truncated to positions < n: every sink and window row below n, and
- * the coded rows below n rounded down to a whole block (a block is coded as a unit). */
+/* Truncate a layer to positions < n: every sink and window row below n is kept, and the coded
+ * rows below n rounded down to a whole block (a block is coded as a unit). Returns the position
+ * boundary the layer then holds everything it held below: n, lowered to the first position below
+ * n that had to go with its block, and to one past the highest position held (without eviction,
+ * that is the row count). dry: only compute it. */
 int vq_kvg_truncate(vq_kvg *kv, int local, int n, int dry) {
     vq_kv_layer *L = &kv->layers[local];
-    int sk = 0;
+    int sk = 0, top = -1;
     while (sk < L->sink_count && L->sink_pos[sk] < n) sk++;
+    for (int i = 0; i < L->sink_count; i++) top = VQ_MAX(top, L->sink_pos[i]);
     int c = 0;   /* first coded row at or past n */
     while (c < L->n_coded) {
         const int32_t *pp = (const int32_t *)(const void *)L->pages[c / kv->P];
@@ -75,14 +82,27 @@ int vq_kvg_truncate(vq_kvg *kv, int local, int n, int dry) {
     int ck = c / kv->rpb_store * kv->rpb_store, wk = 0;
     if (ck == L->n_coded)
         while (wk < L->win_count && L->win_pos[(L->win_start + wk) % kv->win_cap] < n) wk++;
-    if (dry) return sk + ck + wk;
+    int bound = n;
+    for (int r = ck; r < L->n_coded; r++) {
+        int32_t p = ((const int32_t *)(const void *)L->pages[r / kv->P])[r % kv->P];
+        top = VQ_MAX(top, p);
+        if (r < c) bound = VQ_MIN(bound, p);
+    }
+    for (int r = 0; r < ck; r++) top = VQ_MAX(top, ((const int32_t *)(const void *)L->pages[r / kv->P])[r % kv->P]);
+    for (int i = 0; i < L->win_count; i++) {
+        int32_t p = L->win_pos[(L->win_start + i) % kv->win_cap];
+        top = VQ_MAX(top, p);
+        if (i >= wk && p < n) bound = VQ_MIN(bound, p);
+    }
+    bound = VQ_MIN(bound, top + 1);
+    if (dry) return bound;
     L->sink_count = sk;
     L->n_coded = ck;
     L->win_count = wk;
     int need = (ck + kv->P - 1) / kv->P;
     for (int p = need; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
     L->n_pages = VQ_MIN(L->n_pages, need);
-    return sk + ck + wk;
+    return bound;
 }
 
 int vq_kvg_rows(const vq_kvg *kv, int l) {
@@ -103,6 +123,7 @@ void vq_kvg_destroy(vq_kvg *kv) {
         kv_free(kv, L->sink_k, (size_t)kv->S * wrow);
         kv_free(kv, L->sink_v, (size_t)kv->S * wrow);
         kv_free(kv, L->sink_pos, (size_t)kv->S * sizeof(int32_t));
+        kv_free(kv, L->ev_score, ev_score_bytes(kv));
     }
     for (int s = 0; s < 2; s++) {
         for (int l = 0; kv->st[s] && l < kv->dims.n_layers; l++)
@@ -113,6 +134,9 @@ void vq_kvg_destroy(vq_kvg *kv) {
     vq_aligned_free(kv->scratch);
     vq_aligned_free(kv->slot_busy);
     vq_aligned_free(kv->enc_tmp);
+    kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
+    vq_aligned_free(kv->ev_tmp);
+    vq_aligned_free(kv->ev_blk);
     vq_aligned_free(kv->off_k);
     vq_aligned_free(kv->off_v);
     vq_aligned_free(kv->gl);
@@ -141,6 +165,11 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
     kv->G = D->n_heads / D->n_kv_heads;
     kv->d = D->head_dim;
     kv->wprec = sp.wprec;
+    kv->ev = sp.ev;
+    kv->ev_cap = sp.ev.pol ? D->max_ctx : 0;
+    kv->ev_attn = vq_evict_needs_attn(&sp.ev);
+    kv->n_layers_all = D->n_layers;   /* the group's; the router sets the cache's */
+    kv->ev_seed = mix_seed(seed, -1, 7);
     const int NL = D->n_layers;
     kv->gl = vq_aligned_alloc((size_t)NL * sizeof(int));
     if (!kv->gl) goto nomem;
@@ -219,6 +248,16 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
             L->sink_pos = kv_alloc(kv, (size_t)kv->S * sizeof(int32_t));
             if (!L->sink_k || !L->sink_v || !L->sink_pos) goto nomem;
         }
+        if (ev_score_bytes(kv)) {
+            L->ev_score = kv_alloc(kv, ev_score_bytes(kv));
+            if (!L->ev_score) goto nomem;
+            memset(L->ev_score, 0, ev_score_bytes(kv));
+        }
+    }
+    if (kv->ev.pol) {   /* eviction scratch (like enc_tmp: outside the tally, in scratch_bytes) */
+        kv->ev_tmp = vq_aligned_alloc(2 * (size_t)kv->ev_cap * sizeof(float));
+        kv->ev_blk = vq_aligned_alloc((size_t)kv->ev_cap * sizeof *kv->ev_blk);
+        if (!kv->ev_tmp || !kv->ev_blk) goto nomem;
     }
     if (vq_kvg_scratch_init(kv)) goto nomem;
     kv->enc_tmp = vq_aligned_alloc((size_t)kv->rpb_store * kv->d * sizeof(float));
@@ -298,6 +337,16 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     vq_status rc = check_rows(kv, layer, pos0, n, k, "K", err);
     if (!rc) rc = check_rows(kv, layer, pos0, n, v, "V", err);
     if (rc) return rc;
+    if (kv->ev_attn && rows + n > kv->ev_raw_cap) {   /* the observer's buffer grows with the rows */
+        int cap = VQ_MIN(kv->dims.max_ctx, (rows + n + kv->P - 1) / kv->P * kv->P);
+        float *raw = kv_alloc(kv, vq_evict_raw_bytes(kv, cap));
+        if (!raw)
+            return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_append: layer %d: out of memory for the eviction "
+                              "observer (%zu bytes)", layer, vq_evict_raw_bytes(kv, cap));
+        kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
+        kv->ev_raw = raw;
+        kv->ev_raw_cap = cap;
+    }
 
     /* attention sink: the leading rows whose position is < S stay in full precision for good */
     const size_t w = (size_t)kv->H * kv->d;
@@ -315,6 +364,7 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     n -= ns;
 
     const int total = L->win_count + n, rpb = kv->rpb_store, d = kv->d;
+    const int idx0 = L->n_coded + L->win_count;   /* storage index of the first new row */
     const int F = total >= kv->R + rpb ? (total - kv->R) / rpb * rpb : 0;   /* rows to encode */
     /* allocate every page this append needs first, so a failure changes nothing */
     int need = (L->n_coded + F + kv->P - 1) / kv->P;
@@ -369,6 +419,7 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
         L->win_pos[slot] = pos0 + i;
         L->win_count++;
     }
+    vq_evict_observe_append(kv, local, idx0, n, k);
     return VQ_OK;
 }
 

@@ -84,6 +84,24 @@ const char *vq_kv_layer_spec(const vq_kv *kv, int layer);   /* normalized spec s
  * (slow; for tests that check the codec path against what the cache holds). */
 void vq_kv_set_ref_attend(vq_kv *kv, int on);
 
+/* ---- token eviction (evict.c; docs/eviction.md): spec keys evict=POLICY,budget=B,... ----
+ * Rows keep their true positions; an eviction step drops coded rows (whole code blocks) down to
+ * the layer's budget, never the sinks (positions < sinks), the recent rows (positions >=
+ * next_pos - recent), the full-precision window or sink=S rows; the pages are compacted and the
+ * ones left empty freed (vq_kv_bytes and the tally follow). The session brackets every run of
+ * tokens with begin/end: end runs a step when a prompt (n > 1) ends and every `every` decode
+ * steps. */
+int  vq_kv_evicting(const vq_kv *kv);                   /* some layer has an eviction policy */
+void vq_kv_evict_begin(vq_kv *kv, int pos0, int n);     /* n tokens at pos0.. are about to run */
+long vq_kv_evict_end(vq_kv *kv, int pos0, int n);       /* they ran: a step if due; rows dropped */
+long vq_kv_evict_now(vq_kv *kv, int next_pos);          /* a step now (tests, tools) */
+long vq_kv_evicted(const vq_kv *kv);                    /* rows dropped so far, all layers */
+/* Drop exactly the coded rows at the listed positions (whole code blocks only, else VQ_ERR_ARG). */
+vq_status vq_kv_evict_positions(vq_kv *kv, int layer, const int32_t *pos, int n, vq_err *err);
+/* The policy's score of every coded and window row of a layer, storage order (as vq_kv_read
+ * lists them, sinks excluded; higher = kept); pos (optional) gets their positions. */
+vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *pos, vq_err *err);
+
 /* ---- state: the cache's contents as a byte stream (kv_state.c; docs/state-format.md) ----
  * The stream holds the codes exactly as stored (pages in use), the full-precision window (oldest
  * row first) and the sink rows, with every row's position; codec states are not in it (they are

@@ -16,11 +16,22 @@
 typedef struct task {
     const vq_kvg *kv;
     const vq_kv_layer *L;
-    int layer, h, q0, nq, span;
+    int layer, h, q0, nq, span;   /* span: the layer's attention span (0: unbounded) */
+    int shared, gumbel;        /* eviction: other tasks add to this head's scores; keyformer */
     const int *q_pos;
     const float *q;
     float *out;
 } task;
+
+/* Eviction's observer (kv->ev_attn): the softmax weights of every block as computed, with the
+ * block's running max, so that once the pass ends they are rescaled to the final softmax
+ * (w * exp(m_block - m) / l) and added to the layer's scores: no second pass over the codes. */
+typedef struct obs {
+    float *raw;                /* nv x ev_cap weights, [j * cap + storage index] */
+    float *bm;                 /* per block: nv running maxima */
+    int *b0, *bn;              /* per block: first storage index, rows */
+    int nblk, cap, nv;
+} obs;
 
 typedef struct sm {            /* online-softmax state of nv query vectors */
     int nv, G, acc_stride, d, span;
@@ -179,9 +190,20 @@ static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* Full-precision rows (the recent window, a ring, or the sink, start 0): scored, softmaxed and
  * summed directly into accw. Row r of the block is slot (start + r) % cap. */
+static void obs_record(obs *ob, const sm *s, const float *S, int rows, int idx0) {
+    if (!ob || idx0 < 0) return;
+    for (int j = 0; j < s->nv; j++) {
+        memcpy(ob->raw + (size_t)j * ob->cap + idx0, S + (size_t)j * rows, (size_t)rows * sizeof(float));
+        ob->bm[(size_t)ob->nblk * s->nv + j] = s->m[j];
+    }
+    ob->b0[ob->nblk] = idx0;
+    ob->bn[ob->nblk] = rows;
+    ob->nblk++;
+}
+
 static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const task *t,
                      const void *kb, const void *vb, const int32_t *posb, int start, int cap,
-                     int count, const int *qpos) {
+                     int count, const int *qpos, obs *ob, int idx0) {
     const int d = kv->d, G = kv->G, nh = kv->dims.n_heads, nv = s->nv;
     const size_t w = (size_t)kv->H * d, hoff = (size_t)t->h * d;
     const int f16 = kv->wprec == 16;
@@ -195,6 +217,7 @@ static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const tas
     }
     for (int r = 0; r < count; r++) wpos[r] = posb[(start + r) % cap];
     softmax_update(s, S, count, wpos, qpos);
+    obs_record(ob, s, S, count, idx0);
     for (int r = 0; r < count; r++) {
         size_t row = (size_t)((start + r) % cap) * w + hoff;
         for (int j = 0; j < nv; j++) {
@@ -208,6 +231,11 @@ static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const tas
 
 /* Bytes of one task's scratch for nv query vectors (every buffer 64-byte aligned). The full-
  * precision rows are taken in chunks of at most P rows, so P bounds the score buffer. */
+static size_t obs_bytes(const vq_kvg *kv, int nv) {   /* the block table (the weights: ev_raw) */
+    if (!kv->ev_attn) return 0;
+    const int nblk = kv->ev_nblk;
+    return al64((size_t)nblk * nv * sizeof(float)) + 2 * al64((size_t)nblk * sizeof(int));
+}
 static size_t task_bytes(const vq_kvg *kv, int nv) {
     const vq_codec_state *sk = &kv->st[VQ_SIDE_K][0], *sv = &kv->st[VQ_SIDE_V][0];
     const size_t qsb = al64(VQ_MAX(sk->qstate_bytes, 1));
@@ -216,20 +244,87 @@ static size_t task_bytes(const vq_kvg *kv, int nv) {
     return nv * qsb + al64(nv * sizeof(void *)) * 2 + al64((size_t)nv * smax * sizeof(float)) +
            2 * al64(nv * sizeof(float)) + (size_t)nv * acc_stride * sizeof(float) +
            al64((size_t)nv * d * sizeof(float)) + al64((size_t)d * sizeof(float)) +
-           al64((size_t)smax * sizeof(int32_t));
+           al64((size_t)smax * sizeof(int32_t)) + obs_bytes(kv, nv);
 }
 
 /* The group's attention scratch: one slot per thread attention may use, made with the cache so
  * that decode never allocates (kv.c calls this at create). */
 vq_status vq_kvg_scratch_init(vq_kvg *kv) {
     kv->n_slots = VQ_MAX(1, omp_get_max_threads());
+    kv->ev_nv = QCHUNK * kv->G;
+    /* blocks one pass meets: the pages, then the window and the sink in chunks of P rows */
+    kv->ev_nblk = kv->page_cap + (kv->win_cap + kv->P - 1) / kv->P + (kv->S + kv->P - 1) / kv->P + 2;
     kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G));
     kv->scratch = vq_aligned_alloc((size_t)kv->n_slots * kv->slot_bytes);
     kv->slot_busy = vq_aligned_alloc((size_t)kv->n_slots * sizeof(int));
     return kv->scratch && kv->slot_busy ? VQ_OK : VQ_ERR_NOMEM;
 }
 
-static void run_task(const task *t, uint8_t *mem) {
+/* keyformer's noise: a Gumbel sample from a hash of (seed, layer, query position, head, row) */
+static float gumbel(uint64_t seed, int layer, int qp, int hq, int idx) {
+    uint64_t z = seed ^ ((uint64_t)(uint32_t)layer << 48) ^ ((uint64_t)(uint32_t)qp << 20) ^
+                 ((uint64_t)(uint32_t)hq << 8) ^ ((uint64_t)(uint32_t)idx * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double u = ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+    return (float)-log(-log(u));
+}
+
+/* The observed weights, rescaled to the final softmax, into the layer's scores for this head
+ * (summed over the group's query heads and the observed query rows). */
+static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, const int *qpos) {
+    float *dst = t->L->ev_score + (size_t)t->h * kv->ev_cap;
+    const int gum = t->gumbel;
+    for (int j = 0; j < s->nv; j++) {
+        const int qp = qpos[j / s->G];
+        if (qp < kv->ev_obs_from || s->l[j] <= 0.0f) continue;
+        float *raw = ob->raw + (size_t)j * ob->cap;
+        const float inv = 1.0f / s->l[j];
+        for (int b = 0; b < ob->nblk; b++) {   /* to the final softmax, in place */
+            const float mb = ob->bm[(size_t)b * s->nv + j];
+            const float f = mb == -INFINITY ? 0.0f : expf(mb - s->m[j]) * inv;
+            float *w = raw + ob->b0[b];
+            for (int r = 0; r < ob->bn[b]; r++) w[r] *= f;
+        }
+        if (gum) {   /* softmax((log w + g) / tau) over the rows this query saw */
+            const float itau = (float)(1.0 / kv->ev.tau);
+            const int hq = t->h * s->G + j % s->G;
+            float mx = -INFINITY;
+            double sum = 0;
+            for (int b = 0; b < ob->nblk; b++)
+                for (int r = 0; r < ob->bn[b]; r++) {
+                    float *w = raw + ob->b0[b] + r;
+                    *w = *w > 0.0f ? (logf(*w) + gumbel(kv->ev_seed, kv->gl[t->layer], qp, hq, ob->b0[b] + r)) * itau
+                                   : -INFINITY;
+                    mx = *w > mx ? *w : mx;
+                }
+            for (int b = 0; b < ob->nblk; b++)
+                for (int r = 0; r < ob->bn[b]; r++) {
+                    float *w = raw + ob->b0[b] + r;
+                    *w = *w == -INFINITY ? 0.0f : expf(*w - mx);
+                    sum += *w;
+                }
+            const float is = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+            for (int b = 0; b < ob->nblk; b++)
+                for (int r = 0; r < ob->bn[b]; r++) raw[ob->b0[b] + r] *= is;
+        }
+        for (int b = 0; b < ob->nblk; b++) {
+            const float *w = raw + ob->b0[b];
+            float *o = dst + ob->b0[b];
+            if (t->shared) {
+                for (int r = 0; r < ob->bn[b]; r++) {
+#pragma omp atomic
+                    o[r] += w[r];
+                }
+            } else {
+                for (int r = 0; r < ob->bn[b]; r++) o[r] += w[r];
+            }
+        }
+    }
+}
+
+static void run_task(const task *t, uint8_t *mem, float *raw) {
     const vq_kvg *kv = t->kv;
     const vq_kv_layer *L = t->L;
     const vq_codec_state *sk = &kv->st[VQ_SIDE_K][t->layer], *sv = &kv->st[VQ_SIDE_V][t->layer];
@@ -249,7 +344,18 @@ static void run_task(const task *t, uint8_t *mem) {
     s.acc = (float *)(void *)p; p += (size_t)nv * acc_stride * sizeof(float);
     s.accw = (float *)(void *)p; p += al64((size_t)nv * d * sizeof(float));
     float *tmp = (float *)(void *)p; p += al64((size_t)d * sizeof(float));
-    int32_t *wpos = (int32_t *)(void *)p;
+    int32_t *wpos = (int32_t *)(void *)p; p += al64((size_t)smax * sizeof(int32_t));
+    obs ob0, *ob = NULL;
+    if (kv->ev_attn && L->ev_score && raw) {
+        ob0.raw = raw;
+        ob0.bm = (float *)(void *)p; p += al64((size_t)kv->ev_nblk * nv * sizeof(float));
+        ob0.b0 = (int *)(void *)p; p += al64((size_t)kv->ev_nblk * sizeof(int));
+        ob0.bn = (int *)(void *)p;
+        ob0.nblk = 0;
+        ob0.cap = kv->ev_raw_cap;
+        ob0.nv = nv;
+        ob = &ob0;
+    }
     /* what must start at zero (the slot is reused): query states, the accumulators */
     memset(qst, 0, nv * qsb);
     memset(s.acc, 0, (size_t)nv * acc_stride * sizeof(float));
@@ -281,14 +387,17 @@ static void run_task(const task *t, uint8_t *mem) {
         }
         sk->codec->score(sk, nv, qptr, page + kv->off_k[t->h], rows / kv->rpb[0], S);
         softmax_update(&s, S, rows, (const int32_t *)(const void *)page, qpos);
+        obs_record(ob, &s, S, rows, pg * kv->P);
         sv->codec->accumulate(sv, nv, S, page + kv->off_v[t->h], rows / kv->rpb[1], accptr);
     }
 
     for (int o = 0; o < sc; o += smax)
-        fp_block(&s, S, wpos, kv, t, L->sink_k, L->sink_v, L->sink_pos, o, kv->S, VQ_MIN(smax, sc - o), qpos);
+        fp_block(&s, S, wpos, kv, t, L->sink_k, L->sink_v, L->sink_pos, o, kv->S, VQ_MIN(smax, sc - o), qpos,
+                 NULL, -1);
     for (int o = 0; o < wc; o += smax)
         fp_block(&s, S, wpos, kv, t, L->win_k, L->win_v, L->win_pos, L->win_start + o, kv->win_cap,
-                 VQ_MIN(smax, wc - o), qpos);
+                 VQ_MIN(smax, wc - o), qpos, ob, L->n_coded + o);
+    if (ob) obs_fold(kv, t, &s, ob, qpos);
 
     for (int j = 0; j < nv; j++) {
         float *o = t->out + ((size_t)(t->q0 + j / G) * nh + (size_t)t->h * G + j % G) * d;
@@ -313,7 +422,8 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int span, int n_
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (ntasks > 1 && work > 2e5)
     for (int i = 0; i < ntasks; i++) {
         task t = {.kv = kv, .L = L, .layer = local, .span = span, .h = i % kv->H, .q0 = (i / kv->H) * QCHUNK,
-                  .q_pos = q_pos, .q = q, .out = out};
+                  .q_pos = q_pos, .q = q, .out = out, .shared = nchunks > 1,
+                  .gumbel = kv->ev_attn && vq_evict_gumbel(&kv->ev)};
         t.nq = VQ_MIN(QCHUNK, n_q - t.q0);
         /* a free slot of the group's scratch; only callers that attend on one cache from more
          * threads than it has slots (several layers at once) fall back to an allocation */
@@ -322,14 +432,19 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int span, int n_
             if (!__atomic_exchange_n(&kv->slot_busy[j], 1, __ATOMIC_ACQUIRE)) slot = j;
         uint8_t *mem = slot >= 0 ? kv->scratch + (size_t)slot * kv->slot_bytes
                                  : vq_aligned_alloc(kv->slot_bytes);
-        if (!mem) {
+        const size_t rawn = (size_t)kv->ev_nv * kv->ev_raw_cap;
+        float *raw = !kv->ev_raw ? NULL : slot >= 0 ? kv->ev_raw + (size_t)slot * rawn
+                                                    : vq_aligned_alloc(rawn * sizeof(float));
+        if (!mem || (kv->ev_raw && !raw)) {
+            if (slot < 0) { vq_aligned_free(mem); vq_aligned_free(raw); }
+            else __atomic_store_n(&kv->slot_busy[slot], 0, __ATOMIC_RELEASE);
 #pragma omp atomic write
             failed = 1;
             continue;
         }
-        run_task(&t, mem);
+        run_task(&t, mem, raw);
         if (slot >= 0) __atomic_store_n(&kv->slot_busy[slot], 0, __ATOMIC_RELEASE);
-        else vq_aligned_free(mem);
+        else { vq_aligned_free(mem); vq_aligned_free(raw); }
     }
     if (failed) return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_attend: layer %d: out of memory for "
                                   "scratch (n_q=%d)", layer, n_q);

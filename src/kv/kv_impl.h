@@ -11,6 +11,21 @@
 #define VQ_KV_ABS_MAX 65504.0f   /* largest |x| append accepts (the fp16 range) */
 #define VQ_KV_SPEC_MAX 2048      /* a full spec (base + layer overrides), incl. the NUL */
 
+/* Token eviction (evict.c): a policy (a row of its table) and its parameters, from the spec's
+ * store keys evict=NAME,budget=..,sinks=..,recent=..,every=.. (docs/kv-spec.md). */
+typedef struct vq_evict_policy vq_evict_policy;
+typedef struct vq_evict_blk vq_evict_blk;
+typedef struct vq_evict_cfg {
+    const vq_evict_policy *pol;   /* NULL: no eviction */
+    double budget;                /* >= 1: rows per layer; (0, 1]: ratio of the positions seen */
+    int budget_ratio;             /* budget given as a ratio */
+    int sinks, recent, every;     /* first positions kept, last positions kept, decode steps per step */
+    int obs, pool;                /* snapkv/pyramidkv: observed prompt queries, max-pool width */
+    double slope, tau;            /* pyramidkv budget slope; keyformer Gumbel temperature */
+    int demote;                   /* reserved: re-code instead of drop (not built) */
+    unsigned seen;                /* keys given (parser bookkeeping, one bit per key) */
+} vq_evict_cfg;
+
 /* A parsed spec: one codec and its parameters per side, plus the store's own keys. */
 typedef struct vq_kv_parsed {
     const vq_codec *codec[2];             /* [VQ_SIDE_K], [VQ_SIDE_V] */
@@ -22,6 +37,7 @@ typedef struct vq_kv_parsed {
     int page;                             /* rows per page (rounded up to a multiple of rpb) */
     int side_bits[2];                     /* k= / v= seen (parser bookkeeping) */
     int bits_seen, store_seen;            /* bits= seen; store keys seen (bit per key) */
+    vq_evict_cfg ev;                      /* token eviction (evict=...; ev.pol NULL: none) */
 } vq_kv_parsed;
 
 /* One plain spec (no '@'): grammar only (codec parameters are checked by the codec's init). */
@@ -62,6 +78,8 @@ typedef struct vq_kv_layer {
     void *sink_k, *sink_v; /* rows with position < S, full precision, never coded (sink=S) */
     int32_t *sink_pos;
     int sink_count;
+    float *ev_score;       /* eviction: H x ev_cap scores, [h * ev_cap + storage index] (coded rows,
+                              then the window; sink rows have none): what the policy observed */
 } vq_kv_layer;
 
 /* One group: the layers that share one codec config. dims.n_layers = layers in the group;
@@ -89,6 +107,21 @@ typedef struct vq_kvg {
     int n_slots;
     int *slot_busy;        /* per slot: taken (atomic flag) */
     vq_kv_layer *layers;
+    /* token eviction (evict.c): the policy, its per-layer scores (in the layers) and schedule */
+    vq_evict_cfg ev;
+    int ev_cap;            /* rows per head in ev_score (max_ctx) */
+    int ev_attn;           /* attention observes softmax weights into ev_score */
+    int ev_obs_from;       /* queries at positions >= this feed the scores */
+    int ev_steps;          /* decode steps since the last eviction step */
+    int n_layers_all;      /* the cache's layer count (pyramidkv's schedule) */
+    uint64_t ev_seed;      /* keyformer's noise */
+    long ev_dropped;       /* rows evicted so far, all layers of the group */
+    int ev_nblk;           /* per-task block table entries (kv_attend.c) */
+    float *ev_raw;         /* the observer's weights: n_slots x ev_nv x ev_raw_cap floats, grown
+                              (by append, in pages of P rows) to the most rows a layer has held */
+    int ev_nv, ev_raw_cap;
+    float *ev_tmp;         /* eviction scratch: 2 x ev_cap floats (row scores, pooling) */
+    struct vq_evict_blk { float s; int b; } *ev_blk;   /* ev_cap candidate blocks */
 } vq_kvg;
 
 struct vq_kv {
@@ -121,6 +154,23 @@ vq_status vq_kvg_attend(const vq_kvg *g, int local, int layer, int span, int n_q
 
 vq_status vq_kvg_scratch_init(vq_kvg *g);
 size_t vq_kvg_bytes_at(const vq_kvg *g, int rows);   /* layout bytes when each layer holds rows */
-int vq_kvg_truncate(vq_kvg *g, int local, int n, int dry);   /* rows kept (dry: only count) */   /* kv_attend.c; freed by vq_kvg_destroy */
+int vq_kvg_truncate(vq_kvg *g, int local, int n, int dry);
+/* evict.c */
+vq_status vq_evict_key(vq_evict_cfg *ev, const char *key, const char *val, char *msg, size_t cap);
+int vq_evict_is_key(const char *key);
+vq_status vq_evict_check(vq_evict_cfg *ev, char *msg, size_t cap);   /* after parsing: defaults */
+int vq_evict_print(const vq_evict_cfg *ev, char *out, size_t cap);          /* ";evict=..." */
+size_t vq_evict_help(char *buf, size_t n);
+int vq_evict_needs_attn(const vq_evict_cfg *ev);
+int vq_evict_needs_knorm(const vq_evict_cfg *ev);
+int vq_evict_gumbel(const vq_evict_cfg *ev);
+size_t vq_evict_raw_bytes(const vq_kvg *g, int rows);   /* the observer's buffer for rows held */
+void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float *k);
+/* One eviction step of a group layer: drop rows down to the layer's budget (next_pos: the next
+ * position to be appended). Returns rows dropped. */
+int vq_kvg_evict_layer(vq_kvg *g, int local, int next_pos);
+/* Drop the coded blocks whose rows are all flagged (drop[storage index] != 0); window and sink
+ * rows cannot be dropped. Returns rows dropped. */
+int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop);   /* rows kept (dry: only count) */   /* kv_attend.c; freed by vq_kvg_destroy */
 static inline size_t vq_kv_win_elem(const vq_kvg *kv) { return kv->wprec == 16 ? 2 : 4; }
 #endif

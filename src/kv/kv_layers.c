@@ -57,6 +57,7 @@ static vq_kvg *make_group(const vq_kv_clause *cl, const vq_kv_dims *D, const int
     gd.n_layers = cnt;
     gd.span = NULL;   /* spans are the router's (indexed by cache layer) */
     vq_kvg *g = cnt ? vq_kvg_create(&cl->sp, cl->norm, &gd, gl, seed, err) : NULL;
+    if (g) g->n_layers_all = D->n_layers;
     free(gl);
     return g;
 }

@@ -24,6 +24,7 @@ size_t vq_kv_spec_help(char *buf, size_t n) {
     }
     int w = snprintf(buf + VQ_MIN(o, n), n > o ? n - o : 0, "%s\n", STORE_HELP);
     if (w > 0) o += (size_t)w;
+    o += vq_evict_help(buf + VQ_MIN(o, n), n > o ? n - o : 0);
     return o;   /* length needed (snprintf style) */
 }
 
@@ -38,7 +39,7 @@ static vq_status spec_err(vq_err *err, const char *spec, const char *what) {
         if (w > 0) o += (size_t)w;
     }
     return vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s': %s. Codecs: %s. Store keys: window=R, "
-                      "sink=S, wprec=16|32, page=N. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
+                      "sink=S, wprec=16|32, page=N; eviction: evict=POLICY,budget=B[,sinks=,recent=,every=,...]. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
                       "(docs/kv-spec.md; parameters of every codec: vq_kv_spec_help)", spec, what, names);
 }
 
@@ -52,7 +53,8 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 }
 
 static int is_store_key(const char *k) {
-    return !strcmp(k, "window") || !strcmp(k, "sink") || !strcmp(k, "wprec") || !strcmp(k, "page");
+    return !strcmp(k, "window") || !strcmp(k, "sink") || !strcmp(k, "wprec") || !strcmp(k, "page") ||
+           vq_evict_is_key(k);
 }
 
 static vq_status add_param(vq_kv_parsed *o, int side, const char *key, const char *val,
@@ -75,6 +77,10 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
                            vq_err *err) {
     char m[200];
     int x = 0;
+    if (vq_evict_is_key(key)) {
+        if (vq_evict_key(&o->ev, key, val, m, sizeof m)) return spec_err(err, spec, m);
+        return VQ_OK;
+    }
     if (!strcmp(key, "window")) {
         if (!parse_int(val, 0, 1048576, &x)) goto bad;
         if (o->window >= 0) goto twice;
@@ -154,7 +160,7 @@ static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *
         if (is_store_key(key)) {
             st = store_key(o, key, val, spec, err);
         } else if (side == -1) {
-            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page) and no codec precedes it", key);
+            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page, evict, budget, sinks, recent, every, obs, pool, slope, tau) and no codec precedes it", key);
             return spec_err(err, spec, m);
         } else if (side == 2 && (!strcmp(key, "k") || !strcmp(key, "v"))) {
             int s = key[0] == 'k' ? VQ_SIDE_K : VQ_SIDE_V;
@@ -212,6 +218,8 @@ vq_status vq_kv_part_parse(const char *spec, vq_kv_parsed *o, vq_err *err) {
         return spec_err(err, spec, !seen[0] && !seen[1] ? "no codec named"
                                    : !seen[0] ? "no codec for the K side (k=...)"
                                               : "no codec for the V side (v=...)");
+    char m[240];
+    if (vq_evict_check(&o->ev, m, sizeof m)) return spec_err(err, spec, m);
     return VQ_OK;
 }
 
@@ -242,8 +250,10 @@ void vq_kv_normalize(char *out, size_t cap, const vq_codec_state *st_k, const vq
     if (R > 0 || P != 256 || S > 0 || wprec != 16) {
         int q = snprintf(out + o, cap - (size_t)o, ";window=%d,wprec=%d,page=%d", R, wprec, P);
         if (q > 0 && (size_t)(o + q) < cap && S > 0)
-            snprintf(out + o + q, cap - (size_t)(o + q), ",sink=%d", S);
+            q += snprintf(out + o + q, cap - (size_t)(o + q), ",sink=%d", S);
+        if (q > 0) o += q;
     }
+    if ((size_t)o < cap) vq_evict_print(&sp->ev, out + o, cap - (size_t)o);
 }
 
 /* ---- the full spec: base + per-layer overrides, parsed once ----------------------------------- */

@@ -89,6 +89,9 @@ static void put_all(wr *w, const vq_kv *kv) {
 vq_status vq_kv_state_write(const vq_kv *kv, vq_kv_write_fn fn, void *user, vq_err *err) {
     vq_err_clear(err);
     if (!kv || !fn) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_state_write: no cache or no writer");
+    if (vq_kv_evicting(kv))
+        return vq_err_set(err, VQ_ERR_STATE, "vq_kv_state_write: the cache evicts tokens (%s): the "
+                          "state format holds no eviction scores, so saving it is refused", kv->spec);
     wr w = { fn, user, 0 };
     put_all(&w, kv);
     return w.failed ? vq_err_set(err, VQ_ERR_IO, "vq_kv_state_write: the writer failed") : VQ_OK;
@@ -368,6 +371,9 @@ static void load_layer(vq_kvg *g, int local, const uint8_t *buf, const plan *pl,
 vq_status vq_kv_state_read(vq_kv *kv, const uint8_t *buf, size_t len, int rows, vq_err *err) {
     vq_err_clear(err);
     if (!kv || (!buf && len)) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_state_read: no cache or no buffer");
+    if (vq_kv_evicting(kv))
+        return vq_err_set(err, VQ_ERR_STATE, "vq_kv_state_read: the cache evicts tokens (%s): the "
+                          "state format holds no eviction scores, so loading into it is refused", kv->spec);
     rd r = { buf, len, 0, err };
     vq_status st = scan_head(&r, kv);
     if (st) return st;

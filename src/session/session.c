@@ -71,8 +71,11 @@ static vq_status check_finite(const float *x, size_t n, vq_err *err) {
 }
 
 /* tokens run through the model and appended to the cache at positions pos.. (no pending token) */
+/* Positions are the session's own (s->pos), never the rows the cache holds: with eviction the
+ * cache holds fewer rows than positions, and each new token still gets its true position. */
 static vq_status run(vq_session *s, const int *tokens, int n, float *logits, int all, vq_err *err) {
-    const int V = s->m->cfg.vocab_size;
+    const int V = s->m->cfg.vocab_size, pos0 = s->pos;
+    vq_kv_evict_begin(s->kv, pos0, n);
     for (int i = 0; i < n; i += s->n_batch) {
         int nb = VQ_MIN(s->n_batch, n - i), last = i + nb == n;
         float *dst = all && logits ? logits + (size_t)i * V : s->logits;
@@ -89,6 +92,7 @@ static vq_status run(vq_session *s, const int *tokens, int n, float *logits, int
         s->pos += nb;
         s->n_tok = s->pos;
     }
+    vq_kv_evict_end(s->kv, pos0, n);   /* an eviction step when a prompt ends or one is due */
     if (n > 0) {
         if (all && logits) memcpy(s->logits, logits + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
         else if (logits) memcpy(logits, s->logits, (size_t)V * sizeof(float));
@@ -145,7 +149,11 @@ vq_status vq_decode_batch(vq_session *const *ss, int n, const int *tokens, float
     int pos[cap];
     for (int i = 0; i < n; i += cap) {
         int nb = VQ_MIN(cap, n - i);
-        for (int a = 0; a < nb; a++) { kvs[a] = ss[i + a]->kv; pos[a] = ss[i + a]->pos; }
+        for (int a = 0; a < nb; a++) {
+            kvs[a] = ss[i + a]->kv;
+            pos[a] = ss[i + a]->pos;
+            vq_kv_evict_begin(kvs[a], pos[a], 1);
+        }
         /* into the caller's rows when given; else a temporary (the only allocation here) */
         float *buf = logits ? logits + (size_t)i * V : malloc((size_t)nb * V * sizeof(float));
         if (!buf) return vq_err_set(err, VQ_ERR_NOMEM, "vq_decode_batch: out of memory");
@@ -161,6 +169,7 @@ vq_status vq_decode_batch(vq_session *const *ss, int n, const int *tokens, float
             }
             s->tokens[s->pos++] = tokens[i + a];
             s->n_tok = s->pos;
+            vq_kv_evict_end(s->kv, s->pos - 1, 1);
             memcpy(s->logits, buf + (size_t)a * V, (size_t)V * sizeof(float));
             s->have_logits = 1;
         }

@@ -142,6 +142,10 @@ vq_status vq_session_save(const vq_session *s, const char *path, vq_err *err) {
     if (!s || !path || !*path) return vq_err_set(err, VQ_ERR_ARG, "vq_session_save: no session or no path");
     if (strlen(path) + 16 >= PATH_MAX)
         return vq_err_set(err, VQ_ERR_ARG, "vq_session_save: path '%.200s...' is too long", path);
+    if (vq_kv_evicting(s->kv))   /* nothing is written: the format has no eviction scores */
+        return vq_err_set(err, VQ_ERR_STATE, "session state '%.300s': the session's cache evicts tokens "
+                          "(%.200s); the state format holds no eviction scores, so saving is refused",
+                          path, vq_kv_spec_str(s->kv));
     /* rename() would replace whatever is there: only ever replace a regular file */
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))

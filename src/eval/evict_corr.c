@@ -1,0 +1,124 @@
+/* evict_corr.c: how well an eviction policy's scores predict the attention later queries pay.
+ * Each spec's cache (its policy, a budget covering every row: nothing is evicted) takes the same
+ * text's first `at` tokens; its scores are read then (no eviction step has run, so windowed
+ * policies still hold their observation). A truth cache of the same codec with evict=h2o takes
+ * the same tokens, then `future` more (teacher forcing): the attention the future queries paid to
+ * each of the first `at` rows is its h2o score after minus before. Per layer: Spearman's rank
+ * correlation of the two over the rows at positions < at (ties: average ranks). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "veloxquant.h"
+#include "eval/eval.h"
+
+typedef struct { float v; int i; } vk;
+static int cmp_vk(const void *a, const void *b) {
+    const vk *x = a, *y = b;
+    return (x->v > y->v) - (x->v < y->v);
+}
+/* average ranks of x[0..n) into r */
+static void ranks(const float *x, int n, double *r, vk *tmp) {
+    for (int i = 0; i < n; i++) tmp[i] = (vk){x[i], i};
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_vk);
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j + 1 < n && tmp[j + 1].v == tmp[i].v) j++;
+        for (int k = i; k <= j; k++) r[tmp[k].i] = 0.5 * (i + j);
+        i = j + 1;
+    }
+}
+static double spearman(const float *a, const float *b, int n, double *ra, double *rb, vk *tmp) {
+    ranks(a, n, ra, tmp);
+    ranks(b, n, rb, tmp);
+    double ma = 0, mb = 0;
+    for (int i = 0; i < n; i++) { ma += ra[i]; mb += rb[i]; }
+    ma /= n; mb /= n;
+    double sab = 0, saa = 0, sbb = 0;
+    for (int i = 0; i < n; i++) {
+        sab += (ra[i] - ma) * (rb[i] - mb);
+        saa += (ra[i] - ma) * (ra[i] - ma);
+        sbb += (rb[i] - mb) * (rb[i] - mb);
+    }
+    return saa > 0 && sbb > 0 ? sab / sqrt(saa * sbb) : 0.0;
+}
+
+/* the spec's normalized text without its eviction part, then ";evict=h2o,budget=N" */
+static vq_status truth_spec(const vq_kv_spec *s, int n, char *out, size_t cap, vq_err *err) {
+    const char *t = vq_kv_spec_text(s), *e = strstr(t, ";evict=");
+    if (strchr(t, '@'))
+        return vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s': per-layer overrides are not supported here", t);
+    if (!e) return vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s' has no eviction policy (evict=...)", t);
+    snprintf(out, cap, "%.*s;evict=h2o,budget=%d", (int)(e - t), t, n);
+    return VQ_OK;
+}
+
+static vq_status prefill(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tok, int n, int batch, vq_err *err) {
+    vq_kv_evict_begin(kv, 0, n);   /* the prompt's observation window; no step (no _end) */
+    for (int i = 0; i < n; i += batch) {
+        vq_status st = vq_forward(m, f, kv, tok + i, VQ_MIN(batch, n - i), i, NULL, 0, err);
+        if (st) return st;
+    }
+    return VQ_OK;
+}
+
+vq_status vq_evict_correlation(const vq_model *m, const vq_kv_spec *const *specs, int n_specs,
+                               const int *tok, int n_tok, int at, int future, double *rho, vq_err *err) {
+    vq_err_clear(err);
+    if (!m || !specs || n_specs < 1 || !tok || !rho || at < 2 || future < 1 || (long)at + future > n_tok)
+        return vq_err_set(err, VQ_ERR_ARG, "evict-corr: bad arguments (need 2 <= at, 1 <= future, at + "
+                          "future <= %d text tokens; got at %d, future %d)", n_tok, at, future);
+    const int NL = m->cfg.n_layers, N = at + future, batch = 64;
+    vq_kv_dims dims = vq_model_kv_dims(m, N);
+    vq_fwd *f = vq_fwd_create(m, batch, err);
+    float *sc = malloc(sizeof(float) * N), *s0 = malloc(sizeof(float) * (size_t)NL * N), *s1 = malloc(sizeof(float) * N);
+    double *ra = malloc(sizeof(double) * N), *rb = malloc(sizeof(double) * N);
+    int32_t *pos = malloc(sizeof(int32_t) * N);
+    vk *tmp = malloc(sizeof(vk) * N);
+    float *truth = malloc(sizeof(float) * (size_t)NL * N);
+    vq_status st = f && sc && s0 && s1 && ra && rb && pos && tmp && truth ? VQ_OK
+                 : vq_err_set(err, VQ_ERR_NOMEM, "evict-corr: out of memory");
+    char last_truth[VQ_KV_SPEC_MAX_LEN + 64] = "";
+    for (int a = 0; !st && a < n_specs; a++) {
+        char ts[VQ_KV_SPEC_MAX_LEN + 64];
+        st = truth_spec(specs[a], N, ts, sizeof ts, err);
+        if (st) break;
+        if (strcmp(ts, last_truth)) {   /* the truth for this codec (shared by arms in a row) */
+            vq_kv *kt = vq_kv_create_str(ts, &dims, 0, err);
+            if (!kt) { st = err->code; break; }
+            st = prefill(m, f, kt, tok, at, batch, err);
+            for (int l = 0; !st && l < NL; l++) st = vq_kv_evict_scores(kt, l, s0 + (size_t)l * N, pos, err);
+            for (int p = at; !st && p < N; p++) {
+                vq_kv_evict_begin(kt, p, 1);
+                st = vq_forward(m, f, kt, tok + p, 1, p, NULL, 0, err);
+            }
+            for (int l = 0; !st && l < NL; l++) {
+                st = vq_kv_evict_scores(kt, l, s1, pos, err);
+                for (int r = 0; !st && r < at; r++) truth[(size_t)l * N + r] = s1[r] - s0[(size_t)l * N + r];
+            }
+            vq_kv_destroy(kt);
+            if (st) break;
+            snprintf(last_truth, sizeof last_truth, "%s", ts);
+        }
+        vq_kv *kv = vq_kv_create(specs[a], &dims, 0, err);
+        if (!kv) { st = err->code; break; }
+        st = prefill(m, f, kv, tok, at, batch, err);
+        for (int l = 0; !st && l < NL; l++) {
+            if (vq_kv_rows(kv, l) != at) {
+                st = vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s' holds %d rows of %d at layer %d", vq_kv_spec_text(specs[a]),
+                                vq_kv_rows(kv, l), at, l);
+                break;
+            }
+            st = vq_kv_evict_scores(kv, l, sc, pos, err);
+            for (int r = 0; !st && r < at; r++)
+                if (pos[r] != r) st = vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s' layer %d: rows are not the "
+                                                 "positions in order (sink=/window= specs are not supported here)",
+                                                 vq_kv_spec_text(specs[a]), l);
+            if (!st) rho[(size_t)a * NL + l] = spearman(sc, truth + (size_t)l * N, at, ra, rb, tmp);
+        }
+        vq_kv_destroy(kv);
+    }
+    vq_fwd_destroy(f);
+    free(sc); free(s0); free(s1); free(ra); free(rb); free(pos); free(tmp); free(truth);
+    return st;
+}

@@ -1,0 +1,347 @@
+/* test_kv_evict.c: token eviction in the KV store (src/kv/evict.c), on several codecs.
+ * Checks: the spec keys parse, normalize and round-trip, and bad ones say what was wrong; a
+ * budget >= the rows held changes nothing (attention outputs memcmp-equal to a cache without a
+ * policy); after evicting a known set of rows (whole code blocks) the rows read back are exactly
+ * the kept ones at their true positions, attention over the codes equals float64 attention over
+ * them (1e-5), pages are freed and the byte count equals the allocation tally; the attention
+ * observer's scores equal the float64 softmax weights (h2o: summed over query heads, tova: the
+ * last query only, knorm: -||k||); an eviction step keeps the budget, the sinks, the recent rows
+ * and the window; truncate on an evicted cache returns a position. */
+#include "kv_ref.h"
+#include "kv/kv.h"
+
+static vq_kv_dims D = {.n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .max_ctx = 700};
+#define W ((size_t)D.n_kv_heads * D.head_dim)
+#define QW ((size_t)D.n_heads * D.head_dim)
+
+static vq_kv *make(const char *spec) {
+    vq_err err;
+    vq_kv *kv = vq_kv_create_str(spec, &D, 42, &err);
+    CHECKF(kv != NULL, "%s: %s", spec, kv ? "" : err.msg);
+    return kv;
+}
+static void fill_rows(vq_kv *kv, const float *K, const float *V, int n, int chunk) {
+    vq_err err;
+    for (int l = 0; l < D.n_layers; l++)
+        for (int p = 0; p < n; p += chunk) {
+            int c = VQ_MIN(chunk, n - p);
+            CHECKF(vq_kv_append(kv, l, p, c, K + (size_t)p * W, V + (size_t)p * W, &err) == VQ_OK, "%s", err.msg);
+        }
+}
+
+static void parsing(void) {
+    vq_err err;
+    struct { const char *in, *norm; } ok[] = {
+        {"f16;evict=h2o,budget=0.5", "f16;evict=h2o,budget=0.5,sinks=4,recent=32,every=16"},
+        {"turboquant_mse:k=4,v=4,evict=tova,budget=128,every=8,sinks=0,recent=8", NULL},
+        {"q4_0;evict=snapkv,budget=0.25,obs=16,pool=5", NULL},
+        {"q4_0;evict=pyramidkv,budget=100,slope=0.8", NULL},
+        {"f32;evict=keyformer,budget=1.0,tau=0.5", NULL},
+        {"kivi:bits=2;evict=knorm,budget=64", NULL},
+        {"q8_0;evict=streaming_llm,budget=64,recent=0", NULL},
+    };
+    for (size_t i = 0; i < VQ_ARRAY_LEN(ok); i++) {
+        vq_kv *kv = vq_kv_create_str(ok[i].in, &D, 1, &err);
+        CHECKF(kv != NULL, "'%s' refused: %s", ok[i].in, kv ? "" : err.msg);
+        if (!kv) continue;
+        CHECK(vq_kv_evicting(kv));
+        if (ok[i].norm) CHECKF(!strcmp(vq_kv_spec_str(kv), ok[i].norm), "'%s' -> '%s'", ok[i].in, vq_kv_spec_str(kv));
+        /* the normalized text parses to itself */
+        vq_kv *k2 = vq_kv_create_str(vq_kv_spec_str(kv), &D, 1, &err);
+        CHECKF(k2 && !strcmp(vq_kv_spec_str(k2), vq_kv_spec_str(kv)), "round trip of '%s': %s", vq_kv_spec_str(kv),
+               k2 ? vq_kv_spec_str(k2) : err.msg);
+        vq_kv_destroy(k2);
+        vq_kv_destroy(kv);
+    }
+    vq_kv *plain = vq_kv_create_str("f16", &D, 1, &err);
+    CHECK(plain && !vq_kv_evicting(plain));
+    vq_kv_destroy(plain);
+    struct { const char *in, *says; } bad[] = {
+        {"f16;evict=lru,budget=0.5", "unknown eviction policy 'lru'"},
+        {"f16;evict=h2o", "needs budget="},
+        {"f16;budget=0.5", "need evict=POLICY"},
+        {"f16;evict=h2o,budget=0", "budget=0"},
+        {"f16;evict=h2o,budget=1.5", "budget=1.5"},
+        {"f16;evict=h2o,budget=0.5,obs=8", "obs= does not apply to evict=h2o"},
+        {"f16;evict=snapkv,budget=0.5,pool=4", "pool=4"},
+        {"f16;evict=h2o,budget=0.5,every=0", "every=0"},
+        {"f16;evict=h2o,evict=tova,budget=3", "given twice"},
+        {"f16;evict=tova,budget=9,tau=2", "tau= does not apply"},
+    };
+    for (size_t i = 0; i < VQ_ARRAY_LEN(bad); i++) {
+        vq_kv *kv = vq_kv_create_str(bad[i].in, &D, 1, &err);
+        CHECKF(!kv && err.code == VQ_ERR_ARG && strstr(err.msg, bad[i].says), "'%s': %s", bad[i].in,
+               kv ? "accepted" : err.msg);
+        vq_kv_destroy(kv);
+    }
+    char help[8192];
+    size_t n = vq_kv_spec_help(help, sizeof help);
+    CHECK(n < sizeof help && strstr(help, "evict=h2o") && strstr(help, "evict=knorm") && strstr(help, "budget="));
+}
+
+/* a budget that covers every row: no step drops anything, outputs are bit-identical */
+static void big_budget(const float *K, const float *V, const float *Q, int N) {
+    const char *codecs[] = {"f16", "turboquant_mse:k=4,v=4", "kivi:bits=2", "q4_0;window=16"};
+    const char *pols[] = {"h2o", "tova", "knorm", "snapkv", "keyformer", "streaming_llm", "pyramidkv"};
+    for (size_t c = 0; c < VQ_ARRAY_LEN(codecs); c++)
+        for (size_t p = 0; p < VQ_ARRAY_LEN(pols); p++) {
+            char spec[200];
+            /* pyramidkv gives the first layer more, the last less: 2 * N covers both */
+            snprintf(spec, sizeof spec, "%s;evict=%s,budget=%d,every=1", codecs[c], pols[p], 2 * N);
+            vq_kv *a = make(spec), *b = make(codecs[c]);
+            if (!a || !b) { vq_kv_destroy(a); vq_kv_destroy(b); continue; }
+            fill_rows(a, K, V, N, 37);
+            fill_rows(b, K, V, N, 37);
+            CHECK(vq_kv_evict_end(a, 0, N) == 0);
+            float *oa = malloc(sizeof(float) * QW * 4), *ob = malloc(sizeof(float) * QW * 4);
+            int qp[4] = {N - 1, N - 1, N / 2, 3};
+            vq_err err;
+            int same = 1;
+            for (int l = 0; l < D.n_layers; l++) {
+                vq_kv_evict_begin(a, N - 1, 1);
+                CHECK(vq_kv_attend(a, l, 4, qp, Q, oa, &err) == VQ_OK);
+                CHECK(vq_kv_attend(b, l, 4, qp, Q, ob, &err) == VQ_OK);
+                CHECK(vq_kv_evict_end(a, N - 1, 1) == 0);
+                same &= !memcmp(oa, ob, sizeof(float) * QW * 4) && vq_kv_rows(a, l) == N;
+            }
+            CHECKF(same, "%s: outputs differ from no eviction", spec);
+            free(oa); free(ob);
+            vq_kv_destroy(a); vq_kv_destroy(b);
+        }
+}
+
+/* evict a known set; what is left is exactly the rest, at its true positions */
+static void known_set(vq_rng *r, const float *K, const float *V, const float *Q, int N) {
+    const char *codecs[] = {"f16", "f32", "q8_0", "turboquant_mse:k=4,v=4", "kivi:bits=2,group=32",
+                            "q4_0;window=24,sink=3", "turboquant_mse:k=4,v=4;evict=h2o,budget=700"};
+    float *rk = malloc(sizeof(float) * N * W), *rv = malloc(sizeof(float) * N * W);
+    int32_t *pos = malloc(sizeof(int32_t) * N), *pos0 = malloc(sizeof(int32_t) * N), *drop = malloc(sizeof(int32_t) * N);
+    float *out = malloc(sizeof(float) * QW * 3);
+    double *ref = malloc(sizeof(double) * QW * 3);
+    for (size_t c = 0; c < VQ_ARRAY_LEN(codecs); c++) {
+        vq_kv *kv = make(codecs[c]);
+        if (!kv) continue;
+        fill_rows(kv, K, V, N, 29);
+        vq_err err;
+        for (int l = 0; l < D.n_layers; l++) {
+            const int rows0 = vq_kv_rows(kv, l), pages0 = vq_kv_pages(kv, l);
+            CHECK(vq_kv_read(kv, l, rk, rv, pos0, &err) == VQ_OK);
+            /* the coded rows come first (storage order); blocks of rpb rows: drop about 40 % of them,
+             * every block of rows 256..511 (a whole page) among them */
+            const int rpb = strstr(codecs[c], "turboquant") ? 16 : strstr(codecs[c], "kivi") ? 32 : 1;
+            /* coded rows as the store's layout makes them (kv.c coded_at) */
+            const int S = strstr(codecs[c], "sink=3") ? 3 : 0, R = vq_kv_window_rows(kv), m = rows0 - S;
+            const int coded = m >= R + rpb ? (m - R) / rpb * rpb : 0;
+            int nd = 0;
+            for (int b = 0; b * rpb + rpb <= coded; b++) {
+                int first = pos0[b * rpb];
+                int go = (first >= 256 && first < 512) || vq_rng_uniformf(r) < 0.4f;
+                for (int t = 0; go && t < rpb; t++) drop[nd++] = pos0[b * rpb + t];
+            }
+            vq_status st = vq_kv_evict_positions(kv, l, drop, nd, &err);
+            CHECKF(st == VQ_OK, "%s layer %d: %s", codecs[c], l, err.msg);
+            if (st) continue;
+            const int rows = vq_kv_rows(kv, l);
+            CHECKF(rows == rows0 - nd, "%s: %d rows, expected %d - %d", codecs[c], rows, rows0, nd);
+            CHECKF(vq_kv_pages(kv, l) < pages0, "%s: pages %d -> %d (a dropped page must be freed)", codecs[c],
+                   pages0, vq_kv_pages(kv, l));
+            CHECK(vq_kv_read(kv, l, rk, rv, pos, &err) == VQ_OK);
+            /* exactly the rows not listed, in order */
+            int ok = 1, j = 0;
+            for (int i = 0; i < rows0; i++) {
+                int gone = 0;
+                for (int d = 0; d < nd && !gone; d++) gone = drop[d] == pos0[i];
+                if (gone) continue;
+                ok &= j < rows && pos[j] == pos0[i];
+                j++;
+            }
+            CHECKF(ok && j == rows, "%s layer %d: the kept positions are not the complement", codecs[c], l);
+            /* attention over the codes == float64 attention over the kept rows at true positions */
+            int qp[3] = {N - 1, 400, 200};
+            CHECK(vq_kv_attend(kv, l, 3, qp, Q, out, &err) == VQ_OK);
+            ref_attention(rows, rk, rv, pos, D.n_kv_heads, D.n_heads, D.head_dim, 3, qp, Q, ref);
+            double e = rel_err(3, D.n_heads, D.head_dim, out, ref);
+            CHECKF(e <= 1e-5, "%s layer %d: attention after eviction off by %.3g", codecs[c], l, e);
+        }
+        CHECKF(vq_kv_bytes(kv) == vq_kv_bytes_tally(kv), "%s: bytes %zu, tally %zu", codecs[c], vq_kv_bytes(kv),
+               vq_kv_bytes_tally(kv));
+        /* appends continue at true positions after the holes */
+        CHECK(vq_kv_append(kv, 0, N, 1, K, V, &err) == VQ_OK);
+        vq_kv_destroy(kv);
+    }
+    /* a block listed in part is refused, and changes nothing */
+    vq_kv *kv = make("turboquant_mse:k=4,v=4");
+    if (kv) {
+        fill_rows(kv, K, V, 64, 64);
+        int32_t p3[3] = {0, 1, 2};
+        vq_err err;
+        CHECK(vq_kv_evict_positions(kv, 0, p3, 3, &err) == VQ_ERR_ARG && strstr(err.msg, "whole"));
+        CHECK(vq_kv_rows(kv, 0) == 64);
+        vq_kv_destroy(kv);
+    }
+    free(rk); free(rv); free(pos); free(pos0); free(drop); free(out); free(ref);
+}
+
+/* float64 softmax weights of one query row, summed over each KV head's query heads */
+static void ref_weights(const float *rk, const int32_t *pos, int rows, const float *q, int qp, double *wsum) {
+    const int G = D.n_heads / D.n_kv_heads, d = D.head_dim;
+    double *s = malloc(sizeof(double) * rows);
+    for (int r = 0; r < rows; r++) wsum[r] = 0;
+    for (int hq = 0; hq < D.n_heads; hq++) {
+        int h = hq / G;
+        double mx = -INFINITY, sum = 0;
+        for (int r = 0; r < rows; r++) {
+            double dot = 0;
+            for (int e = 0; e < d; e++) dot += (double)q[(size_t)hq * d + e] * rk[(size_t)r * W + (size_t)h * d + e];
+            s[r] = pos[r] <= qp ? dot / sqrt((double)d) : -INFINITY;
+            mx = fmax(mx, s[r]);
+        }
+        for (int r = 0; r < rows; r++) sum += s[r] == -INFINITY ? 0 : exp(s[r] - mx);
+        for (int r = 0; r < rows; r++) wsum[r] += s[r] == -INFINITY ? 0 : exp(s[r] - mx) / sum;
+    }
+    free(s);
+}
+
+static void observer(const float *K, const float *V, const float *Q, int N) {
+    const char *codecs[] = {"f16", "turboquant_mse:k=4,v=4", "q4_0;window=40"};
+    float *rk = malloc(sizeof(float) * N * W), *rv = malloc(sizeof(float) * N * W), *sc = malloc(sizeof(float) * N);
+    int32_t *pos = malloc(sizeof(int32_t) * N), *sp = malloc(sizeof(int32_t) * N);
+    double *w1 = malloc(sizeof(double) * N), *w2 = malloc(sizeof(double) * N);
+    float *out = malloc(sizeof(float) * QW * 2);
+    vq_err err;
+    for (size_t c = 0; c < VQ_ARRAY_LEN(codecs); c++)
+        for (int pol = 0; pol < 3; pol++) {
+            char spec[160];
+            snprintf(spec, sizeof spec, "%s;evict=%s,budget=%d", codecs[c], pol == 0 ? "h2o" : pol == 1 ? "tova" : "knorm", 2 * N);
+            vq_kv *kv = make(spec);
+            if (!kv) continue;
+            fill_rows(kv, K, V, N, 50);
+            const int l = 1, rows = vq_kv_rows(kv, l);
+            CHECK(vq_kv_read(kv, l, rk, rv, pos, &err) == VQ_OK);
+            /* two decode steps (queries at N - 1 and N / 2) */
+            int q1 = N - 1, q2 = N / 2;
+            vq_kv_evict_begin(kv, q1, 1);
+            CHECK(vq_kv_attend(kv, l, 1, &q1, Q, out, &err) == VQ_OK);
+            vq_kv_evict_end(kv, q1, 1);
+            vq_kv_evict_begin(kv, q2, 1);
+            CHECK(vq_kv_attend(kv, l, 1, &q2, Q + QW, out, &err) == VQ_OK);
+            vq_kv_evict_end(kv, q2, 1);
+            CHECK(vq_kv_evict_scores(kv, l, sc, sp, &err) == VQ_OK);
+            ref_weights(rk, pos, rows, Q, q1, w1);
+            ref_weights(rk, pos, rows, Q + QW, q2, w2);
+            double worst = 0;
+            int pos_ok = 1;
+            for (int r = 0; r < rows; r++) {
+                pos_ok &= sp[r] == pos[r];
+                double want;
+                if (pol == 0) want = w1[r] + w2[r];
+                else if (pol == 1) want = w2[r];
+                else {
+                    want = 0;
+                    for (int h = 0; h < D.n_kv_heads; h++) {
+                        double s = 0;
+                        for (int e = 0; e < D.head_dim; e++) {
+                            double x = K[(size_t)pos[r] * W + (size_t)h * D.head_dim + e];
+                            s += x * x;
+                        }
+                        want -= sqrt(s);
+                    }
+                }
+                worst = fmax(worst, fabs(sc[r] - want) / (pol == 2 ? fabs(want) : 1.0));
+            }
+            CHECKF(pos_ok && worst <= 1e-5, "%s: scores off by %.3g (positions %s)", spec, worst, pos_ok ? "ok" : "wrong");
+            vq_kv_destroy(kv);
+        }
+    free(rk); free(rv); free(sc); free(pos); free(sp); free(w1); free(w2); free(out);
+}
+
+/* eviction steps: budget, sinks, recent rows and the window kept; memory follows */
+static void steps(const float *K, const float *V, const float *Q, int N) {
+    const char *specs[] = {"f16;evict=h2o,budget=200,sinks=4,recent=32,every=4",
+                           "turboquant_mse:k=4,v=4;evict=tova,budget=0.5,sinks=4,recent=32,every=4",
+                           "q4_0;window=20;evict=knorm,budget=150,sinks=2,recent=8,every=4",
+                           "f16;evict=streaming_llm,budget=100,sinks=4,recent=0,every=4",
+                           "kivi:bits=2,group=32;evict=snapkv,budget=0.3,every=4",
+                           "q8_0;evict=pyramidkv,budget=160,every=4",
+                           "f16;evict=keyformer,budget=180,every=4"};
+    int32_t *pos = malloc(sizeof(int32_t) * D.max_ctx);
+    float *rk = malloc(sizeof(float) * D.max_ctx * W), *rv = malloc(sizeof(float) * D.max_ctx * W);
+    float *out = malloc(sizeof(float) * QW);
+    vq_err err;
+    for (size_t s = 0; s < VQ_ARRAY_LEN(specs); s++) {
+        vq_kv *kv = make(specs[s]);
+        if (!kv) continue;
+        const int P = 400;   /* a "prompt" of P rows, then N - P decode steps */
+        for (int l = 0; l < D.n_layers; l++) vq_kv_append(kv, l, 0, P, K, V, &err);
+        vq_kv_evict_begin(kv, 0, P);
+        vq_kv_evict_end(kv, 0, P);
+        size_t b_prompt = vq_kv_bytes(kv);
+        for (int p = P; p < N; p++) {
+            vq_kv_evict_begin(kv, p, 1);
+            for (int l = 0; l < D.n_layers; l++) {
+                CHECK(vq_kv_append(kv, l, p, 1, K + (size_t)p * W, V + (size_t)p * W, &err) == VQ_OK);
+                CHECK(vq_kv_attend(kv, l, 1, &p, Q + (size_t)(p % 4) * QW, out, &err) == VQ_OK);
+            }
+            vq_kv_evict_end(kv, p, 1);
+        }
+        vq_kv_evict_now(kv, N);
+        const int ratio = strstr(specs[s], "budget=0.") != NULL;
+        for (int l = 0; l < D.n_layers; l++) {
+            int B = strstr(specs[s], "budget=200") ? 200 : strstr(specs[s], "budget=150") ? 150
+                  : strstr(specs[s], "budget=100") ? 100 : strstr(specs[s], "budget=160") ? (l == 0 ? 240 : 80)
+                  : strstr(specs[s], "budget=180") ? 180 : ratio ? (int)ceil(atof(strstr(specs[s], "budget=") + 7) * N) : 0;
+            const int rows = vq_kv_rows(kv, l);
+            CHECKF(rows <= B && rows >= B - 32, "%s layer %d: %d rows, budget %d", specs[s], l, rows, B);
+            CHECK(vq_kv_read(kv, l, rk, rv, pos, &err) == VQ_OK);
+            int sinks = strstr(specs[s], "sinks=2") ? 2 : 4, recent = strstr(specs[s], "recent=8") ? 8
+                      : strstr(specs[s], "recent=0") ? 0 : 32;
+            if (strstr(specs[s], "window=20")) recent = VQ_MAX(recent, 20);
+            int have = 0;
+            for (int r = 0; r < rows; r++) have += pos[r] < sinks || pos[r] >= N - recent;
+            CHECKF(have == sinks + recent, "%s layer %d: %d of the %d sink and recent rows kept", specs[s], l, have,
+                   sinks + recent);
+            if (strstr(specs[s], "streaming_llm")) {   /* the sinks, then the newest rows */
+                int ok = 1;
+                for (int r = 0; r < rows; r++) ok &= pos[r] < 4 || pos[r] >= N - (rows - 4);
+                CHECKF(ok, "streaming_llm kept an old row");
+            }
+            for (int r = 1; r < rows; r++)
+                if (pos[r] < pos[r - 1] && !strstr(specs[s], "sink=")) { CHECKF(0, "%s: storage order not by position", specs[s]); break; }
+        }
+        CHECK(vq_kv_evicted(kv) > 0);
+        CHECKF(vq_kv_bytes(kv) == vq_kv_bytes_tally(kv), "%s: bytes %zu tally %zu", specs[s], vq_kv_bytes(kv), vq_kv_bytes_tally(kv));
+        CHECKF(vq_kv_bytes(kv) <= b_prompt + vq_kv_page_bytes(kv) * D.n_layers, "%s: bytes grew from %zu to %zu",
+               specs[s], b_prompt, vq_kv_bytes(kv));
+        /* truncate returns a position, not a row count */
+        int t = vq_kv_truncate(kv, N - 5);
+        CHECKF(t <= N - 5 && t > N - 5 - 40, "%s: truncate(%d) = %d", specs[s], N - 5, t);
+        vq_kv_destroy(kv);
+    }
+    free(pos); free(rk); free(rv); free(out);
+}
+
+static int null_writer(void *u, const void *b, size_t n) { (void)u; (void)b; (void)n; return 0; }
+
+int main(void) {
+    uint64_t seed = test_seed();
+    vq_rng r;
+    vq_rng_seed(&r, seed);
+    const int N = 640;
+    float *K = malloc(sizeof(float) * N * W), *V = malloc(sizeof(float) * N * W), *Q = malloc(sizeof(float) * 4 * QW);
+    fill_uniform(&r, K, N * W, 2.0f);
+    fill_uniform(&r, V, N * W, 1.0f);
+    fill_uniform(&r, Q, 4 * QW, 2.0f);
+    parsing();
+    big_budget(K, V, Q, N);
+    known_set(&r, K, V, Q, N);
+    observer(K, V, Q, N);
+    steps(K, V, Q, N);
+    vq_kv *kv = make("f16;evict=h2o,budget=8");
+    vq_err err;
+    if (kv) {
+        CHECK(vq_kv_state_write(kv, null_writer, NULL, &err) == VQ_ERR_STATE && strstr(err.msg, "evicts"));
+        vq_kv_destroy(kv);
+    }
+    free(K); free(V); free(Q);
+    return vq_t_done();
+}
