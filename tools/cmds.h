@@ -10,4 +10,5 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_bench_kernels(int argc, char **argv);
 int cmd_kv_fidelity(int argc, char **argv);
 int cmd_needle(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 #endif

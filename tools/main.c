@@ -17,12 +17,14 @@ static const char *main_help =
     "  tokenize     print the token ids of a text\n"
     "  bench-kernels  decode-attention and encode speed per KV codec (vs f16, vs memcpy)\n"
     "  kv-fidelity  per-layer key cosine, attention KL and output error of KV codecs on real rows\n"
-    "  needle       passkey retrieval: a number hidden at a depth of filler text, per KV arm\n";
+    "  needle       passkey retrieval: a number hidden at a depth of filler text, per KV arm\n"
+    "  calibrate    per-layer, per-head q/k/v statistics of a model on a text (for calib=FILE)\n";
 
 static const struct { const char *name; int (*run)(int, char **); } commands[] = {
     { "generate", cmd_generate },   { "perplexity", cmd_perplexity },       { "bench", cmd_bench },
     { "info", cmd_info },           { "tokenize", cmd_tokenize },           { "bench-kernels", cmd_bench_kernels },
     { "kv-fidelity", cmd_kv_fidelity }, { "needle", cmd_needle },
+    { "calibrate", cmd_calibrate },
 };
 
 int main(int argc, char **argv) {
