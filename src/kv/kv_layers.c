@@ -54,7 +54,9 @@ static vq_kvg *make_group(const vq_kv_clause *cl, const vq_kv_dims *D, const int
         if (owner[l] == c) gl[cnt++] = l;
     vq_kv_dims gd = *D;
     gd.n_layers = cnt;
-    vq_kvg *g = cnt ? vq_kvg_create(&cl->sp, cl->norm, &gd, gl, seed, err) : NULL;
+    vq_kv_parsed sp = cl->sp;
+    sp.cache_layers = D->n_layers;   /* calib=FILE is checked against the whole cache */
+    vq_kvg *g = cnt ? vq_kvg_create(&sp, cl->norm, &gd, gl, seed, err) : NULL;
     free(gl);
     return g;
 }
@@ -295,7 +297,7 @@ int vq_kv_pages(const vq_kv *kv, int layer) {
 }
 const vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side) {
     if (bad_layer(kv, layer) || side < 0 || side > 1) return NULL;
-    return &GROUP(kv, layer)->st[side][LOCAL(kv, layer)];
+    return vq_kvg_st(GROUP(kv, layer), side, LOCAL(kv, layer), 0);   /* KV head 0's (per_head rows) */
 }
 void vq_kv_set_ref_attend(vq_kv *kv, int on) { if (kv) kv->ref_attend = on != 0; }
 

@@ -33,13 +33,14 @@ static void write_seeds(const char *dir) {
     }
 }
 
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc; (void)argv;
+    const char *d = getenv("VQ_FUZZ_WRITE_SEEDS");
+    if (d && *d) { write_seeds(d); exit(0); }
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static int seeded;
-    if (!seeded) {
-        seeded = 1;
-        const char *d = getenv("VQ_FUZZ_WRITE_SEEDS");
-        if (d && *d) { write_seeds(d); exit(0); }
-    }
     vq_calib c;
     vq_err err;
     vq_status s = vq_calib_parse(data, size, &c, &err);
