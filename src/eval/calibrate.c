@@ -43,23 +43,12 @@ static void tap(void *user, int layer, int n, const int *pos, const float *q, co
     a->rows[layer] += (uint64_t)n;
 }
 
-/* The config text the calibration's hash is taken over (what decides the rows' statistics). */
-static void config_text(const vq_model *m, char *buf, size_t cap) {
-    const vq_model_config *c = &m->cfg;
-    snprintf(buf, cap, "arch=%s dim=%d hidden=%d layers=%d heads=%d kv_heads=%d head_dim=%d "
-             "vocab=%d rope_base=%.9g rope_dim=%d rope_neox=%d eps=%.9g", c->arch, c->dim,
-             c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
-             (double)c->rope_base, c->rope_dim, c->rope_neox, (double)c->norm_eps);
-}
-
-uint64_t vq_calibrate_model_hash(const vq_model *m, char *name, size_t name_cap) {
-    char t[512];
-    config_text(m, t, sizeof t);
+static uint64_t vq_calibrate_model_hash(const vq_model *m, char *name, size_t name_cap) {
     if (name && name_cap) {
         const char *b = strrchr(m->path, '/');
-        snprintf(name, name_cap, "%s", b ? b + 1 : m->path);
+        snprintf(name, name_cap, "%.63s", b ? b + 1 : m->path);
     }
-    return vq_calib_config_hash(t);
+    return vq_model_config_hash(m, NULL, 0);
 }
 
 vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, const char *out_path,

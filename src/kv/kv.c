@@ -178,6 +178,8 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
             vq_kvg_destroy(kv);
             return NULL;
         }
+        kv->calib_hash = cal.config_hash;
+        snprintf(kv->calib_model, sizeof kv->calib_model, "%s", cal.model);
     }
     int fpw = 0;
     for (int s = 0; s < 2; s++)

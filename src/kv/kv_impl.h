@@ -87,6 +87,8 @@ typedef struct vq_kvg {
     size_t bytes;          /* tally of every allocation the store made (and still holds) */
     vq_codec_state *st[2]; /* st[side][layer * hs[side] + head]: vq_kvg_st */
     int hs[2];             /* states per layer and side: n_kv_heads for per_head codecs, else 1 */
+    uint64_t calib_hash;   /* config hash recorded in the spec's calib=FILE (0: none) */
+    char calib_model[64];  /* its model name */
     float *enc_tmp;        /* encode scratch: rpb_store rows of d floats */
     uint8_t *scratch;      /* attention scratch: n_slots slots of slot_bytes (kv_attend.c) */
     size_t slot_bytes;

@@ -300,6 +300,17 @@ const vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side) {
     return vq_kvg_st(GROUP(kv, layer), side, LOCAL(kv, layer), 0);   /* KV head 0's (per_head rows) */
 }
 void vq_kv_set_ref_attend(vq_kv *kv, int on) { if (kv) kv->ref_attend = on != 0; }
+vq_status vq_kv_check_model(const vq_kv *kv, uint64_t config_hash, vq_err *err) {
+    for (int i = 0; kv && i < kv->n_groups; i++) {
+        const vq_kvg *g = kv->g[i];
+        if (g->calib_hash && g->calib_hash != config_hash)
+            return vq_err_set(err, VQ_ERR_STATE, "kv spec '%.200s': its calibration is for model '%s' of "
+                              "another config (config hash %016llx, this model %016llx): run veloxquant "
+                              "calibrate with this model", g->spec, g->calib_model,
+                              (unsigned long long)g->calib_hash, (unsigned long long)config_hash);
+    }
+    return VQ_OK;
+}
 
 /* ---- reference attention: decoded rows (vq_kv_read), float64 scores and softmax ---- */
 static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,

@@ -7,7 +7,7 @@
  *    the others with the lo-bit error; another head's state (other top pairs) does not;
  *  - no calibration, another head_dim, a layer or head the file lacks, bad frac/pairs: VQ_ERR_ARG
  *    with a message naming it; through the KV store: a missing, corrupt or mismatched calib=FILE
- *    is a clear error at parse or create. */
+ *    (other layers, heads, head_dim or model config hash) is a clear error at parse or create. */
 #include "../vq_test.h"
 #include "veloxquant.h"
 #include "codec/codec.h"
@@ -113,6 +113,11 @@ int main(void) {
         CHECKF(strstr(vq_kv_spec_str(kv), "calib=") != NULL, "normalized: %s", vq_kv_spec_str(kv));
         vq_kv_destroy(kv);
     }
+    kv = vq_kv_create_str(spec, &D, 1, &err);   /* the model's config hash: checked by the session */
+    CHECKF(kv != NULL, "%s: %s", spec, err.msg);
+    CHECK(vq_kv_check_model(kv, cal.config_hash, &err) == VQ_OK);
+    CHECK(vq_kv_check_model(kv, cal.config_hash ^ 1, &err) == VQ_ERR_STATE && strstr(err.msg, "config hash"));
+    vq_kv_destroy(kv);
     vq_kv_dims D2 = { 3, 4, 2, 64, 64 }, D3 = { 2, 4, 1, 64, 64 }, D4 = { 2, 4, 2, 128, 64 };
     CHECK(vq_kv_create_str(spec, &D2, 1, &err) == NULL && strstr(err.msg, "layers"));
     CHECK(vq_kv_create_str(spec, &D3, 1, &err) == NULL && strstr(err.msg, "KV heads"));
