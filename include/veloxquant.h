@@ -440,6 +440,19 @@ VQ_API void vq_kv_fidelity_result_free(vq_kv_fidelity_result *r);
 /* The default arms (f32, every codec, the turboquant_mse ladder, q4_0:rotate=1); returns the count. */
 VQ_API int vq_kv_fidelity_default_specs(char (*out)[96], int cap);
 
+/* Calibration (docs/calibration-format.md): the model runs over tok[0..n_tok) in windows of ctx
+ * tokens (each from position 0) and per layer and head the statistics of its q, k, v after RoPE
+ * (per-channel means and second moments, per-RoPE-pair query x key energy) are written to
+ * out_path atomically, with the model's identity. KV specs point at it with calib=FILE. */
+typedef struct vq_calibrate_info {
+    long n_tokens;                 /* tokens (rows per layer) the statistics are over */
+    int n_windows;
+    size_t file_bytes;
+    uint64_t config_hash;          /* of the model's config, as recorded in the file */
+} vq_calibrate_info;
+VQ_API vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, const char *out_path,
+                              vq_calibrate_info *info, vq_err *err);
+
 /* Attention-kernel benchmark: one layer, one KV head, GQA group of 3, through the real store. */
 #define VQ_BK_GROUP_SIZE 3
 typedef struct vq_bench_kernels_params {

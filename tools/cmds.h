@@ -12,4 +12,5 @@ int cmd_kv_fidelity(int argc, char **argv);
 int cmd_needle(int argc, char **argv);
 int cmd_serve(int argc, char **argv);     /* cmd_serve.c, on server/ */
 int cmd_evict_corr(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 #endif

@@ -19,13 +19,14 @@ static const char *main_help =
     "  kv-fidelity  per-layer key cosine, attention KL and output error of KV codecs on real rows\n"
     "  needle       passkey retrieval: a number hidden at a depth of filler text, per KV arm\n"
     "  evict-corr   Spearman correlation of eviction policies' scores with later queries' attention\n"
+    "  calibrate    per-layer, per-head q/k/v statistics of a model on a text (for calib=FILE)\n"
     "  serve        an OpenAI-compatible HTTP server: many conversations, compressed caches, batched decode\n";
 
 static const struct { const char *name; int (*run)(int, char **); } commands[] = {
     { "generate", cmd_generate },   { "perplexity", cmd_perplexity },       { "bench", cmd_bench },
     { "info", cmd_info },           { "tokenize", cmd_tokenize },           { "bench-kernels", cmd_bench_kernels },
     { "kv-fidelity", cmd_kv_fidelity }, { "needle", cmd_needle },       { "serve", cmd_serve },
-    { "evict-corr", cmd_evict_corr },
+    { "evict-corr", cmd_evict_corr },   { "calibrate", cmd_calibrate },
 };
 
 int main(int argc, char **argv) {

@@ -20,6 +20,15 @@
  *   keep in full precision, e.g. KIVI's residual; 0 otherwise), params (canonical text of ALL
  *   its parameters incl. defaults, "bits=4,rotate=1"; "" when it has none) and state_bytes (bytes
  *   it allocated for impl: rotation signs, codebooks, sketch matrices; the store counts them).
+ *   Context (st->ctx, set by the store before init; codecs that do not need it ignore it):
+ *   the cache layer and layer count, the KV head and head counts, and the spec's calibration
+ *   (store key calib=FILE, loaded and checked against the cache's dims by the store; NULL when
+ *   the spec has none). ctx.n_layers == 0 means the caller does not know where the state serves
+ *   (the spec parser's probe, unit tests): a codec must then still validate its parameters (with
+ *   layer 0 / head 0 of a calibration when it has one). ctx.calib is valid only during init: a
+ *   codec copies what it needs. A codec row with per_head = 1 gets one state per (layer, side, KV
+ *   head) instead of one per (layer, side); every state of a side must have the same
+ *   rows_per_block, block_bytes, qstate_bytes and acc_floats.
  * fini(st): frees impl (and anything init allocated). Called once, also after a failed init.
  * encode(st, x, block): x = rows_per_block rows of d floats, row-major; writes exactly
  *   block_bytes bytes (every byte deterministic: no uninitialised padding). The store guarantees
@@ -50,6 +59,13 @@ enum { VQ_SIDE_K = 0, VQ_SIDE_V = 1 };
 typedef struct vq_codec_param { char key[32]; char val[64]; } vq_codec_param;
 
 typedef struct vq_codec vq_codec;   /* one table row */
+struct vq_calib;                    /* codec/calib.h */
+typedef struct vq_codec_ctx {       /* where a state serves (THE CONTRACT: Context) */
+    int layer, n_layers;            /* cache layer, layers of the cache (0: unknown) */
+    int head, n_kv_heads, n_heads;  /* KV head (0 unless the row is per_head), KV and query heads */
+    const struct vq_calib *calib;   /* the spec's calib=FILE, checked against the dims; or NULL */
+    const char *calib_path;         /* its path (messages), or NULL */
+} vq_codec_ctx;
 typedef struct vq_codec_state {     /* one configured instance (K side or V side of a layer) */
     const vq_codec *codec;
     int d;                          /* row dimension (head_dim) */
@@ -62,11 +78,15 @@ typedef struct vq_codec_state {     /* one configured instance (K side or V side
     char params[128];               /* canonical parameter text, filled by init */
     size_t state_bytes;             /* bytes init allocated (impl, tables): for honest accounting */
     void *impl;                     /* codec-private (rotation, codebooks, sketch matrix) */
+    vq_codec_ctx ctx;               /* set by the store before init */
 } vq_codec_state;
 
 struct vq_codec {
     const char *name;
     const char *params_help;        /* e.g. "bits=1..8 (default 4), rotate=0|1" */
+    int per_head;                   /* 1: one state per KV head (e.g. per-head calibration) */
+    int needs_calib;                /* 1: init needs ctx.calib (calib=FILE); table walkers that
+                                     * make specs from bare codec names skip such rows */
     vq_status (*init)(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
                       uint64_t seed, vq_err *err);
     void (*fini)(vq_codec_state *st);

@@ -14,6 +14,7 @@ extern const vq_codec vq_codec_kivi;
 extern const vq_codec vq_codec_qjl;
 extern const vq_codec vq_codec_rabitq;
 extern const vq_codec vq_codec_polar;
+extern const vq_codec vq_codec_tq_split;
 
 static const vq_codec *const table[] = {
     &vq_codec_f32,
@@ -27,6 +28,7 @@ static const vq_codec *const table[] = {
     &vq_codec_qjl,
     &vq_codec_rabitq,
     &vq_codec_polar,
+    &vq_codec_tq_split,
 };
 
 const vq_codec *vq_codec_at(int i) {

@@ -55,8 +55,8 @@ static vq_status make_specs(const vq_bk_params *p, vq_bk_result *r, vq_err *err)
     if (p->n_specs) {
         for (int i = 0; i < p->n_specs; i++) if (!has_spec(s, n, p->specs[i])) s[n++] = strdup(p->specs[i]);
     } else {
-        for (int i = 0; i < vq_codec_count(); i++)
-            if (!has_spec(s, n, vq_codec_at(i)->name)) s[n++] = strdup(vq_codec_at(i)->name);
+        for (int i = 0; i < vq_codec_count(); i++)   /* rows needing calib=FILE only when asked for */
+            if (!vq_codec_at(i)->needs_calib && !has_spec(s, n, vq_codec_at(i)->name)) s[n++] = strdup(vq_codec_at(i)->name);
         for (size_t i = 0; i < VQ_ARRAY_LEN(bk_extras); i++)
             if (!has_spec(s, n, bk_extras[i])) s[n++] = strdup(bk_extras[i]);
     }

@@ -255,7 +255,7 @@ int vq_kvfid_default_specs(char (*out)[96], int cap) {
     if (n < cap) snprintf(out[n++], 96, "%s", first);
     for (int i = 0; i < vq_codec_count() && n < cap; i++) {
         const char *nm = vq_codec_at(i)->name;
-        if (strcmp(nm, first)) snprintf(out[n++], 96, "%s", nm);
+        if (strcmp(nm, first) && !vq_codec_at(i)->needs_calib) snprintf(out[n++], 96, "%s", nm);
     }
     for (size_t i = 0; i < VQ_ARRAY_LEN(kf_extras) && n < cap; i++) snprintf(out[n++], 96, "%s", kf_extras[i]);
     return n;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kv/kv_impl.h"
+#include "codec/calib.h"
 
 static void *kv_alloc(vq_kvg *kv, size_t n) {
     if (n == 0) return NULL;
@@ -38,12 +39,21 @@ static size_t layer_fixed_bytes(const vq_kvg *kv) {
            (size_t)(kv->win_cap + kv->S) * (2 * wrow + sizeof(int32_t)) + ev_score_bytes(kv);
 }
 
+/* the codec states of a layer: the array slots and what each init allocated */
+static size_t states_bytes(const vq_kvg *kv, int l) {
+    size_t b = 0;
+    for (int s = 0; s < 2; s++)
+        for (int h = 0; h < kv->hs[s]; h++)
+            b += sizeof(vq_codec_state) + kv->st[s][(size_t)l * kv->hs[s] + h].state_bytes;
+    return b;
+}
+
 size_t vq_kvg_bytes(const vq_kvg *kv) {
     /* computed from the layout, independently of the allocation tally (tests compare both) */
     size_t b = sizeof(vq_kvg) + 2 * (size_t)kv->H * sizeof(size_t) + (size_t)kv->dims.n_layers * sizeof(int) +
-               (size_t)kv->dims.n_layers * (2 * sizeof(vq_codec_state) + sizeof(vq_kv_layer));
+               (size_t)kv->dims.n_layers * sizeof(vq_kv_layer);
     for (int l = 0; l < kv->dims.n_layers; l++) {
-        b += kv->st[0][l].state_bytes + kv->st[1][l].state_bytes;
+        b += states_bytes(kv, l);
         b += layer_fixed_bytes(kv) + (size_t)kv->layers[l].n_pages * kv->page_bytes;
     }
     return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
@@ -55,11 +65,10 @@ static int coded_at(const vq_kvg *kv, int rows) {
 }
 size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
     size_t b = sizeof(vq_kvg) + 2 * (size_t)kv->H * sizeof(size_t) + (size_t)kv->dims.n_layers * sizeof(int) +
-               (size_t)kv->dims.n_layers * (2 * sizeof(vq_codec_state) + sizeof(vq_kv_layer));
+               (size_t)kv->dims.n_layers * sizeof(vq_kv_layer);
     size_t pages = (size_t)(coded_at(kv, rows) + kv->P - 1) / kv->P;
     for (int l = 0; l < kv->dims.n_layers; l++)
-        b += kv->st[0][l].state_bytes + kv->st[1][l].state_bytes + layer_fixed_bytes(kv) +
-             pages * kv->page_bytes;
+        b += states_bytes(kv, l) + layer_fixed_bytes(kv) + pages * kv->page_bytes;
     return b + vq_evict_raw_bytes(kv, rows);
 }
 
@@ -126,8 +135,8 @@ void vq_kvg_destroy(vq_kvg *kv) {
         kv_free(kv, L->ev_score, ev_score_bytes(kv));
     }
     for (int s = 0; s < 2; s++) {
-        for (int l = 0; kv->st[s] && l < kv->dims.n_layers; l++)
-            if (kv->st[s][l].codec && kv->st[s][l].codec->fini) kv->st[s][l].codec->fini(&kv->st[s][l]);
+        for (size_t i = 0; kv->st[s] && i < (size_t)kv->dims.n_layers * kv->hs[s]; i++)
+            if (kv->st[s][i].codec && kv->st[s][i].codec->fini) kv->st[s][i].codec->fini(&kv->st[s][i]);
         vq_aligned_free(kv->st[s]);
     }
     vq_aligned_free(kv->layers);
@@ -178,31 +187,60 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
     kv->off_k = vq_aligned_alloc((size_t)kv->H * sizeof(size_t));
     kv->off_v = vq_aligned_alloc((size_t)kv->H * sizeof(size_t));
     kv->layers = vq_aligned_alloc((size_t)NL * sizeof(vq_kv_layer));
-    for (int s = 0; s < 2; s++) kv->st[s] = vq_aligned_alloc((size_t)NL * sizeof(vq_codec_state));
+    for (int s = 0; s < 2; s++) {
+        kv->hs[s] = sp.codec[s]->per_head ? kv->H : 1;
+        kv->st[s] = vq_aligned_alloc((size_t)NL * kv->hs[s] * sizeof(vq_codec_state));
+    }
     if (!kv->off_k || !kv->off_v || !kv->layers || !kv->st[0] || !kv->st[1]) goto nomem;
-    kv->bytes += 2 * (size_t)kv->H * sizeof(size_t) +
-                 (size_t)NL * (2 * sizeof(vq_codec_state) + sizeof(vq_kv_layer));
+    kv->bytes += 2 * (size_t)kv->H * sizeof(size_t) + (size_t)NL * sizeof(vq_kv_layer) +
+                 (size_t)NL * (kv->hs[0] + kv->hs[1]) * sizeof(vq_codec_state);
 
+    /* calib=FILE: read and checked against the cache's dims here, handed to every init, freed
+     * before create returns (codecs copy what they need) */
+    vq_calib cal;
+    memset(&cal, 0, sizeof cal);
+    if (sp.calib[0]) {
+        int nl = sp.cache_layers > 0 ? sp.cache_layers : NL;
+        if (vq_calib_read(sp.calib, &cal, err) ||
+            vq_calib_check(&cal, sp.calib, nl, D->n_heads, D->n_kv_heads, D->head_dim, NULL, 0, err)) {
+            vq_calib_free(&cal);
+            vq_kvg_destroy(kv);
+            return NULL;
+        }
+        kv->calib_hash = cal.config_hash;
+        snprintf(kv->calib_model, sizeof kv->calib_model, "%s", cal.model);
+    }
     int fpw = 0;
     for (int s = 0; s < 2; s++)
-        for (int l = 0; l < NL; l++) {
-            vq_codec_state *st = &kv->st[s][l];
-            st->codec = sp.codec[s];
-            st->side = s;
-            vq_status rc = st->codec->init(st, kv->d, s, sp.p[s], sp.np[s], mix_seed(seed, gl[l], s), err);
-            if (rc) { st->codec = sp.codec[s]; vq_kvg_destroy(kv); return NULL; }
-            if (st->rows_per_block < 1 || st->block_bytes == 0 || st->acc_floats < 1 ||
-                st->d != kv->d || (l > 0 && (st->rows_per_block != kv->st[s][0].rows_per_block ||
-                                             st->block_bytes != kv->st[s][0].block_bytes))) {
-                vq_err_set(err, VQ_ERR_ARG, "codec %s (%s side): init filled an invalid state "
-                           "(rows_per_block=%d block_bytes=%zu acc_floats=%d d=%d)", st->codec->name,
-                           s ? "V" : "K", st->rows_per_block, st->block_bytes, st->acc_floats, st->d);
-                vq_kvg_destroy(kv);
-                return NULL;
+        for (int l = 0; l < NL; l++)
+            for (int h = 0; h < kv->hs[s]; h++) {
+                vq_codec_state *st = &kv->st[s][(size_t)l * kv->hs[s] + h], *st0 = &kv->st[s][0];
+                st->codec = sp.codec[s];
+                st->side = s;
+                st->ctx = (vq_codec_ctx){ .layer = gl[l], .n_layers = sp.cache_layers > 0 ? sp.cache_layers : NL,
+                                          .head = h, .n_kv_heads = kv->H, .n_heads = D->n_heads,
+                                          .calib = sp.calib[0] ? &cal : NULL,
+                                          .calib_path = sp.calib[0] ? sp.calib : NULL };
+                vq_status rc = st->codec->init(st, kv->d, s, sp.p[s], sp.np[s], mix_seed(seed, gl[l], s), err);
+                st->ctx.calib = NULL;
+                st->ctx.calib_path = NULL;
+                if (rc) { st->codec = sp.codec[s]; vq_calib_free(&cal); vq_kvg_destroy(kv); return NULL; }
+                if (st->rows_per_block < 1 || st->block_bytes == 0 || st->acc_floats < 1 ||
+                    st->d != kv->d || (st != st0 && (st->rows_per_block != st0->rows_per_block ||
+                                                     st->block_bytes != st0->block_bytes ||
+                                                     st->qstate_bytes != st0->qstate_bytes ||
+                                                     st->acc_floats != st0->acc_floats))) {
+                    vq_err_set(err, VQ_ERR_ARG, "codec %s (%s side): init filled an invalid state "
+                               "(rows_per_block=%d block_bytes=%zu acc_floats=%d d=%d)", st->codec->name,
+                               s ? "V" : "K", st->rows_per_block, st->block_bytes, st->acc_floats, st->d);
+                    vq_calib_free(&cal);
+                    vq_kvg_destroy(kv);
+                    return NULL;
+                }
+                kv->bytes += st->state_bytes;
+                fpw = VQ_MAX(fpw, st->fp_window);
             }
-            kv->bytes += st->state_bytes;
-            fpw = VQ_MAX(fpw, st->fp_window);
-        }
+    vq_calib_free(&cal);
     kv->rpb[0] = kv->st[0][0].rows_per_block;
     kv->rpb[1] = kv->st[1][0].rows_per_block;
     kv->rpb_store = kv->rpb[0] / gcd(kv->rpb[0], kv->rpb[1]) * kv->rpb[1];
@@ -395,9 +433,9 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
                 if (p < L->page_minpos[pg]) L->page_minpos[pg] = p;
             }
             for (int s = 0; s < 2; s++) {
-                const vq_codec_state *st = &kv->st[s][local];
                 const int rb = kv->rpb[s];
                 for (int h = 0; h < kv->H; h++) {
+                    const vq_codec_state *st = vq_kvg_st(kv, s, local, h);
                     for (int t = 0; t < rpb; t++)
                         get_row(kv, L, s, b + t, h, s ? v : k, tmp + (size_t)t * d);
                     uint8_t *dst = page + (s ? kv->off_v[h] : kv->off_k[h]) +
@@ -435,10 +473,10 @@ vq_status vq_kvg_read(const vq_kvg *kv, int layer, float *k, float *v, int32_t *
         int rin = c % kv->P;
         for (int t = 0; t < kv->rpb_store; t++) pos[c + t] = ((const int32_t *)(const void *)page)[rin + t];
         for (int s = 0; s < 2; s++) {
-            const vq_codec_state *st = &kv->st[s][layer];
             const int rb = kv->rpb[s];
             float *out = s ? v : k;
             for (int h = 0; h < H; h++) {
+                const vq_codec_state *st = vq_kvg_st(kv, s, layer, h);
                 const uint8_t *src = page + (s ? kv->off_v[h] : kv->off_k[h]) +
                                      (size_t)(rin / rb) * st->block_bytes;
                 for (int t = 0; t < kv->rpb_store; t += rb)

@@ -83,6 +83,10 @@ const char *vq_kv_layer_spec(const vq_kv *kv, int layer);   /* normalized spec s
  * and computes plain float64 softmax attention over them instead of the codecs' score/accumulate
  * (slow; for tests that check the codec path against what the cache holds). */
 void vq_kv_set_ref_attend(vq_kv *kv, int on);
+/* Every calib=FILE of the cache's spec was made for a model of this config hash (the model
+ * layer's vq_model_config_hash); else VQ_ERR_STATE naming the file's model and both hashes.
+ * The store checks dims at create; the session calls this with its model. */
+vq_status vq_kv_check_model(const vq_kv *kv, uint64_t config_hash, vq_err *err);
 
 /* ---- token eviction (evict.c; docs/eviction.md): spec keys evict=POLICY,budget=B,... ----
  * Rows keep their true positions; an eviction step drops coded rows (whole code blocks) down to

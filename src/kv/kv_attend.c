@@ -327,7 +327,7 @@ static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, cons
 static void run_task(const task *t, uint8_t *mem, float *raw) {
     const vq_kvg *kv = t->kv;
     const vq_kv_layer *L = t->L;
-    const vq_codec_state *sk = &kv->st[VQ_SIDE_K][t->layer], *sv = &kv->st[VQ_SIDE_V][t->layer];
+    const vq_codec_state *sk = vq_kvg_st(kv, VQ_SIDE_K, t->layer, t->h), *sv = vq_kvg_st(kv, VQ_SIDE_V, t->layer, t->h);
     const int d = kv->d, G = kv->G, nv = t->nq * G, nh = kv->dims.n_heads;
     const int wc = L->win_count, sc = L->sink_count, smax = kv->P;
     const size_t qsb = al64(VQ_MAX(sk->qstate_bytes, 1));

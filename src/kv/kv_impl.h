@@ -10,6 +10,7 @@
 #define VQ_KV_MAX_PARAMS 16
 #define VQ_KV_ABS_MAX 65504.0f   /* largest |x| append accepts (the fp16 range) */
 #define VQ_KV_SPEC_MAX 2048      /* a full spec (base + layer overrides), incl. the NUL */
+#define VQ_KV_CALIB_MAX 256      /* calib=FILE path, incl. the NUL */
 
 /* Token eviction (evict.c): a policy (a row of its table) and its parameters, from the spec's
  * store keys evict=NAME,budget=..,sinks=..,recent=..,every=.. (docs/kv-spec.md). */
@@ -38,6 +39,8 @@ typedef struct vq_kv_parsed {
     int side_bits[2];                     /* k= / v= seen (parser bookkeeping) */
     int bits_seen, store_seen;            /* bits= seen; store keys seen (bit per key) */
     vq_evict_cfg ev;                      /* token eviction (evict=...; ev.pol NULL: none) */
+    char calib[VQ_KV_CALIB_MAX];          /* calib=FILE (docs/calibration-format.md), "" if none */
+    int cache_layers;                     /* layers of the whole cache (set by vq_kv_create) */
 } vq_kv_parsed;
 
 /* One plain spec (no '@'): grammar only (codec parameters are checked by the codec's init). */
@@ -100,7 +103,10 @@ typedef struct vq_kvg {
     int page_cap;          /* page pointers per layer */
     size_t page_bytes, *off_k, *off_v;   /* page size; per-head section offsets in a page */
     size_t bytes;          /* tally of every allocation the store made (and still holds) */
-    vq_codec_state *st[2]; /* per layer: st[side][layer] */
+    vq_codec_state *st[2]; /* st[side][layer * hs[side] + head]: vq_kvg_st */
+    int hs[2];             /* states per layer and side: n_kv_heads for per_head codecs, else 1 */
+    uint64_t calib_hash;   /* config hash recorded in the spec's calib=FILE (0: none) */
+    char calib_model[64];  /* its model name */
     float *enc_tmp;        /* encode scratch: rpb_store rows of d floats */
     uint8_t *scratch;      /* attention scratch: n_slots slots of slot_bytes (kv_attend.c) */
     size_t slot_bytes;
@@ -173,4 +179,8 @@ int vq_kvg_evict_layer(vq_kvg *g, int local, int next_pos);
  * rows cannot be dropped. Returns rows dropped. */
 int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop);   /* rows kept (dry: only count) */   /* kv_attend.c; freed by vq_kvg_destroy */
 static inline size_t vq_kv_win_elem(const vq_kvg *kv) { return kv->wprec == 16 ? 2 : 4; }
+/* The codec state serving (side, local layer, KV head). */
+static inline const vq_codec_state *vq_kvg_st(const vq_kvg *g, int side, int local, int h) {
+    return &g->st[side][(size_t)local * g->hs[side] + (g->hs[side] > 1 ? h : 0)];
+}
 #endif

@@ -56,7 +56,9 @@ static vq_kvg *make_group(const vq_kv_clause *cl, const vq_kv_dims *D, const int
     vq_kv_dims gd = *D;
     gd.n_layers = cnt;
     gd.span = NULL;   /* spans are the router's (indexed by cache layer) */
-    vq_kvg *g = cnt ? vq_kvg_create(&cl->sp, cl->norm, &gd, gl, seed, err) : NULL;
+    vq_kv_parsed sp = cl->sp;
+    sp.cache_layers = D->n_layers;   /* calib=FILE is checked against the whole cache */
+    vq_kvg *g = cnt ? vq_kvg_create(&sp, cl->norm, &gd, gl, seed, err) : NULL;
     if (g) g->n_layers_all = D->n_layers;
     free(gl);
     return g;
@@ -308,9 +310,20 @@ int vq_kv_pages(const vq_kv *kv, int layer) {
 }
 const vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side) {
     if (bad_layer(kv, layer) || side < 0 || side > 1) return NULL;
-    return &GROUP(kv, layer)->st[side][LOCAL(kv, layer)];
+    return vq_kvg_st(GROUP(kv, layer), side, LOCAL(kv, layer), 0);   /* KV head 0's (per_head rows) */
 }
 void vq_kv_set_ref_attend(vq_kv *kv, int on) { if (kv) kv->ref_attend = on != 0; }
+vq_status vq_kv_check_model(const vq_kv *kv, uint64_t config_hash, vq_err *err) {
+    for (int i = 0; kv && i < kv->n_groups; i++) {
+        const vq_kvg *g = kv->g[i];
+        if (g->calib_hash && g->calib_hash != config_hash)
+            return vq_err_set(err, VQ_ERR_STATE, "kv spec '%.200s': its calibration is for model '%s' of "
+                              "another config (config hash %016llx, this model %016llx): run veloxquant "
+                              "calibrate with this model", g->spec, g->calib_model,
+                              (unsigned long long)g->calib_hash, (unsigned long long)config_hash);
+    }
+    return VQ_OK;
+}
 
 /* ---- reference attention: decoded rows (vq_kv_read), float64 scores and softmax ---- */
 static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,

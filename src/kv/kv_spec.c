@@ -7,11 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kv/kv_impl.h"
+#include "codec/calib.h"
 
 static const char *STORE_HELP =
     "store keys (any codec): window=0..1048576 (full-precision recent rows), sink=0..65536 "
     "(full-precision first rows: positions < sink, the attention sink), wprec=16|32 (window and "
-    "sink precision, default 16), page=1..65536 (rows per page, default 256)";
+    "sink precision, default 16), page=1..65536 (rows per page, default 256), calib=FILE (a "
+    "calibration file of `veloxquant calibrate`, for codecs that use one, e.g. tq_split; the "
+    "path may not contain ',', ';' or '@')";
 
 /* Every codec with its parameters, then the store keys (for CLIs and docs). */
 size_t vq_kv_spec_help(char *buf, size_t n) {
@@ -54,7 +57,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 
 static int is_store_key(const char *k) {
     return !strcmp(k, "window") || !strcmp(k, "sink") || !strcmp(k, "wprec") || !strcmp(k, "page") ||
-           vq_evict_is_key(k);
+           !strcmp(k, "calib") || vq_evict_is_key(k);
 }
 
 static vq_status add_param(vq_kv_parsed *o, int side, const char *key, const char *val,
@@ -79,6 +82,15 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
     int x = 0;
     if (vq_evict_is_key(key)) {
         if (vq_evict_key(&o->ev, key, val, m, sizeof m)) return spec_err(err, spec, m);
+        return VQ_OK;
+    }
+    if (!strcmp(key, "calib")) {
+        if (o->calib[0]) goto twice;
+        if (strlen(val) >= sizeof o->calib) {
+            snprintf(m, sizeof m, "calib=%.40s...: path longer than %d bytes", val, VQ_KV_CALIB_MAX - 1);
+            return spec_err(err, spec, m);
+        }
+        snprintf(o->calib, sizeof o->calib, "%s", val);
         return VQ_OK;
     }
     if (!strcmp(key, "window")) {
@@ -160,7 +172,7 @@ static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *
         if (is_store_key(key)) {
             st = store_key(o, key, val, spec, err);
         } else if (side == -1) {
-            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page, evict, budget, sinks, recent, every, obs, pool, slope, tau) and no codec precedes it", key);
+            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page, calib, evict, budget, sinks, recent, every, obs, pool, slope, tau) and no codec precedes it", key);
             return spec_err(err, spec, m);
         } else if (side == 2 && (!strcmp(key, "k") || !strcmp(key, "v"))) {
             int s = key[0] == 'k' ? VQ_SIDE_K : VQ_SIDE_V;
@@ -253,7 +265,11 @@ void vq_kv_normalize(char *out, size_t cap, const vq_codec_state *st_k, const vq
             q += snprintf(out + o + q, cap - (size_t)(o + q), ",sink=%d", S);
         if (q > 0) o += q;
     }
-    if ((size_t)o < cap) vq_evict_print(&sp->ev, out + o, cap - (size_t)o);
+    if ((size_t)o < cap) {
+        int e = vq_evict_print(&sp->ev, out + o, cap - (size_t)o);
+        if (e > 0) o += e;
+    }
+    if (sp->calib[0] && (size_t)o < cap) snprintf(out + o, cap - (size_t)o, ";calib=%s", sp->calib);
 }
 
 /* ---- the full spec: base + per-layer overrides, parsed once ----------------------------------- */
@@ -319,11 +335,21 @@ static vq_status probe_clause(vq_kv_clause *c, const char *plain, vq_err *err) {
     memset(st, 0, sizeof st);
     int fpw = 0;
     vq_status rc = VQ_OK;
+    /* calib=FILE: parsing is the validation, so a missing or corrupt file fails here (the dims
+     * are checked by vq_kv_create, which knows the model); the probe runs at the file's head_dim */
+    vq_calib cal;
+    memset(&cal, 0, sizeof cal);
+    if (c->sp.calib[0] && vq_calib_read(c->sp.calib, &cal, err)) return err ? err->code : VQ_ERR_IO;
+    const vq_codec_ctx pctx = { .calib = c->sp.calib[0] ? &cal : NULL,
+                                .calib_path = c->sp.calib[0] ? c->sp.calib : NULL,
+                                .n_kv_heads = cal.n_kv_heads, .n_heads = cal.n_heads };
+    const int d0 = c->sp.calib[0] ? cal.head_dim : 64;
     for (int s = 0; s < 2 && !rc; s++) {
         st[s].codec = c->sp.codec[s];
         st[s].side = s;
-        rc = st[s].codec->init(&st[s], 64, s, c->sp.p[s], c->sp.np[s], 1, err);
-        if (rc) {
+        st[s].ctx = pctx;
+        rc = st[s].codec->init(&st[s], d0, s, c->sp.p[s], c->sp.np[s], 1, err);
+        if (rc && !c->sp.calib[0]) {
             /* an error about d=64 itself would be wrong to report here: retry at 128 */
             vq_codec_state t;
             memset(&t, 0, sizeof t);
@@ -351,6 +377,7 @@ static vq_status probe_clause(vq_kv_clause *c, const char *plain, vq_err *err) {
     }
     for (int s = 0; s < 2; s++)
         if (st[s].codec && st[s].codec->fini) st[s].codec->fini(&st[s]);
+    vq_calib_free(&cal);
     return rc;
 }
 

@@ -272,6 +272,19 @@ void vq_model_free(vq_model *m) {
     free(m);
 }
 
+uint64_t vq_model_config_hash(const vq_model *m, char *text, size_t cap) {
+    const vq_model_config *c = &m->cfg;
+    char t[512];
+    snprintf(t, sizeof t, "arch=%s dim=%d hidden=%d layers=%d heads=%d kv_heads=%d head_dim=%d "
+             "vocab=%d rope_base=%.9g rope_dim=%d rope_neox=%d eps=%.9g", c->arch, c->dim,
+             c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
+             (double)c->rope_base, c->rope_dim, c->rope_neox, (double)c->norm_eps);
+    if (text && cap) snprintf(text, cap, "%s", t);
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a 64, as vq_calib_config_hash */
+    for (const unsigned char *s = (const unsigned char *)t; *s; s++) { h ^= *s; h *= 1099511628211ull; }
+    return h;
+}
+
 vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx) {
     vq_kv_dims d = { m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, n_ctx, m->span };
     return d;

@@ -67,6 +67,9 @@ void vq_fwd_set_tap(vq_fwd *f, vq_fwd_tap tap, void *user);
 
 /* Kv dims this model needs for a context of n_ctx tokens. */
 vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx);
+/* FNV-1a 64 of the model's config text (arch, dims, vocab, rope, eps): the identity a calibration
+ * file records (docs/calibration-format.md); text (may be NULL) receives the text. */
+uint64_t vq_model_config_hash(const vq_model *m, char *text, size_t cap);
 
 /* Run n tokens (n <= max_batch) at positions pos0.. through the model, appending their K/V to kv.
  * logits: when non-NULL, receives vocab_size floats per token for the last `n_logits` tokens

@@ -50,7 +50,10 @@ vq_session *vq_session_create(const vq_model *m, const vq_kv_spec *spec, const v
     s->kv_seed = p->kv_seed;
     vq_kv_dims dims = vq_model_kv_dims(m, n_ctx);
     s->kv = vq_kv_create(spec, &dims, p->kv_seed, err);
-    if (!s->kv) { vq_session_free(s); return NULL; }
+    if (!s->kv || vq_kv_check_model(s->kv, vq_model_config_hash(m, NULL, 0), err)) {   /* calib=FILE */
+        vq_session_free(s);
+        return NULL;
+    }
     s->f = vq_fwd_create(m, n_batch, err);
     s->tokens = malloc((size_t)n_ctx * sizeof(int));
     s->logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));

@@ -88,7 +88,16 @@ run kvf 0 "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv q8_0 --kv turboqua
 run kvf_table 0 "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv q8_0 --per-layer && pass "kv-fidelity table"
 run needle 0 "$BIN" needle --ctx 160 --depths 0.5 --trials 1 --kv q8_0 --json && json_ok needle "$T/needle.out"
 run needle_pp 0 "$BIN" needle --ctx 160 --depths 0.5 --print-prompt && pass "needle --print-prompt"
-for c in generate perplexity bench info tokenize bench-kernels kv-fidelity needle serve; do
+run calib 0 "$BIN" calibrate -f "$T/text.txt" --tokens 48 --ctx 16 -o "$T/c.vqc" --json && json_ok calibrate "$T/calib.out"
+run calib_table 0 "$BIN" calibrate -f "$T/text.txt" --tokens 32 --ctx 16 -o "$T/c2.vqc" && pass "calibrate table"
+run calib_noout x "$BIN" calibrate -f "$T/text.txt" && err_has calib_noout "-o FILE is required"
+run calib_dir x "$BIN" calibrate -f "$T/text.txt" --tokens 32 --ctx 16 -o "$T" && err_has calib_dir "not a regular file"
+run calib_use 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "k=tq_split:hi=4,lo=2,frac=0.25;v=q8_0;calib=$T/c.vqc" && pass "perplexity with calib=FILE"
+run calib_missing x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "k=tq_split:hi=4,lo=2;v=q8_0;calib=$T/none.vqc" && err_has calib_missing "none.vqc"
+head -c 1000 "$T/c.vqc" > "$T/trunc.vqc"
+run calib_trunc x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "k=tq_split:hi=4,lo=2;v=q8_0;calib=$T/trunc.vqc" && err_has calib_trunc "bytes, its dims need|truncated"
+run calib_nocalib x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "k=tq_split:hi=4,lo=2;v=q8_0" && err_has calib_nocalib "calib=FILE"
+for c in generate perplexity bench info tokenize bench-kernels kv-fidelity needle calibrate serve evict-corr; do
   run "help_$c" 0 "$BIN" "$c" --help || true
 done
 pass "every --help"

@@ -7,6 +7,19 @@
 #include <stdint.h>
 #include "../vq_test.h"
 #include "codec/codec.h"
+#include "../calib_fixture.h"
+
+/* codecs that need a calibration (tq_split) get a synthetic one of this d (1 layer, 1 KV head) */
+static vq_calib g_cal;
+static void set_ctx(vq_codec_state *st, int d, vq_rng *rng) {
+    if (!st->codec->needs_calib) return;
+    if (g_cal.head_dim != d) {
+        vq_calib_free(&g_cal);
+        vq_t_calib_make(&g_cal, 1, 1, 1, d, rng);
+    }
+    st->ctx = (vq_codec_ctx){ .layer = 0, .n_layers = 1, .head = 0, .n_kv_heads = 1, .n_heads = 1,
+                              .calib = &g_cal, .calib_path = "synthetic" };
+}
 
 
 static void check_codec(vq_rng *rng, const vq_codec *c, const char *pk, const char *pv, int d, int side) {
@@ -17,6 +30,7 @@ static void check_codec(vq_rng *rng, const vq_codec *c, const char *pk, const ch
     memset(&st, 0, sizeof st);
     st.codec = c;
     st.side = side;
+    set_ctx(&st, d, rng);
     vq_err err;
     if (c->init(&st, d, side, p, np, vq_rng_u64(rng), &err) != VQ_OK) {
         CHECKF(err.code == VQ_ERR_ARG && strlen(err.msg) > 10, "%s d=%d: rejected without a message", c->name, d);
@@ -135,6 +149,7 @@ static int run_all(uint64_t seed) {
                     vq_codec_param p = {"bits", ""};
                     snprintf(p.val, sizeof p.val, "%d", bits);
                     vq_codec_state st = {.codec = c, .side = side};
+                    set_ctx(&st, dims[k], &rng);
                     vq_err err;
                     int ok = c->init(&st, dims[k], side, &p, 1, 1, &err) == VQ_OK;
                     c->fini(&st);
@@ -155,6 +170,15 @@ static int run_all(uint64_t seed) {
             check_codec(&rng, vq_codec_find("kivi"), "group", "16", 64, side);
             check_codec(&rng, vq_codec_find("kivi"), "group", "64", 128, side);
         }
+    if (vq_codec_find("tq_split")) {   /* its widths and splits (2.5, 3 and 3.5 bits at d=64) */
+        const char *pv[][2] = {{"hi", "3"}, {"lo", "1"}, {"frac", "0.125"}, {"pairs", "12"}, {"hi", "8"}, {"lo", "3"}};
+        for (size_t i = 0; i < VQ_ARRAY_LEN(pv); i++)
+            for (int side = 0; side < 2; side++) {
+                check_codec(&rng, vq_codec_find("tq_split"), pv[i][0], pv[i][1], 64, side);
+                check_codec(&rng, vq_codec_find("tq_split"), pv[i][0], pv[i][1], 128, side);
+            }
+    }
+    vq_calib_free(&g_cal);
     return vq_t_done();
 }
 

@@ -279,7 +279,8 @@ int main(void) {
     if (np <= 1 || np >= 64) { vq_model_free(m); return vq_t_done(); }
 
     int n_run = 0, n_codecs = vq_codec_count();
-    for (int i = 0; i < n_codecs; i++) run_spec(m, vq_codec_at(i)->name, prompt, np, &n_run);
+    for (int i = 0; i < n_codecs; i++)   /* rows that need calib=FILE: test_kv_codecs, test_tq_split */
+        if (!vq_codec_at(i)->needs_calib) run_spec(m, vq_codec_at(i)->name, prompt, np, &n_run);
     const char *extra[] = {
         "turboquant_mse:k=4,v=3",                  /* per-side bits */
         "k=turboquant_mse:bits=3;v=f16",           /* per-side codecs */

@@ -8,6 +8,16 @@
 #include "kv/kv.h"
 #include "codec/codec.h"
 #include "kv_ref.h"
+#include "../calib_fixture.h"
+
+/* codecs that need calib=FILE (tq_split): a synthetic calibration per shape, in a temp folder */
+static char g_dir[] = "/tmp/vq_kv_codecs_XXXXXX";
+static const char *calib_for(vq_rng *rng, int NH, int H, int d) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/c_%d_%d_%d.vqc", g_dir, NH, H, d);
+    if (access(path, R_OK) != 0) vq_t_calib_file(path, 2, NH, H, d, rng);
+    return path;
+}
 
 static int run_spec(vq_rng *rng, const char *spec, int NH, int H, int d, int must) {
     vq_kv_dims dims = {.n_layers = 2, .n_heads = NH, .n_kv_heads = H, .head_dim = d, .max_ctx = 900};
@@ -67,10 +77,13 @@ static int run_all(uint64_t seed) {
         char spec[160];
         int ok = 0;
         for (size_t s = 0; s < VQ_ARRAY_LEN(shapes); s++) {
-            snprintf(spec, sizeof spec, "%s", c->name);
+            char cal[300] = "";
+            if (c->needs_calib)   /* the store's per-head states, each with its own pairs */
+                snprintf(cal, sizeof cal, ";calib=%s", calib_for(&rng, shapes[s][0], shapes[s][1], shapes[s][2]));
+            snprintf(spec, sizeof spec, "%s%s", c->name, cal);
             ok += run_spec(&rng, spec, shapes[s][0], shapes[s][1], shapes[s][2], 0);
             if (s >= 2) continue;
-            snprintf(spec, sizeof spec, "%s;window=7", c->name);
+            snprintf(spec, sizeof spec, "%s;window=7%s", c->name, cal);
             run_spec(&rng, spec, shapes[s][0], shapes[s][1], shapes[s][2], 0);
         }
         CHECKF(ok > 0, "codec %s: no shape accepted (64 and 128 should be)", c->name);
@@ -88,11 +101,33 @@ static int run_all(uint64_t seed) {
         run_spec(&rng, extra[s], 9, 3, 64, 1);
         run_spec(&rng, extra[s], 8, 4, 128, 1);
     }
+    if (vq_codec_find("tq_split")) {   /* split keys with other values, windows, sinks, overrides */
+        const char *sx[] = {"k=tq_split:hi=4,lo=2;v=turboquant_mse:bits=4", "k=tq_split:hi=3,lo=2,frac=0.125;v=q8_0;window=5,sink=3",
+                            "k=tq_split:hi=4,lo=1;v=f16;page=20", "tq_split:hi=4,lo=2@1=f16"};
+        for (size_t s = 0; s < VQ_ARRAY_LEN(sx); s++) {
+            char spec[600];
+            const char *at = strchr(sx[s], '@');
+            int shapes2[2][3] = {{9, 3, 64}, {8, 4, 128}};
+            for (int k = 0; k < 2; k++) {
+                const char *cal = calib_for(&rng, shapes2[k][0], shapes2[k][1], shapes2[k][2]);
+                if (at) snprintf(spec, sizeof spec, "%.*s;calib=%s%s", (int)(at - sx[s]), sx[s], cal, at);
+                else snprintf(spec, sizeof spec, "%s;calib=%s", sx[s], cal);
+                run_spec(&rng, spec, shapes2[k][0], shapes2[k][1], shapes2[k][2], 1);
+            }
+        }
+    }
     return vq_t_done();
 }
 
 int main(int argc, char **argv) {
-    if (argc > 2) return run_all(strtoull(argv[2], NULL, 0));   /* child: one ISA */
+    if (argc > 2) {   /* child: one ISA */
+        if (!mkdtemp(g_dir)) VQ_SKIP("cannot make a temp folder");
+        int rc = run_all(strtoull(argv[2], NULL, 0));
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+        if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
+        return rc;
+    }
     uint64_t seed = test_seed();
     const char *isas[] = {"scalar", "avx2", "avx512"};
     char self[4000];

@@ -1,0 +1,272 @@
+/* calib.c: the calibration file's reader and writer (docs/calibration-format.md has the bytes).
+ * Layout: a 128-byte header with its own CRC-32, the float32 arrays in a fixed order, and a
+ * CRC-32 of those arrays. Little-endian, as every machine this builds for. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+#include "codec/calib.h"
+
+#define HDR 128
+
+static uint32_t crc(uint32_t c, const void *p, size_t n) {
+    const uint8_t *b = p;
+    while (n) {   /* zlib's length is a uInt */
+        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        c = (uint32_t)crc32(c, b, k);
+        b += k;
+        n -= k;
+    }
+    return c;
+}
+
+/* element counts of the six arrays, in file order */
+static void counts(const vq_calib *c, size_t n[6]) {
+    size_t kv = (size_t)c->n_layers * c->n_kv_heads, q = (size_t)c->n_layers * c->n_heads;
+    n[0] = kv * (size_t)(c->head_dim / 2);
+    n[1] = n[2] = n[3] = kv * (size_t)c->head_dim;
+    n[4] = n[5] = q * (size_t)c->head_dim;
+}
+static float **arrays(vq_calib *c, float **a[6]) {
+    a[0] = &c->pair_energy; a[1] = &c->k_mean; a[2] = &c->k_sq; a[3] = &c->v_sq;
+    a[4] = &c->q_mean; a[5] = &c->q_sq;
+    return NULL;
+}
+static const char *const ARR_NAME[6] = { "pair_energy", "k_mean", "k_sq", "v_sq", "q_mean", "q_sq" };
+
+size_t vq_calib_file_bytes(const vq_calib *c) {
+    size_t n[6], t = 0;
+    counts(c, n);
+    for (int i = 0; i < 6; i++) t += n[i];
+    return HDR + t * sizeof(float) + 4;
+}
+
+void vq_calib_free(vq_calib *c) {
+    if (!c) return;
+    float **a[6];
+    arrays(c, a);
+    for (int i = 0; i < 6; i++) { free(*a[i]); *a[i] = NULL; }
+}
+
+static int dims_ok(const vq_calib *c) {
+    return c->n_layers >= 1 && c->n_layers <= VQ_CALIB_MAX_DIM && c->n_heads >= 1 &&
+           c->n_heads <= VQ_CALIB_MAX_DIM && c->n_kv_heads >= 1 && c->n_kv_heads <= c->n_heads &&
+           c->n_heads % c->n_kv_heads == 0 && c->head_dim >= 2 && c->head_dim <= VQ_CALIB_MAX_DIM &&
+           c->head_dim % 2 == 0 && c->rope_dim >= 0 && c->rope_dim <= c->head_dim &&
+           c->rope_dim % 2 == 0 && (c->rope_neox == 0 || c->rope_neox == 1);
+}
+
+vq_status vq_calib_alloc(vq_calib *c, vq_err *err) {
+    if (!dims_ok(c))
+        return vq_err_set(err, VQ_ERR_ARG, "calibration: bad dims (layers %d, heads %d, kv heads %d, "
+                          "head_dim %d, rope_dim %d)", c->n_layers, c->n_heads, c->n_kv_heads,
+                          c->head_dim, c->rope_dim);
+    size_t n[6];
+    float **a[6];
+    counts(c, n);
+    arrays(c, a);
+    for (int i = 0; i < 6; i++) {
+        *a[i] = calloc(n[i], sizeof(float));
+        if (!*a[i]) { vq_calib_free(c); return vq_err_set(err, VQ_ERR_NOMEM, "calibration: out of memory"); }
+    }
+    return VQ_OK;
+}
+
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_err *err) {
+    *buf = NULL;
+    *len = 0;
+    if (!dims_ok(c) || !c->pair_energy)
+        return vq_err_set(err, VQ_ERR_ARG, "calibration: nothing to write (bad dims or no arrays)");
+    size_t total = vq_calib_file_bytes(c), n[6];
+    uint8_t *b = calloc(1, total);
+    if (!b) return vq_err_set(err, VQ_ERR_NOMEM, "calibration: out of memory (%zu bytes)", total);
+    memcpy(b, VQ_CALIB_MAGIC, 8);
+    put32(b + 8, VQ_CALIB_VERSION);
+    put32(b + 12, HDR);
+    memcpy(b + 16, c->model, strnlen(c->model, VQ_CALIB_NAME - 1));
+    put64(b + 80, c->config_hash);
+    put32(b + 88, (uint32_t)c->n_layers);
+    put32(b + 92, (uint32_t)c->n_heads);
+    put32(b + 96, (uint32_t)c->n_kv_heads);
+    put32(b + 100, (uint32_t)c->head_dim);
+    put32(b + 104, (uint32_t)c->rope_dim);
+    put32(b + 108, (uint32_t)c->rope_neox);
+    put64(b + 112, c->n_tokens);
+    put32(b + 124, crc(0, b, 124));
+    counts(c, n);
+    const float *src[6] = { c->pair_energy, c->k_mean, c->k_sq, c->v_sq, c->q_mean, c->q_sq };
+    size_t off = HDR;
+    for (int i = 0; i < 6; i++) {
+        memcpy(b + off, src[i], n[i] * sizeof(float));
+        off += n[i] * sizeof(float);
+    }
+    put32(b + off, crc(0, b + HDR, off - HDR));
+    *buf = b;
+    *len = total;
+    return VQ_OK;
+}
+
+static vq_status bad(vq_err *err, const char *what, size_t at) {
+    return vq_err_set(err, VQ_ERR_FORMAT, "calibration file: %s (byte offset %zu)", what, at);
+}
+
+vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *err) {
+    memset(c, 0, sizeof *c);
+    if (len < HDR + 4) return bad(err, "too short for the 128-byte header (truncated or not a calibration file)", len);
+    if (memcmp(buf, VQ_CALIB_MAGIC, 8)) return bad(err, "bad magic: not a veloxquant calibration file", 0);
+    uint32_t ver = get32(buf + 8);
+    if (ver != VQ_CALIB_VERSION) {
+        vq_err_set(err, VQ_ERR_FORMAT, "calibration file: version %u, this build reads version %u "
+                   "(byte offset 8)", ver, VQ_CALIB_VERSION);
+        return VQ_ERR_FORMAT;
+    }
+    if (get32(buf + 12) != HDR) return bad(err, "header_bytes is not 128", 12);
+    if (get32(buf + 124) != crc(0, buf, 124)) return bad(err, "header CRC-32 mismatch (corrupt header)", 124);
+    if (get32(buf + 120) != 0) return bad(err, "reserved field is not zero", 120);
+    vq_calib t;
+    memset(&t, 0, sizeof t);
+    memcpy(t.model, buf + 16, VQ_CALIB_NAME);
+    if (!memchr(t.model, 0, VQ_CALIB_NAME)) return bad(err, "model name is not NUL terminated", 16);
+    t.config_hash = get64(buf + 80);
+    uint32_t v[6];
+    for (int i = 0; i < 6; i++) v[i] = get32(buf + 88 + 4 * i);
+    for (int i = 0; i < 6; i++)
+        if (v[i] > VQ_CALIB_MAX_DIM) return bad(err, "a dimension is out of range (> 4096)", 88 + 4 * (size_t)i);
+    t.n_layers = (int)v[0]; t.n_heads = (int)v[1]; t.n_kv_heads = (int)v[2]; t.head_dim = (int)v[3];
+    t.rope_dim = (int)v[4]; t.rope_neox = (int)v[5];
+    if (!dims_ok(&t)) return bad(err, "inconsistent dims (layers, heads, kv heads, head_dim, rope)", 88);
+    t.n_tokens = get64(buf + 112);
+    if (vq_calib_file_bytes(&t) != len) {
+        vq_err_set(err, VQ_ERR_FORMAT, "calibration file: %zu bytes, its dims need %zu (truncated or "
+                   "extended)", len, vq_calib_file_bytes(&t));
+        return VQ_ERR_FORMAT;
+    }
+    if (get32(buf + len - 4) != crc(0, buf + HDR, len - 4 - HDR))
+        return bad(err, "data CRC-32 mismatch (corrupt statistics)", len - 4);
+    vq_status s = vq_calib_alloc(&t, err);
+    if (s) return s;
+    size_t n[6], off = HDR;
+    float **a[6];
+    counts(&t, n);
+    arrays(&t, a);
+    for (int i = 0; i < 6; i++) {
+        memcpy(*a[i], buf + off, n[i] * sizeof(float));
+        for (size_t j = 0; j < n[i]; j++) {
+            float x = (*a[i])[j];
+            /* arrays 1 and 4 are means (any sign); the rest are second moments or their products */
+            if (!isfinite(x) || (i != 1 && i != 4 && x < 0)) {
+                char m[96];
+                snprintf(m, sizeof m, "%s[%zu] = %g is not a finite%s value", ARR_NAME[i], j, (double)x,
+                         i != 1 && i != 4 ? " non-negative" : "");
+                vq_calib_free(&t);
+                return bad(err, m, off + j * sizeof(float));
+            }
+        }
+        off += n[i] * sizeof(float);
+    }
+    *c = t;
+    return VQ_OK;
+}
+
+static vq_status io_err(vq_err *err, const char *what, const char *path, int e) {
+    return vq_err_set(err, VQ_ERR_IO, "calibration file '%.300s': %s%s%s", path, what, e ? ": " : "",
+                      e ? strerror(e) : "");
+}
+
+static int sync_dir(const char *path) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+vq_status vq_calib_write(const vq_calib *c, const char *path, vq_err *err) {
+    if (!path || !*path) return vq_err_set(err, VQ_ERR_ARG, "calibration: no output path");
+    if (strlen(path) + 16 >= PATH_MAX) return io_err(err, "path too long", path, 0);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return io_err(err, "exists and is not a regular file (only a regular file is replaced)", path, 0);
+    uint8_t *buf;
+    size_t len;
+    vq_status s = vq_calib_serialize(c, &buf, &len, err);
+    if (s) return s;
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) { free(buf); return io_err(err, "cannot create a temporary file beside it", path, errno); }
+    int e = 0;
+    for (size_t o = 0; o < len && !e;) {
+        ssize_t k = write(fd, buf + o, len - o);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) e = k < 0 ? errno : EIO;
+        else o += (size_t)k;
+    }
+    free(buf);
+    if (!e && fsync(fd)) e = errno;
+    if (close(fd) && !e) e = errno;
+    if (!e && rename(tmp, path)) e = errno;
+    if (e) {
+        unlink(tmp);
+        return io_err(err, "write failed (an existing file there is unchanged)", path, e);
+    }
+    if (sync_dir(path)) return io_err(err, "written, but its folder could not be synced", path, errno);
+    return VQ_OK;
+}
+
+vq_status vq_calib_read(const char *path, vq_calib *c, vq_err *err) {
+    memset(c, 0, sizeof *c);
+    if (!path || !*path) return vq_err_set(err, VQ_ERR_ARG, "calibration: no file given");
+    size_t len = 0;
+    vq_err e2;
+    char *buf = vq_read_file(path, &len, &e2);   /* regular files only, FIFOs refused at once */
+    if (!buf) return vq_err_set(err, e2.code, "calibration file: %s", e2.msg);
+    vq_status s = vq_calib_parse((const uint8_t *)buf, len, c, &e2);
+    free(buf);
+    if (s) return vq_err_set(err, s, "'%.200s': %s", path, e2.msg);
+    return VQ_OK;
+}
+
+vq_status vq_calib_check(const vq_calib *c, const char *path, int n_layers, int n_heads,
+                         int n_kv_heads, int head_dim, const char *model, uint64_t config_hash,
+                         vq_err *err) {
+    const char *p = path ? path : "(calibration)";
+    const struct { const char *what; int file, want; } f[4] = {
+        { "layers", c->n_layers, n_layers }, { "query heads", c->n_heads, n_heads },
+        { "KV heads", c->n_kv_heads, n_kv_heads }, { "head_dim", c->head_dim, head_dim } };
+    for (int i = 0; i < 4; i++)
+        if (f[i].file != f[i].want)
+            return vq_err_set(err, VQ_ERR_STATE, "calibration file '%.200s' is for another model: %d %s "
+                              "(model '%s'), this model has %d", p, f[i].file, f[i].what, c->model, f[i].want);
+    if (model && strcmp(model, c->model))
+        return vq_err_set(err, VQ_ERR_STATE, "calibration file '%.200s' is for model '%s', not '%s'", p,
+                          c->model, model);
+    if (config_hash && config_hash != c->config_hash)
+        return vq_err_set(err, VQ_ERR_STATE, "calibration file '%.200s' is for another config of '%s' "
+                          "(config hash %016llx, this model %016llx)", p, c->model,
+                          (unsigned long long)c->config_hash, (unsigned long long)config_hash);
+    return VQ_OK;
+}
+
+uint64_t vq_calib_config_hash(const char *text) {
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *s = (const unsigned char *)text; *s; s++) { h ^= *s; h *= 1099511628211ull; }
+    return h;
+}

@@ -1,0 +1,61 @@
+/* calib.h: the calibration file (docs/calibration-format.md): per layer and head, statistics of
+ * the model's own queries, keys and values after RoPE on a calibration text, written by
+ * `veloxquant calibrate` and read by KV codecs (tq_split ranks RoPE pairs with it) and, later, by
+ * eviction policies (Q-Filters / expected attention use the query statistics).
+ * Lives in the codec layer so codecs can use it; the eval layer fills it from a forward pass.
+ * All statistics are float32 in memory and on disk (accumulated in double by the writer). */
+#ifndef VQ_CALIB_H
+#define VQ_CALIB_H
+#include "core/core.h"
+
+#define VQ_CALIB_MAGIC "VQCALIB\0"
+#define VQ_CALIB_VERSION 1u
+#define VQ_CALIB_NAME 64        /* model name bytes (NUL padded) */
+#define VQ_CALIB_MAX_DIM 4096   /* bound on layers, heads and head_dim a reader accepts */
+
+typedef struct vq_calib {
+    char model[VQ_CALIB_NAME];  /* model name (NUL terminated) */
+    uint64_t config_hash;       /* FNV-1a 64 of the model's config text (vq_calib_config_hash) */
+    int n_layers, n_heads, n_kv_heads, head_dim;
+    int rope_dim;               /* dims rotated per head (pairs: rope_dim / 2; the rest unrotated) */
+    int rope_neox;              /* pair layout: 0 = (2p, 2p+1), 1 = (p, p + head_dim/2) */
+    uint64_t n_tokens;          /* calibration tokens seen */
+    /* per layer l and KV head h (index l * n_kv_heads + h): */
+    float *pair_energy;         /* [L][Hkv][d/2]: Σ_{g in group} E‖q_g,p‖² · E‖k_p‖² */
+    float *k_mean, *k_sq;       /* [L][Hkv][d]: E[k_i], E[k_i²] */
+    float *v_sq;                /* [L][Hkv][d]: E[v_i²] */
+    /* per layer l and query head hq (index l * n_heads + hq): */
+    float *q_mean, *q_sq;       /* [L][Hq][d]: E[q_i] (the mean query direction), E[q_i²] */
+} vq_calib;
+
+/* Channel i and its pair partner under the file's pair layout: pair p holds channels
+ * vq_calib_pair_ch(c, p, 0) and vq_calib_pair_ch(c, p, 1), p < head_dim / 2. */
+static inline int vq_calib_pair_ch(const vq_calib *c, int p, int which) {
+    return c->rope_neox ? p + which * (c->head_dim / 2) : 2 * p + which;
+}
+
+/* Allocate the arrays for the dims already set in c (zeroed). */
+vq_status vq_calib_alloc(vq_calib *c, vq_err *err);
+void vq_calib_free(vq_calib *c);   /* frees the arrays; c may be zeroed or half made */
+size_t vq_calib_file_bytes(const vq_calib *c);   /* exact size of the file for c's dims */
+
+/* Serialize to / parse from memory. parse checks every field (magic, version, sizes against the
+ * length, bounds, both CRC-32s, every value finite, second moments >= 0): VQ_ERR_FORMAT naming
+ * the field; on error c is left zeroed. */
+vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *err);
+vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_err *err);
+
+/* Files: write atomically (temp file beside it, fsync, rename, fsync of the folder); read a
+ * regular file only (VQ_ERR_IO naming the path and why; VQ_ERR_FORMAT for a corrupt file). */
+vq_status vq_calib_write(const vq_calib *c, const char *path, vq_err *err);
+vq_status vq_calib_read(const char *path, vq_calib *c, vq_err *err);
+
+/* The model a calibration is for must match: layers, heads, KV heads, head_dim (VQ_ERR_STATE
+ * naming the path, what differs, both values). hash 0 / name NULL skip those two checks. */
+vq_status vq_calib_check(const vq_calib *c, const char *path, int n_layers, int n_heads,
+                         int n_kv_heads, int head_dim, const char *model, uint64_t config_hash,
+                         vq_err *err);
+
+/* FNV-1a 64 over text (the model layer builds the config text; eval calls this). */
+uint64_t vq_calib_config_hash(const char *text);
+#endif

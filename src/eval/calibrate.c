@@ -1,0 +1,135 @@
+/* calibrate.c: `veloxquant calibrate`: the model runs over a calibration text in windows of ctx
+ * tokens (an f32 cache, cleared between windows, so every window starts at position 0 as in use);
+ * the forward pass's tap sees every layer's q, k, v after RoPE and this file sums, in double,
+ * per channel E[q], E[q²] (per query head), E[k], E[k²], E[v²] (per KV head). The pair energy of
+ * a KV head is then Σ_{query heads g of its GQA group} E‖q_g,p‖² · E‖k_p‖² for each RoPE pair p:
+ * the expected squared score contribution of that pair if q and k were independent, and the
+ * weight a quantization error in that pair gets in the scores (docs/calibration-format.md says
+ * why). A pair's norm does not change under RoPE, so its energy is position independent. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "veloxquant.h"
+#include "codec/calib.h"
+#include "model/model.h"
+
+#define CAL_CHUNK 64
+
+typedef struct cal_acc {
+    int L, Hq, Hk, d;
+    double *q1, *q2, *k1, *k2, *v2;   /* sums: [L][Hq][d] and [L][Hk][d] */
+    uint64_t *rows;                    /* per layer: rows seen */
+} cal_acc;
+
+static void tap(void *user, int layer, int n, const int *pos, const float *q, const float *k,
+                const float *v) {
+    cal_acc *a = user;
+    (void)pos;
+    if (layer < 0 || layer >= a->L) return;
+    const size_t wq = (size_t)a->Hq * a->d, wk = (size_t)a->Hk * a->d;
+    double *q1 = a->q1 + layer * wq, *q2 = a->q2 + layer * wq;
+    double *k1 = a->k1 + layer * wk, *k2 = a->k2 + layer * wk, *v2 = a->v2 + layer * wk;
+    for (int t = 0; t < n; t++) {
+        const float *qt = q + t * wq, *kt = k + t * wk, *vt = v + t * wk;
+        for (size_t i = 0; i < wq; i++) { q1[i] += qt[i]; q2[i] += (double)qt[i] * qt[i]; }
+        for (size_t i = 0; i < wk; i++) {
+            k1[i] += kt[i];
+            k2[i] += (double)kt[i] * kt[i];
+            v2[i] += (double)vt[i] * vt[i];
+        }
+    }
+    a->rows[layer] += (uint64_t)n;
+}
+
+static uint64_t vq_calibrate_model_hash(const vq_model *m, char *name, size_t name_cap) {
+    if (name && name_cap) {
+        const char *b = strrchr(m->path, '/');
+        snprintf(name, name_cap, "%.63s", b ? b + 1 : m->path);
+    }
+    return vq_model_config_hash(m, NULL, 0);
+}
+
+vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, const char *out_path,
+                       vq_calibrate_info *info, vq_err *err) {
+    vq_err_clear(err);
+    if (info) memset(info, 0, sizeof *info);
+    if (!m || !tok || !out_path) return vq_err_set(err, VQ_ERR_ARG, "calibrate: no model, tokens or output path");
+    if (ctx < 2 || n_tok < 2)
+        return vq_err_set(err, VQ_ERR_ARG, "calibrate: %d tokens with windows of %d (need >= 2 each)", n_tok, ctx);
+    const vq_model_config *c = &m->cfg;
+    cal_acc a = { c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, 0, 0, 0, 0, 0, 0 };
+    const size_t wq = (size_t)a.L * a.Hq * a.d, wk = (size_t)a.L * a.Hk * a.d;
+    a.q1 = calloc(wq, sizeof(double)); a.q2 = calloc(wq, sizeof(double));
+    a.k1 = calloc(wk, sizeof(double)); a.k2 = calloc(wk, sizeof(double)); a.v2 = calloc(wk, sizeof(double));
+    a.rows = calloc((size_t)a.L, sizeof(uint64_t));
+    vq_calib cal;
+    memset(&cal, 0, sizeof cal);
+    vq_fwd *f = NULL;
+    vq_kv *kv = NULL;
+    vq_status s = VQ_OK;
+    if (!a.q1 || !a.q2 || !a.k1 || !a.k2 || !a.v2 || !a.rows) {
+        s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    if (ctx > n_tok) ctx = n_tok;
+    f = vq_fwd_create(m, CAL_CHUNK, err);
+    vq_kv_dims dims = vq_model_kv_dims(m, ctx);
+    kv = f ? vq_kv_create_str("f32", &dims, 1, err) : NULL;
+    if (!kv) { s = err && err->code ? err->code : VQ_ERR_NOMEM; goto done; }
+    vq_fwd_set_tap(f, tap, &a);
+    int n_win = 0;
+    for (int w0 = 0; w0 + 1 < n_tok && !s; w0 += ctx, n_win++) {   /* windows of ctx tokens */
+        int wn = VQ_MIN(ctx, n_tok - w0);
+        vq_kv_clear(kv);
+        for (int i = 0; i < wn && !s; i += CAL_CHUNK)
+            s = vq_forward(m, f, kv, tok + w0 + i, VQ_MIN(CAL_CHUNK, wn - i), i, NULL, 0, err);
+    }
+    if (s) goto done;
+
+    cal.n_layers = a.L; cal.n_heads = a.Hq; cal.n_kv_heads = a.Hk; cal.head_dim = a.d;
+    cal.rope_dim = c->rope_dim; cal.rope_neox = c->rope_neox;
+    cal.config_hash = vq_calibrate_model_hash(m, cal.model, sizeof cal.model);
+    cal.n_tokens = a.rows[0];
+    if ((s = vq_calib_alloc(&cal, err))) goto done;
+    const int G = a.Hq / a.Hk, np = a.d / 2;
+    for (int l = 0; l < a.L; l++) {
+        const double inv = a.rows[l] ? 1.0 / (double)a.rows[l] : 0.0;
+        for (size_t i = 0; i < (size_t)a.Hq * a.d; i++) {
+            size_t o = (size_t)l * a.Hq * a.d + i;
+            cal.q_mean[o] = (float)(a.q1[o] * inv);
+            cal.q_sq[o] = (float)(a.q2[o] * inv);
+        }
+        for (size_t i = 0; i < (size_t)a.Hk * a.d; i++) {
+            size_t o = (size_t)l * a.Hk * a.d + i;
+            cal.k_mean[o] = (float)(a.k1[o] * inv);
+            cal.k_sq[o] = (float)(a.k2[o] * inv);
+            cal.v_sq[o] = (float)(a.v2[o] * inv);
+        }
+        for (int h = 0; h < a.Hk; h++)
+            for (int p = 0; p < np; p++) {
+                int c0 = vq_calib_pair_ch(&cal, p, 0), c1 = vq_calib_pair_ch(&cal, p, 1);
+                size_t ko = ((size_t)l * a.Hk + h) * a.d;
+                double ke = (a.k2[ko + c0] + a.k2[ko + c1]) * inv, qe = 0;
+                for (int g = 0; g < G; g++) {
+                    size_t qo = ((size_t)l * a.Hq + (size_t)h * G + g) * a.d;
+                    qe += (a.q2[qo + c0] + a.q2[qo + c1]) * inv;
+                }
+                cal.pair_energy[((size_t)l * a.Hk + h) * np + p] = (float)(qe * ke);
+            }
+    }
+    s = vq_calib_write(&cal, out_path, err);
+    if (!s && info) {
+        info->n_tokens = (long)a.rows[0];
+        info->n_windows = n_win;
+        info->file_bytes = vq_calib_file_bytes(&cal);
+        info->config_hash = cal.config_hash;
+    }
+done:
+    vq_calib_free(&cal);
+    vq_kv_destroy(kv);
+    vq_fwd_destroy(f);
+    free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows);
+    return s;
+}

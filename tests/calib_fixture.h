@@ -1,0 +1,39 @@
+/* calib_fixture.h: synthetic calibrations for tests of codecs that need one (tq_split): random
+ * statistics for given dims, a few pairs given much more energy (as real models have), in memory
+ * or written to a file. Deterministic from the caller's rng. */
+#ifndef VQ_CALIB_FIXTURE_H
+#define VQ_CALIB_FIXTURE_H
+#include "codec/calib.h"
+#include "core/core.h"
+
+static inline void vq_t_calib_make(vq_calib *c, int L, int NH, int H, int d, vq_rng *rng) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->model, sizeof c->model, "synthetic-%dx%dx%dx%d", L, NH, H, d);
+    c->n_layers = L; c->n_heads = NH; c->n_kv_heads = H; c->head_dim = d; c->rope_dim = d;
+    c->config_hash = vq_calib_config_hash(c->model);
+    c->n_tokens = 1000;
+    if (vq_calib_alloc(c, NULL)) { fprintf(stderr, "calib fixture: alloc failed\n"); exit(1); }
+    size_t kv = (size_t)L * H, q = (size_t)L * NH;
+    for (size_t i = 0; i < kv * (size_t)(d / 2); i++) {
+        double u = vq_rng_uniform(rng);
+        c->pair_energy[i] = (float)(u < 0.2 ? 100.0 * u : u);
+    }
+    for (size_t i = 0; i < kv * (size_t)d; i++) {
+        c->k_mean[i] = (float)vq_rng_uniform(rng) - 0.5f;
+        c->k_sq[i] = (float)vq_rng_uniform(rng) + 0.25f;
+        c->v_sq[i] = (float)vq_rng_uniform(rng) + 0.25f;
+    }
+    for (size_t i = 0; i < q * (size_t)d; i++) {
+        c->q_mean[i] = (float)vq_rng_uniform(rng) - 0.5f;
+        c->q_sq[i] = (float)vq_rng_uniform(rng) + 0.25f;
+    }
+}
+
+static inline void vq_t_calib_file(const char *path, int L, int NH, int H, int d, vq_rng *rng) {
+    vq_calib c;
+    vq_err err;
+    vq_t_calib_make(&c, L, NH, H, d, rng);
+    if (vq_calib_write(&c, path, &err)) { fprintf(stderr, "calib fixture: %s\n", err.msg); exit(1); }
+    vq_calib_free(&c);
+}
+#endif

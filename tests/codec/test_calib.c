@@ -1,0 +1,124 @@
+/* test_calib.c: the calibration file (codec/calib.c): a serialize/parse round trip is exact; the
+ * file written atomically reads back the same; every single flipped byte and every truncation is
+ * refused with VQ_ERR_FORMAT (the two CRC-32s cover every byte); a non-finite or negative second
+ * moment is refused even with valid CRCs; a missing file, a directory and a model of other dims
+ * are clear errors naming what was wrong. */
+#include <sys/stat.h>
+#include <zlib.h>
+#include "codec/calib.h"
+#include "../vq_test.h"
+
+static void fill(vq_calib *c, vq_rng *rng) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->model, sizeof c->model, "test-model");
+    c->config_hash = vq_calib_config_hash("arch=test layers=3");
+    c->n_layers = 3; c->n_heads = 4; c->n_kv_heads = 2; c->head_dim = 8; c->rope_dim = 8;
+    c->n_tokens = 1234;
+    if (vq_calib_alloc(c, NULL)) { fprintf(stderr, "alloc failed\n"); exit(1); }
+    size_t kv = 3 * 2, q = 3 * 4;
+    for (size_t i = 0; i < kv * 4; i++) c->pair_energy[i] = (float)vq_rng_uniform(rng);
+    for (size_t i = 0; i < kv * 8; i++) {
+        c->k_mean[i] = (float)vq_rng_uniform(rng) - 0.5f;
+        c->k_sq[i] = (float)vq_rng_uniform(rng);
+        c->v_sq[i] = (float)vq_rng_uniform(rng);
+    }
+    for (size_t i = 0; i < q * 8; i++) {
+        c->q_mean[i] = (float)vq_rng_uniform(rng) - 0.5f;
+        c->q_sq[i] = (float)vq_rng_uniform(rng);
+    }
+}
+
+static int same(const vq_calib *a, const vq_calib *b) {
+    size_t kv = (size_t)a->n_layers * a->n_kv_heads * a->head_dim, q = (size_t)a->n_layers * a->n_heads * a->head_dim;
+    return !strcmp(a->model, b->model) && a->config_hash == b->config_hash && a->n_layers == b->n_layers &&
+           a->n_heads == b->n_heads && a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim &&
+           a->rope_dim == b->rope_dim && a->rope_neox == b->rope_neox && a->n_tokens == b->n_tokens &&
+           !memcmp(a->pair_energy, b->pair_energy, kv / 2 * 4) && !memcmp(a->k_mean, b->k_mean, kv * 4) &&
+           !memcmp(a->k_sq, b->k_sq, kv * 4) && !memcmp(a->v_sq, b->v_sq, kv * 4) &&
+           !memcmp(a->q_mean, b->q_mean, q * 4) && !memcmp(a->q_sq, b->q_sq, q * 4);
+}
+
+int main(void) {
+    vq_rng rng;
+    vq_rng_seed(&rng, vq_t_seed(777));
+    vq_calib c, r;
+    fill(&c, &rng);
+    uint8_t *buf;
+    size_t len;
+    vq_err err;
+    CHECK(vq_calib_serialize(&c, &buf, &len, &err) == VQ_OK);
+    CHECK(len == vq_calib_file_bytes(&c));
+    CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_OK);
+    CHECK(same(&c, &r));
+    vq_calib_free(&r);
+
+    /* every flipped byte, every truncation: refused as a format error */
+    int flip_ok = 0, trunc_ok = 0, other = 0;
+    for (size_t i = 0; i < len; i++) {
+        buf[i] ^= 0x5A;
+        vq_status s = vq_calib_parse(buf, len, &r, &err);
+        if (s == VQ_OK) { flip_ok++; vq_calib_free(&r); }
+        else if (s != VQ_ERR_FORMAT) other++;
+        buf[i] ^= 0x5A;
+    }
+    for (size_t n = 0; n < len; n++) {
+        vq_status s = vq_calib_parse(buf, n, &r, &err);
+        if (s == VQ_OK) { trunc_ok++; vq_calib_free(&r); }
+        else if (s != VQ_ERR_FORMAT) other++;
+    }
+    CHECKF(flip_ok == 0, "%d flipped bytes accepted", flip_ok);
+    CHECKF(trunc_ok == 0, "%d truncations accepted", trunc_ok);
+    CHECKF(other == 0, "%d errors were not VQ_ERR_FORMAT", other);
+    /* a longer file is refused too */
+    uint8_t *longer = calloc(1, len + 1);
+    memcpy(longer, buf, len);
+    CHECK(vq_calib_parse(longer, len + 1, &r, &err) == VQ_ERR_FORMAT);
+    free(longer);
+
+    /* a NaN statistic with CRCs made valid: still refused, naming the array */
+    float nan = NAN;
+    memcpy(buf + 128 + 4 * 3, &nan, 4);   /* pair_energy[3] */
+    uint32_t bc = (uint32_t)crc32(0, buf + 128, (uInt)(len - 4 - 128));
+    memcpy(buf + len - 4, &bc, 4);
+    CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
+    CHECKF(strstr(err.msg, "pair_energy[3]") != NULL, "message: %s", err.msg);
+    float neg = -1.0f;
+    memcpy(buf + 128 + 4 * 3, &neg, 4);
+    bc = (uint32_t)crc32(0, buf + 128, (uInt)(len - 4 - 128));
+    memcpy(buf + len - 4, &bc, 4);
+    CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
+    free(buf);
+
+    /* files: atomic write, read back, errors */
+    char dir[] = "/tmp/vq_calib_testXXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/c.vqc", dir);
+    CHECK(vq_calib_write(&c, path, &err) == VQ_OK);
+    CHECK(vq_calib_read(path, &r, &err) == VQ_OK);
+    CHECK(same(&c, &r));
+    vq_calib_free(&r);
+    CHECK(vq_calib_write(&c, path, &err) == VQ_OK);   /* replaces a regular file */
+    CHECK(vq_calib_write(&c, dir, &err) == VQ_ERR_IO);   /* never over a directory */
+    CHECK(vq_calib_read(dir, &r, &err) != VQ_OK);
+    CHECKF(strstr(err.msg, "directory") != NULL, "message: %s", err.msg);
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/none.vqc", dir);
+    CHECK(vq_calib_read(missing, &r, &err) == VQ_ERR_IO);
+    CHECKF(strstr(err.msg, "none.vqc") != NULL, "message: %s", err.msg);
+
+    /* the model check: dims, name, hash */
+    CHECK(vq_calib_check(&c, path, 3, 4, 2, 8, "test-model", c.config_hash, &err) == VQ_OK);
+    CHECK(vq_calib_check(&c, path, 3, 4, 2, 8, NULL, 0, &err) == VQ_OK);
+    CHECK(vq_calib_check(&c, path, 3, 4, 2, 16, NULL, 0, &err) == VQ_ERR_STATE);
+    CHECKF(strstr(err.msg, "head_dim") != NULL, "message: %s", err.msg);
+    CHECK(vq_calib_check(&c, path, 30, 4, 2, 8, NULL, 0, &err) == VQ_ERR_STATE);
+    CHECKF(strstr(err.msg, "layers") != NULL, "message: %s", err.msg);
+    CHECK(vq_calib_check(&c, path, 3, 4, 1, 8, NULL, 0, &err) == VQ_ERR_STATE);
+    CHECK(vq_calib_check(&c, path, 3, 4, 2, 8, "other", 0, &err) == VQ_ERR_STATE);
+    CHECK(vq_calib_check(&c, path, 3, 4, 2, 8, NULL, c.config_hash ^ 1, &err) == VQ_ERR_STATE);
+    CHECKF(strstr(err.msg, "config hash") != NULL, "message: %s", err.msg);
+    unlink(path);
+    rmdir(dir);
+    vq_calib_free(&c);
+    return vq_t_done();
+}
