@@ -184,20 +184,6 @@ static vq_status io_err(vq_err *err, const char *what, const char *path, int e) 
                       e ? strerror(e) : "");
 }
 
-static int sync_dir(const char *path) {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 vq_status vq_calib_write(const vq_calib *c, const char *path, vq_err *err) {
     if (!path || !*path) return vq_err_set(err, VQ_ERR_ARG, "calibration: no output path");
     if (strlen(path) + 16 >= PATH_MAX) return io_err(err, "path too long", path, 0);
@@ -227,7 +213,7 @@ vq_status vq_calib_write(const vq_calib *c, const char *path, vq_err *err) {
         unlink(tmp);
         return io_err(err, "write failed (an existing file there is unchanged)", path, e);
     }
-    if (sync_dir(path)) return io_err(err, "written, but its folder could not be synced", path, errno);
+    if (vq_fsync_dir(path)) return io_err(err, "written, but its folder could not be synced", path, errno);
     return VQ_OK;
 }
 

@@ -74,4 +74,8 @@ int vq_open_regular(const char *path, uint64_t *size, vq_err *err);
  * NUL-terminated. Returns NULL and sets err on failure (over the limit: VQ_ERR_RANGE). */
 char *vq_read_file(const char *path, size_t *len, vq_err *err);
 
+/* fsync the folder holding path, so that a rename() into it is on disk (the last step of an atomic
+ * write: temp file beside it, fsync, rename, then this). 0, or -1 with errno set. */
+int vq_fsync_dir(const char *path);
+
 #endif

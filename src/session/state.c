@@ -103,21 +103,6 @@ static vq_status io_err(vq_err *err, const char *what, const char *path, int e) 
     return vq_err_set(err, VQ_ERR_IO, "session state '%.300s': %s: %s", path, what, strerror(e));
 }
 
-/* fsync the folder holding path, so the rename itself is on disk */
-static int sync_dir(const char *path) {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 /* Header, tokens, logits, kv stream and CRC into an open temp file; 0 or errno. */
 static int write_all(const vq_session *s, FILE *f, const st_head *h) {
     out o = { f, 0, 0 };
@@ -183,7 +168,7 @@ vq_status vq_session_save(const vq_session *s, const char *path, vq_err *err) {
         unlink(tmp);
         return io_err(err, "write failed (an existing file there is unchanged)", path, e);
     }
-    if (sync_dir(path)) return io_err(err, "written, but its folder could not be synced", path, errno);
+    if (vq_fsync_dir(path)) return io_err(err, "written, but its folder could not be synced", path, errno);
     return VQ_OK;
 }
 
