@@ -137,7 +137,10 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
     vq_calib t;
     memset(&t, 0, sizeof t);
     memcpy(t.model, buf + 16, VQ_CALIB_NAME);
-    if (!memchr(t.model, 0, VQ_CALIB_NAME)) return bad(err, "model name is not NUL terminated", 16);
+    const char *nul = memchr(t.model, 0, VQ_CALIB_NAME);
+    if (!nul) return bad(err, "model name is not NUL terminated", 16);
+    for (size_t i = (size_t)(nul - t.model); i < VQ_CALIB_NAME; i++)   /* NUL-padded: the writer's bytes */
+        if (t.model[i]) return bad(err, "model name has bytes after its NUL (must be NUL-padded)", 16 + i);
     t.config_hash = get64(buf + 80);
     uint32_t v[6];
     for (int i = 0; i < 6; i++) v[i] = get32(buf + 88 + 4 * i);

@@ -87,6 +87,19 @@ int main(void) {
     bc = (uint32_t)crc32(0, buf + 128, (uInt)(len - 4 - 128));
     memcpy(buf + len - 4, &bc, 4);
     CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
+    /* a byte after the model name's NUL with the header CRC made valid: refused (the writer pads
+     * with NULs, so such a file would not read back to its own bytes; fuzz_calib found it) */
+    float one = 1.0f;
+    memcpy(buf + 128 + 4 * 3, &one, 4);
+    bc = (uint32_t)crc32(0, buf + 128, (uInt)(len - 4 - 128));
+    memcpy(buf + len - 4, &bc, 4);
+    CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_OK);
+    vq_calib_free(&r);
+    buf[16 + 63 - 1] = 8;
+    uint32_t hc = (uint32_t)crc32(0, buf, 124);
+    memcpy(buf + 124, &hc, 4);
+    CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
+    CHECKF(strstr(err.msg, "NUL-padded") != NULL, "message: %s", err.msg);
     free(buf);
 
     /* files: atomic write, read back, errors */
