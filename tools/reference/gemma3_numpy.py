@@ -34,6 +34,9 @@ import time
 import numpy as np
 import gguf
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from smollm2_numpy import field, fmt, log_softmax, logsumexp  # noqa: E402 (the shared helpers)
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_MODEL = os.path.join(REPO, "models", "gemma-3-270m-q4_k_m.gguf")
 DEFAULT_WIKI = os.path.abspath(os.path.join(REPO, "..", "shared", "data", "wikitext-2-raw-test.txt"))
@@ -50,11 +53,6 @@ N_TOP = 50
 SAMPLE_STRIDE = 1031   # ids 0, 1031, ... (< 262144): 255 values
 N_GREEDY = 16
 LONG_TOKENS = 700      # the 'window' case: past the 512-token sliding window
-
-
-def field(reader, key, default=None):
-    f = reader.fields.get(key)
-    return default if f is None else f.contents()
 
 
 # ---------------------------------------------------------------- tokenizer (SentencePiece BPE)
@@ -206,16 +204,6 @@ class Model:
         return self.rms(xs, self.out_norm) @ self.tok_embd.T
 
 
-def log_softmax(z):
-    m = z.max(axis=-1, keepdims=True)
-    return z - (m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True)))
-
-
-def logsumexp(z):
-    m = z.max()
-    return float(m + np.log(np.exp(z - m).sum()))
-
-
 def versions():
     import importlib.metadata as md
     out = [f"python {sys.version.split()[0]}", f"numpy {np.__version__}"]
@@ -224,10 +212,6 @@ def versions():
     except md.PackageNotFoundError:
         out.append("gguf ?")
     return ", ".join(out)
-
-
-def fmt(v):
-    return f"{v:.6f}"
 
 
 def wiki_text(path):
