@@ -103,7 +103,7 @@ int vq_kvg_truncate(vq_kvg *kv, int local, int n, int dry) {
         top = VQ_MAX(top, p);
         if (i >= wk && p < n) bound = VQ_MIN(bound, p);
     }
-    bound = VQ_MIN(bound, top + 1);
+    if (top < INT32_MAX) bound = VQ_MIN(bound, top + 1);   /* positions end below INT32_MAX */
     if (dry) return bound;
     L->sink_count = sk;
     L->n_coded = ck;

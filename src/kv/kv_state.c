@@ -171,16 +171,17 @@ static int fp_rows_ok(const vq_kvg *g, const uint8_t *q, size_t rows) {
     return 1;
 }
 
-/* Positions of n rows: not negative; with want0 >= 0 exactly want0, want0 + 1, ... */
+/* Positions of n rows: in 0..INT32_MAX-1 (vq_kv_append's range); with want0 >= 0 exactly want0, want0 + 1, ... */
 static vq_status check_pos(rd *r, const uint8_t *q, size_t at, int n, int want0, int below,
                            int layer, const char *what) {
     for (int i = 0; i < n; i++) {
         int32_t p = i32_at(q, (size_t)i);
-        if (p < 0 || (below >= 0 && p >= below) || (want0 >= 0 && p != want0 + i)) {
+        if (p < 0 || p == INT32_MAX || (below >= 0 && p >= below) || (want0 >= 0 && p != want0 + i)) {
             char m[200];
             snprintf(m, sizeof m, "layer %d %s row %d has position %d (%s)", layer, what, i, (int)p,
                      want0 >= 0 ? "a session's rows are positions 0..n-1 in order"
-                                : below >= 0 ? "sink rows lie below the sink size" : "negative");
+                                : below >= 0 ? "sink rows lie below the sink size"
+                                             : "positions lie in 0..2^31-2, as vq_kv_append takes them");
             return vq_err_set(r->err, VQ_ERR_FORMAT, "kv state: byte %zu: %s", at + 4 * (size_t)i, m);
         }
     }

@@ -123,6 +123,35 @@ static void refusals(void) {
     x[m.n] = 0;
     CHECK(vq_kv_state_read(b, x, m.n + 1, -1, &e) == VQ_ERR_FORMAT && strstr(e.msg, "after the end"));
     CHECK(vq_kv_state_read(b, m.p, m.n, 44, &e) == VQ_ERR_FORMAT && strstr(e.msg, "session holds 44"));
+    /* a position past vq_kv_append's range (INT32_MAX) is refused by name; the largest it takes
+     * (INT32_MAX - 1) reads, and truncating such a cache works (fuzz_kv_state found the overflow) */
+    {
+        vq_kv *c = vq_kv_create_str(spec, &D, 3, &e);
+        fill(c, &D, 0, 10, seed0 + 5);
+        fill(c, &D, INT32_MAX - 1, 1, seed0 + 6);   /* the newest row: in the fp16 window */
+        mem mc = { 0 };
+        CHECK(vq_kv_state_write(c, mem_put, &mc, &e) == VQ_OK);
+        CHECKF(vq_kv_state_read(b, mc.p, mc.n, -1, &e) == VQ_OK, "%s", e.msg);
+        CHECK(vq_kv_truncate(b, 5) <= 5);
+        int found = 0;
+        for (size_t i = 0; i + 4 <= mc.n; i++) {   /* each layer's window holds the row once */
+            int32_t p;
+            memcpy(&p, mc.p + i, 4);
+            if (p != INT32_MAX - 1) continue;
+            found++;
+            p = INT32_MAX;
+            memcpy(mc.p + i, &p, 4);
+            vq_status st = vq_kv_state_read(b, mc.p, mc.n, -1, &e);
+            CHECKF(st == VQ_ERR_FORMAT && strstr(e.msg, "2^31-2"), "position INT32_MAX: %d %s", st, e.msg);
+            p = INT32_MAX - 1;
+            memcpy(mc.p + i, &p, 4);
+        }
+        CHECKF(found == D.n_layers, "the window position INT32_MAX - 1 appears %d times in the state", found);
+        vq_kv_clear(b);
+        fill(b, &D, 0, 10, seed0 + 9);
+        free(mc.p);
+        vq_kv_destroy(c);
+    }
     /* every byte flipped in turn: a refusal or a cache that holds sane rows, never a crash */
     int ok = 0, refused = 0;
     for (size_t i = 0; i < m.n; i++) {
