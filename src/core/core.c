@@ -6,6 +6,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +57,12 @@ void *vq_aligned_alloc(size_t bytes) {
 }
 
 void vq_aligned_free(void *p) { free(p); }
+
+void vq_heap_release(void) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
 
 /* ---- RNG ---- */
 static uint64_t splitmix64(uint64_t *x) {

@@ -20,6 +20,10 @@ static inline void vq_err_clear(vq_err *err) { if (err) { err->code = VQ_OK; err
 /* ---- memory ---- */
 void *vq_aligned_alloc(size_t bytes);          /* 64-byte aligned, zeroed; NULL on failure */
 void  vq_aligned_free(void *p);
+/* Hand the allocator's free pages back to the OS (glibc: malloc_trim). Freed blocks below the heap
+ * top stay resident otherwise; a cache that has just dropped pages calls it so that RSS follows
+ * what it holds. A no-op where the C library has no such call. */
+void  vq_heap_release(void);
 
 /* ---- RNG: xoshiro256** seeded through splitmix64; pure integer, so identical everywhere ---- */
 typedef struct vq_rng { uint64_t s[4]; } vq_rng;
