@@ -3,6 +3,7 @@
  * step (boundaries = midpoints, centroids = conditional means) costs O(levels), and the iteration
  * starts from the Panter-Dite point density f^(1/3), close to optimal at every width. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include "codec/lloydmax.h"
 
@@ -159,7 +160,39 @@ static vq_status build(vq_codebook *cb, const law_ctx *ctx, double L, int ngrid,
     return VQ_OK;
 }
 
+/* Built codebooks depend only on (law, d, bits), and a cache builds the same one for every layer
+ * and side: the first build is kept (a few dozen per process at most) and later ones copied. */
+#define MEMO_CAP 64
+static struct { vq_law law; int d, bits; vq_codebook cb; } memo[MEMO_CAP];
+static int memo_n;
+static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int memo_get(vq_codebook *cb, vq_law law, int d, int bits) {
+    int hit = 0;
+    pthread_mutex_lock(&memo_mu);
+    for (int i = 0; i < memo_n && !hit; i++)
+        if (memo[i].law == law && memo[i].d == d && memo[i].bits == bits) { *cb = memo[i].cb; hit = 1; }
+    pthread_mutex_unlock(&memo_mu);
+    return hit;
+}
+static void memo_put(const vq_codebook *cb, vq_law law, int d, int bits) {
+    pthread_mutex_lock(&memo_mu);
+    if (memo_n < MEMO_CAP) {
+        memo[memo_n].law = law; memo[memo_n].d = d; memo[memo_n].bits = bits; memo[memo_n].cb = *cb;
+        memo_n++;
+    }
+    pthread_mutex_unlock(&memo_mu);
+}
+
+static vq_status build_law(vq_codebook *cb, vq_law law, int d, int bits, vq_err *err);
 vq_status vq_lloydmax_build(vq_codebook *cb, vq_law law, int d, int bits, vq_err *err) {
+    if (bits >= 1 && bits <= VQ_LM_MAX_BITS && memo_get(cb, law, d, bits)) return VQ_OK;
+    vq_status s = build_law(cb, law, d, bits, err);
+    if (!s) memo_put(cb, law, d, bits);
+    return s;
+}
+
+static vq_status build_law(vq_codebook *cb, vq_law law, int d, int bits, vq_err *err) {
     if (bits < 1 || bits > VQ_LM_MAX_BITS)
         return vq_err_set(err, VQ_ERR_ARG, "lloydmax: bits=%d out of range 1..%d (law %s)", bits,
                           VQ_LM_MAX_BITS, vq_law_name(law));

@@ -28,7 +28,8 @@ typedef struct vq_codebook {
     int iters;            /* Lloyd iterations used */
 } vq_codebook;
 
-/* bits in 1..8. VQ_ERR_ARG (naming law, d, bits) on bad arguments, VQ_ERR_NOMEM. ~1-10 ms. */
+/* bits in 1..8. VQ_ERR_ARG (naming law, d, bits) on bad arguments, VQ_ERR_NOMEM. ~1-10 ms the
+ * first time for a (law, d, bits); then a copy of that first build (thread-safe). */
 vq_status vq_lloydmax_build(vq_codebook *cb, vq_law law, int d, int bits, vq_err *err);
 /* The exact law of the stage-1 quantization error, for a second (residual) stage. */
 vq_status vq_lloydmax_build_residual(vq_codebook *cb, const vq_codebook *stage1, int bits,
