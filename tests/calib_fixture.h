@@ -1,6 +1,7 @@
-/* calib_fixture.h: synthetic calibrations for tests of codecs that need one (tq_split): random
- * statistics for given dims, a few pairs given much more energy (as real models have), in memory
- * or written to a file. Deterministic from the caller's rng. */
+/* calib_fixture.h: synthetic calibrations for tests of codecs and policies that need one
+ * (tq_split, qfilters): random statistics and unit filters for given dims, a few pairs given much
+ * more energy (as real models have), in memory or written to a file. Deterministic from the
+ * caller's rng. */
 #ifndef VQ_CALIB_FIXTURE_H
 #define VQ_CALIB_FIXTURE_H
 #include "codec/calib.h"
@@ -26,6 +27,12 @@ static inline void vq_t_calib_make(vq_calib *c, int L, int NH, int H, int d, vq_
     for (size_t i = 0; i < q * (size_t)d; i++) {
         c->q_mean[i] = (float)vq_rng_uniform(rng) - 0.5f;
         c->q_sq[i] = (float)vq_rng_uniform(rng) + 0.25f;
+    }
+    for (size_t f = 0; f < kv; f++) {   /* Q-Filters: random unit vectors */
+        double n2 = 0;
+        float *x = c->q_filter + f * (size_t)d;
+        for (int i = 0; i < d; i++) { x[i] = (float)vq_rng_gauss(rng); n2 += (double)x[i] * x[i]; }
+        for (int i = 0; i < d; i++) x[i] = (float)(x[i] / sqrt(n2));
     }
 }
 

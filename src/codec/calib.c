@@ -26,32 +26,38 @@ static uint32_t crc(uint32_t c, const void *p, size_t n) {
     return c;
 }
 
-/* element counts of the six arrays, in file order */
-static void counts(const vq_calib *c, size_t n[6]) {
+/* element counts of the seven arrays, in file order */
+#define N_ARR 7   /* arrays in the file */
+static void counts(const vq_calib *c, size_t n[N_ARR]) {
     size_t kv = (size_t)c->n_layers * c->n_kv_heads, q = (size_t)c->n_layers * c->n_heads;
     n[0] = kv * (size_t)(c->head_dim / 2);
     n[1] = n[2] = n[3] = kv * (size_t)c->head_dim;
     n[4] = n[5] = q * (size_t)c->head_dim;
+    n[6] = kv * (size_t)c->head_dim;
 }
-static float **arrays(vq_calib *c, float **a[6]) {
+static float **arrays(vq_calib *c, float **a[N_ARR]) {
     a[0] = &c->pair_energy; a[1] = &c->k_mean; a[2] = &c->k_sq; a[3] = &c->v_sq;
-    a[4] = &c->q_mean; a[5] = &c->q_sq;
+    a[4] = &c->q_mean; a[5] = &c->q_sq; a[6] = &c->q_filter;
     return NULL;
 }
-static const char *const ARR_NAME[6] = { "pair_energy", "k_mean", "k_sq", "v_sq", "q_mean", "q_sq" };
+static const char *const ARR_NAME[N_ARR] = { "pair_energy", "k_mean", "k_sq", "v_sq", "q_mean", "q_sq",
+                                             "q_filter" };
+/* arrays 1, 4 (means) and 6 (unit directions) take any sign; the rest are second moments or their
+ * products */
+static int signed_arr(int i) { return i == 1 || i == 4 || i == 6; }
 
 size_t vq_calib_file_bytes(const vq_calib *c) {
-    size_t n[6], t = 0;
+    size_t n[N_ARR], t = 0;
     counts(c, n);
-    for (int i = 0; i < 6; i++) t += n[i];
+    for (int i = 0; i < N_ARR; i++) t += n[i];
     return HDR + t * sizeof(float) + 4;
 }
 
 void vq_calib_free(vq_calib *c) {
     if (!c) return;
-    float **a[6];
+    float **a[N_ARR];
     arrays(c, a);
-    for (int i = 0; i < 6; i++) { free(*a[i]); *a[i] = NULL; }
+    for (int i = 0; i < N_ARR; i++) { free(*a[i]); *a[i] = NULL; }
 }
 
 static int dims_ok(const vq_calib *c) {
@@ -67,11 +73,11 @@ vq_status vq_calib_alloc(vq_calib *c, vq_err *err) {
         return vq_err_set(err, VQ_ERR_ARG, "calibration: bad dims (layers %d, heads %d, kv heads %d, "
                           "head_dim %d, rope_dim %d)", c->n_layers, c->n_heads, c->n_kv_heads,
                           c->head_dim, c->rope_dim);
-    size_t n[6];
-    float **a[6];
+    size_t n[N_ARR];
+    float **a[N_ARR];
     counts(c, n);
     arrays(c, a);
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < N_ARR; i++) {
         *a[i] = calloc(n[i], sizeof(float));
         if (!*a[i]) { vq_calib_free(c); return vq_err_set(err, VQ_ERR_NOMEM, "calibration: out of memory"); }
     }
@@ -88,7 +94,7 @@ vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_e
     *len = 0;
     if (!dims_ok(c) || !c->pair_energy)
         return vq_err_set(err, VQ_ERR_ARG, "calibration: nothing to write (bad dims or no arrays)");
-    size_t total = vq_calib_file_bytes(c), n[6];
+    size_t total = vq_calib_file_bytes(c), n[N_ARR];
     uint8_t *b = calloc(1, total);
     if (!b) return vq_err_set(err, VQ_ERR_NOMEM, "calibration: out of memory (%zu bytes)", total);
     memcpy(b, VQ_CALIB_MAGIC, 8);
@@ -105,9 +111,10 @@ vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_e
     put64(b + 112, c->n_tokens);
     put32(b + 124, crc(0, b, 124));
     counts(c, n);
-    const float *src[6] = { c->pair_energy, c->k_mean, c->k_sq, c->v_sq, c->q_mean, c->q_sq };
+    const float *src[N_ARR] = { c->pair_energy, c->k_mean, c->k_sq, c->v_sq, c->q_mean, c->q_sq,
+                                c->q_filter };
     size_t off = HDR;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < N_ARR; i++) {
         memcpy(b + off, src[i], n[i] * sizeof(float));
         off += n[i] * sizeof(float);
     }
@@ -159,19 +166,18 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
         return bad(err, "data CRC-32 mismatch (corrupt statistics)", len - 4);
     vq_status s = vq_calib_alloc(&t, err);
     if (s) return s;
-    size_t n[6], off = HDR;
-    float **a[6];
+    size_t n[N_ARR], off = HDR;
+    float **a[N_ARR];
     counts(&t, n);
     arrays(&t, a);
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < N_ARR; i++) {
         memcpy(*a[i], buf + off, n[i] * sizeof(float));
         for (size_t j = 0; j < n[i]; j++) {
             float x = (*a[i])[j];
-            /* arrays 1 and 4 are means (any sign); the rest are second moments or their products */
-            if (!isfinite(x) || (i != 1 && i != 4 && x < 0)) {
+            if (!isfinite(x) || (!signed_arr(i) && x < 0)) {
                 char m[96];
                 snprintf(m, sizeof m, "%s[%zu] = %g is not a finite%s value", ARR_NAME[i], j, (double)x,
-                         i != 1 && i != 4 ? " non-negative" : "");
+                         !signed_arr(i) ? " non-negative" : "");
                 vq_calib_free(&t);
                 return bad(err, m, off + j * sizeof(float));
             }

@@ -9,7 +9,7 @@
 #include "core/core.h"
 
 #define VQ_CALIB_MAGIC "VQCALIB\0"
-#define VQ_CALIB_VERSION 1u
+#define VQ_CALIB_VERSION 2u   /* 2: q_filter added */
 #define VQ_CALIB_NAME 64        /* model name bytes (NUL padded) */
 #define VQ_CALIB_MAX_DIM 4096   /* bound on layers, heads and head_dim a reader accepts */
 
@@ -26,6 +26,10 @@ typedef struct vq_calib {
     float *v_sq;                /* [L][Hkv][d]: E[v_i²] */
     /* per layer l and query head hq (index l * n_heads + hq): */
     float *q_mean, *q_sq;       /* [L][Hq][d]: E[q_i] (the mean query direction), E[q_i²] */
+    /* per layer l and KV head h: the Q-Filter (evict=qfilters), a unit vector: the top eigenvector
+     * of Σ_{g in group} E[q_g q_gᵀ] (not mean-centred), signed so that Σ_g E[q_g]·f >= 0, so a
+     * key's score k·f is higher where the group's queries attend more; 0 where queries are all 0 */
+    float *q_filter;            /* [L][Hkv][d] */
 } vq_calib;
 
 /* Channel i and its pair partner under the file's pair layout: pair p holds channels

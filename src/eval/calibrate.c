@@ -5,7 +5,12 @@
  * a KV head is then Σ_{query heads g of its GQA group} E‖q_g,p‖² · E‖k_p‖² for each RoPE pair p:
  * the expected squared score contribution of that pair if q and k were independent, and the
  * weight a quantization error in that pair gets in the scores (docs/calibration-format.md says
- * why). A pair's norm does not change under RoPE, so its energy is position independent. */
+ * why). A pair's norm does not change under RoPE, so its energy is position independent.
+ * The Q-Filter of a KV head (evict=qfilters, arXiv 2503.02812) is the top eigenvector of the
+ * group's summed, not mean-centred, query second moment M = Σ_g E[q_g q_gᵀ] (the direction the
+ * queries project on most), found by power iteration in double from the mean query direction, and
+ * signed so that the group's mean query projects on it positively: then a key's k·f estimates how
+ * much attention it draws, higher = more (the seeds' filter had no fixed sign). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +25,7 @@
 typedef struct cal_acc {
     int L, Hq, Hk, d;
     double *q1, *q2, *k1, *k2, *v2;   /* sums: [L][Hq][d] and [L][Hk][d] */
+    double *qq;                        /* [L][Hk][d][d]: Σ over the group's queries of q qᵀ (upper) */
     uint64_t *rows;                    /* per layer: rows seen */
 } cal_acc;
 
@@ -31,9 +37,19 @@ static void tap(void *user, int layer, int n, const int *pos, const float *q, co
     const size_t wq = (size_t)a->Hq * a->d, wk = (size_t)a->Hk * a->d;
     double *q1 = a->q1 + layer * wq, *q2 = a->q2 + layer * wq;
     double *k1 = a->k1 + layer * wk, *k2 = a->k2 + layer * wk, *v2 = a->v2 + layer * wk;
+    const int d = a->d, G = a->Hq / a->Hk;
     for (int t = 0; t < n; t++) {
         const float *qt = q + t * wq, *kt = k + t * wk, *vt = v + t * wk;
         for (size_t i = 0; i < wq; i++) { q1[i] += qt[i]; q2[i] += (double)qt[i] * qt[i]; }
+        for (int hq = 0; hq < a->Hq; hq++) {
+            const float *x = qt + (size_t)hq * d;
+            double *m = a->qq + ((size_t)layer * a->Hk + hq / G) * d * d;
+            for (int i = 0; i < d; i++) {
+                const double xi = x[i];
+                double *row = m + (size_t)i * d;
+                for (int j = i; j < d; j++) row[j] += xi * x[j];
+            }
+        }
         for (size_t i = 0; i < wk; i++) {
             k1[i] += kt[i];
             k2[i] += (double)kt[i] * kt[i];
@@ -41,6 +57,36 @@ static void tap(void *user, int layer, int n, const int *pos, const float *q, co
         }
     }
     a->rows[layer] += (uint64_t)n;
+}
+
+/* The top eigenvector of the symmetric PSD m (upper triangle filled; mirrored here), by power
+ * iteration from the mean direction (or all ones), signed so that mean·f >= 0. f = 0 when m is. */
+static void q_filter(double *m, int d, const double *mean, float *f) {
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < i; j++) m[(size_t)i * d + j] = m[(size_t)j * d + i];
+    double *x = malloc((size_t)d * 2 * sizeof(double)), *y = x ? x + d : NULL, nx = 0;
+    if (!x) { memset(f, 0, (size_t)d * sizeof(float)); return; }
+    for (int i = 0; i < d; i++) nx += mean[i] * mean[i];
+    for (int i = 0; i < d; i++) x[i] = nx > 0 ? mean[i] : 1.0;
+    for (int it = 0; it < 2000; it++) {
+        double n2 = 0, dot = 0, nprev = 0;
+        for (int i = 0; i < d; i++) {
+            double acc = 0;
+            for (int j = 0; j < d; j++) acc += m[(size_t)i * d + j] * x[j];
+            y[i] = acc;
+            n2 += acc * acc;
+        }
+        if (n2 <= 0) { memset(f, 0, (size_t)d * sizeof(float)); free(x); return; }
+        const double inv = 1.0 / sqrt(n2);
+        for (int i = 0; i < d; i++) { nprev += x[i] * x[i]; y[i] *= inv; }
+        for (int i = 0; i < d; i++) dot += y[i] * x[i];
+        memcpy(x, y, (size_t)d * sizeof(double));
+        if (it > 0 && fabs(dot) > 1.0 - 1e-14 * nprev) break;   /* the direction stopped moving */
+    }
+    double sgn = 0;
+    for (int i = 0; i < d; i++) sgn += mean[i] * x[i];
+    for (int i = 0; i < d; i++) f[i] = (float)(sgn < 0 ? -x[i] : x[i]);
+    free(x);
 }
 
 static uint64_t vq_calibrate_model_hash(const vq_model *m, char *name, size_t name_cap) {
@@ -59,17 +105,18 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     if (ctx < 2 || n_tok < 2)
         return vq_err_set(err, VQ_ERR_ARG, "calibrate: %d tokens with windows of %d (need >= 2 each)", n_tok, ctx);
     const vq_model_config *c = &m->cfg;
-    cal_acc a = { c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, 0, 0, 0, 0, 0, 0 };
+    cal_acc a = { c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, 0, 0, 0, 0, 0, 0, 0 };
     const size_t wq = (size_t)a.L * a.Hq * a.d, wk = (size_t)a.L * a.Hk * a.d;
     a.q1 = calloc(wq, sizeof(double)); a.q2 = calloc(wq, sizeof(double));
     a.k1 = calloc(wk, sizeof(double)); a.k2 = calloc(wk, sizeof(double)); a.v2 = calloc(wk, sizeof(double));
     a.rows = calloc((size_t)a.L, sizeof(uint64_t));
+    a.qq = calloc((size_t)a.L * a.Hk * a.d * a.d, sizeof(double));
     vq_calib cal;
     memset(&cal, 0, sizeof cal);
     vq_fwd *f = NULL;
     vq_kv *kv = NULL;
     vq_status s = VQ_OK;
-    if (!a.q1 || !a.q2 || !a.k1 || !a.k2 || !a.v2 || !a.rows) {
+    if (!a.q1 || !a.q2 || !a.k1 || !a.k2 || !a.v2 || !a.rows || !a.qq) {
         s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
@@ -118,6 +165,15 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
                 }
                 cal.pair_energy[((size_t)l * a.Hk + h) * np + p] = (float)(qe * ke);
             }
+        for (int h = 0; h < a.Hk; h++) {
+            double *mean = calloc((size_t)a.d, sizeof(double));
+            if (!mean) { s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory"); goto done; }
+            for (int g = 0; g < G; g++)
+                for (int i = 0; i < a.d; i++) mean[i] += a.q1[((size_t)l * a.Hq + (size_t)h * G + g) * a.d + i] * inv;
+            q_filter(a.qq + ((size_t)l * a.Hk + h) * a.d * a.d, a.d, mean,
+                     cal.q_filter + ((size_t)l * a.Hk + h) * a.d);
+            free(mean);
+        }
     }
     s = vq_calib_write(&cal, out_path, err);
     if (!s && info) {
@@ -130,6 +186,6 @@ done:
     vq_calib_free(&cal);
     vq_kv_destroy(kv);
     vq_fwd_destroy(f);
-    free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows);
+    free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows); free(a.qq);
     return s;
 }

@@ -19,6 +19,7 @@ enum {
     EV_PYRAMID = 32,  /* per-layer budget schedule (pyramidkv) */
     EV_GUMBEL = 64,   /* Gumbel-noised, tempered softmax of the logits (keyformer) */
     EV_POS = 128,     /* score = position: the most recent rows win (streaming_llm) */
+    EV_FILTER = 256,  /* observes k . filter at append, the filter calibrated (qfilters) */
 };
 
 struct vq_evict_policy {
@@ -39,6 +40,9 @@ static const vq_evict_policy POLICIES[] = {
      "snapkv with a per-layer budget: budget * (1 + slope * (1 - 2 l / (L - 1))), more rows low"},
     {"keyformer", EV_ATTN | EV_GUMBEL,
      "accumulated softmax((logit + Gumbel noise) / tau) (seeded by the cache seed)"},
+    {"qfilters", EV_FILTER,
+     "score = sum over KV heads of k . f, f the head's Q-Filter from calib=FILE (the top direction "
+     "of its queries, signed so that a higher score means more attention)"},
 };
 #define N_POLICIES (int)(sizeof POLICIES / sizeof POLICIES[0])
 
@@ -53,6 +57,7 @@ int vq_evict_is_key(const char *key) {
 int vq_evict_needs_attn(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->flags & EV_ATTN); }
 int vq_evict_needs_knorm(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->flags & EV_KNORM); }
 int vq_evict_gumbel(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->flags & EV_GUMBEL); }
+int vq_evict_needs_filter(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->flags & EV_FILTER); }
 
 static void policy_names(char *out, size_t cap) {
     size_t o = 0;
@@ -204,19 +209,25 @@ size_t vq_evict_raw_bytes(const vq_kvg *g, int rows) {
     return (size_t)g->n_slots * g->ev_nv * cap * sizeof(float);
 }
 
-/* ---- observation at append: new rows' scores start at 0 (knorm: the key norms) ---- */
+/* ---- observation at append: new rows' scores start at 0 (knorm: the key norms; qfilters: the
+ * keys' projections on the filters) ---- */
 void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float *k) {
     float *sc = g->layers[local].ev_score;
     if (!sc || n <= 0) return;
     const int knorm = vq_evict_needs_knorm(&g->ev), d = g->d;
+    const float *filt = g->ev_filter ? g->ev_filter + (size_t)local * g->H * d : NULL;
     for (int h = 0; h < g->H; h++)
         for (int i = 0; i < n; i++) {
             float v = 0;
+            const float *x = k + ((size_t)i * g->H + h) * d;
             if (knorm) {
-                const float *x = k + ((size_t)i * g->H + h) * d;
                 double s = 0;
                 for (int e = 0; e < d; e++) s += (double)x[e] * x[e];
                 v = (float)sqrt(s);
+            } else if (filt) {
+                double s = 0;
+                for (int e = 0; e < d; e++) s += (double)x[e] * filt[(size_t)h * d + e];
+                v = (float)s;
             }
             sc[(size_t)h * g->ev_cap + idx0 + i] = v;
         }

@@ -33,6 +33,9 @@ static uint64_t mix_seed(uint64_t seed, int layer, int side) {
 static size_t ev_score_bytes(const vq_kvg *kv) {   /* a layer's eviction scores */
     return kv->ev.pol && kv->ev_cap ? (size_t)kv->H * kv->ev_cap * sizeof(float) : 0;
 }
+static size_t ev_filter_bytes(const vq_kvg *kv) {   /* the group's Q-Filters */
+    return vq_evict_needs_filter(&kv->ev) ? (size_t)kv->dims.n_layers * kv->H * kv->d * sizeof(float) : 0;
+}
 static size_t layer_fixed_bytes(const vq_kvg *kv) {
     size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
     return (size_t)kv->page_cap * (sizeof(uint8_t *) + sizeof(int32_t)) +
@@ -56,7 +59,7 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
         b += states_bytes(kv, l);
         b += layer_fixed_bytes(kv) + (size_t)kv->layers[l].n_pages * kv->page_bytes;
     }
-    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
+    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0) + ev_filter_bytes(kv);
 }
 /* Rows coded (not in the window or the sink) once a layer has taken `rows` rows in order. */
 static int coded_at(const vq_kvg *kv, int rows) {
@@ -69,7 +72,7 @@ size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
     size_t pages = (size_t)(coded_at(kv, rows) + kv->P - 1) / kv->P;
     for (int l = 0; l < kv->dims.n_layers; l++)
         b += states_bytes(kv, l) + layer_fixed_bytes(kv) + pages * kv->page_bytes;
-    return b + vq_evict_raw_bytes(kv, rows);
+    return b + vq_evict_raw_bytes(kv, rows) + ev_filter_bytes(kv);
 }
 
 /* Truncate a layer to positions < n: every sink and window row below n is kept, and the coded
@@ -144,6 +147,7 @@ void vq_kvg_destroy(vq_kvg *kv) {
     vq_aligned_free(kv->slot_busy);
     vq_aligned_free(kv->enc_tmp);
     kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
+    kv_free(kv, kv->ev_filter, ev_filter_bytes(kv));
     vq_aligned_free(kv->ev_tmp);
     vq_aligned_free(kv->ev_blk);
     vq_aligned_free(kv->off_k);
@@ -209,6 +213,18 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
         }
         kv->calib_hash = cal.config_hash;
         snprintf(kv->calib_model, sizeof kv->calib_model, "%s", cal.model);
+    }
+    if (vq_evict_needs_filter(&sp.ev)) {   /* qfilters: each layer's filters, copied */
+        if (!sp.calib[0]) {
+            vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': evict=qfilters needs calib=FILE (its filters come "
+                       "from the model's queries: veloxquant calibrate -m MODEL -f TEXT -o FILE)", spec);
+            vq_kvg_destroy(kv);
+            return NULL;
+        }
+        kv->ev_filter = kv_alloc(kv, ev_filter_bytes(kv));
+        if (!kv->ev_filter) { vq_calib_free(&cal); goto nomem; }
+        const size_t w = (size_t)kv->H * kv->d;
+        for (int l = 0; l < NL; l++) memcpy(kv->ev_filter + l * w, cal.q_filter + (size_t)gl[l] * w, w * sizeof(float));
     }
     int fpw = 0;
     for (int s = 0; s < 2; s++)

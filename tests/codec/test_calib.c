@@ -21,6 +21,7 @@ static void fill(vq_calib *c, vq_rng *rng) {
         c->k_mean[i] = (float)vq_rng_uniform(rng) - 0.5f;
         c->k_sq[i] = (float)vq_rng_uniform(rng);
         c->v_sq[i] = (float)vq_rng_uniform(rng);
+        c->q_filter[i] = (float)vq_rng_uniform(rng) - 0.5f;
     }
     for (size_t i = 0; i < q * 8; i++) {
         c->q_mean[i] = (float)vq_rng_uniform(rng) - 0.5f;
@@ -35,7 +36,8 @@ static int same(const vq_calib *a, const vq_calib *b) {
            a->rope_dim == b->rope_dim && a->rope_neox == b->rope_neox && a->n_tokens == b->n_tokens &&
            !memcmp(a->pair_energy, b->pair_energy, kv / 2 * 4) && !memcmp(a->k_mean, b->k_mean, kv * 4) &&
            !memcmp(a->k_sq, b->k_sq, kv * 4) && !memcmp(a->v_sq, b->v_sq, kv * 4) &&
-           !memcmp(a->q_mean, b->q_mean, q * 4) && !memcmp(a->q_sq, b->q_sq, q * 4);
+           !memcmp(a->q_mean, b->q_mean, q * 4) && !memcmp(a->q_sq, b->q_sq, q * 4) &&
+           !memcmp(a->q_filter, b->q_filter, kv * 4);
 }
 
 int main(void) {
