@@ -20,6 +20,8 @@ enum {
     EV_GUMBEL = 64,   /* Gumbel-noised, tempered softmax of the logits (keyformer) */
     EV_POS = 128,     /* score = position: the most recent rows win (streaming_llm) */
     EV_FILTER = 256,  /* observes k . filter at append, the filter calibrated (qfilters) */
+    EV_EXPECT = 512,  /* observes the expected log-attention at append, from query statistics;
+                         per-head softmax over the rows at the step (expected_attention) */
 };
 
 struct vq_evict_policy {
@@ -40,6 +42,9 @@ static const vq_evict_policy POLICIES[] = {
      "snapkv with a per-layer budget: budget * (1 + slope * (1 - 2 l / (L - 1))), more rows low"},
     {"keyformer", EV_ATTN | EV_GUMBEL,
      "accumulated softmax((logit + Gumbel noise) / tau) (seeded by the cache seed)"},
+    {"expected_attention", EV_EXPECT,
+     "sum over KV heads of the softmax over rows of log sum_g E[exp(q_g . k / sqrt(d))], q_g ~ "
+     "N(mean, diag var) of query head g from calib=FILE (kvpress's expected attention, stationary)"},
     {"qfilters", EV_FILTER,
      "score = sum over KV heads of k . f, f the head's Q-Filter from calib=FILE (the top direction "
      "of its queries, signed so that a higher score means more attention)"},
@@ -58,6 +63,7 @@ int vq_evict_needs_attn(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->fl
 int vq_evict_needs_knorm(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->flags & EV_KNORM); }
 int vq_evict_gumbel(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->flags & EV_GUMBEL); }
 int vq_evict_needs_filter(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->flags & EV_FILTER); }
+int vq_evict_needs_qstats(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->flags & EV_EXPECT); }
 
 static void policy_names(char *out, size_t cap) {
     size_t o = 0;
@@ -215,7 +221,8 @@ void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float 
     float *sc = g->layers[local].ev_score;
     if (!sc || n <= 0) return;
     const int knorm = vq_evict_needs_knorm(&g->ev), d = g->d;
-    const float *filt = g->ev_filter ? g->ev_filter + (size_t)local * g->H * d : NULL;
+    const float *filt = g->ev_filter && vq_evict_needs_filter(&g->ev) ? g->ev_filter + (size_t)local * g->H * d : NULL;
+    const float *qs = g->ev_filter && vq_evict_needs_qstats(&g->ev) ? g->ev_filter + (size_t)local * g->H * g->G * 2 * d : NULL;
     for (int h = 0; h < g->H; h++)
         for (int i = 0; i < n; i++) {
             float v = 0;
@@ -228,6 +235,18 @@ void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float 
                 double s = 0;
                 for (int e = 0; e < d; e++) s += (double)x[e] * filt[(size_t)h * d + e];
                 v = (float)s;
+            } else if (qs) {   /* log sum_g exp(mu_g.k / sqrt d + k' diag(var_g) k / (2 d)) */
+                double lg[64], mx = -INFINITY, z = 0;
+                const int G = VQ_MIN(g->G, 64);
+                for (int q = 0; q < G; q++) {
+                    const float *a = qs + ((size_t)h * g->G + q) * 2 * d, *b = a + d;
+                    double t = 0;
+                    for (int e = 0; e < d; e++) t += (double)x[e] * a[e] + (double)x[e] * x[e] * b[e];
+                    lg[q] = t;
+                    mx = fmax(mx, t);
+                }
+                for (int q = 0; q < G; q++) z += exp(lg[q] - mx);
+                v = (float)(mx + log(z));
             }
             sc[(size_t)h * g->ev_cap + idx0 + i] = v;
         }
@@ -315,6 +334,35 @@ static int cmp_blk(const void *a, const void *b) {
     return x->b < y->b ? -1 : x->b > y->b;
 }
 
+/* The score of each row a layer holds (coded rows, then the window; sinks are never candidates):
+ * what an eviction step ranks and vq_kv_evict_scores reports. Higher = kept. */
+static void row_scores(const vq_kvg *g, const vq_kv_layer *L, float *rs) {
+    const unsigned f = g->ev.pol->flags;
+    const int nr = L->n_coded + L->win_count;
+    if (f & EV_POS) {
+        for (int i = 0; i < nr; i++)
+            rs[i] = (float)(i < L->n_coded ? ((const int32_t *)(const void *)L->pages[i / g->P])[i % g->P]
+                                           : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap]);
+        return;
+    }
+    if (f & EV_EXPECT) {   /* per KV head: softmax over the rows of the expected log-attention */
+        for (int i = 0; i < nr; i++) rs[i] = 0;
+        for (int h = 0; h < g->H; h++) {
+            const float *sc = L->ev_score + (size_t)h * g->ev_cap;
+            double mx = -INFINITY, z = 0;
+            for (int i = 0; i < nr; i++) mx = fmax(mx, sc[i]);
+            for (int i = 0; i < nr; i++) z += exp(sc[i] - mx);
+            for (int i = 0; i < nr; i++) rs[i] += (float)(exp(sc[i] - mx) / z);
+        }
+        return;
+    }
+    for (int i = 0; i < nr; i++) {
+        double s = 0;
+        for (int h = 0; h < g->H; h++) s += L->ev_score[(size_t)h * g->ev_cap + i];
+        rs[i] = (float)((f & EV_KNORM) ? -s : s);
+    }
+}
+
 int vq_kvg_evict_layer(vq_kvg *g, int local, int next_pos) {
     const vq_evict_cfg *ev = &g->ev;
     if (!ev->pol) return 0;
@@ -325,17 +373,7 @@ int vq_kvg_evict_layer(vq_kvg *g, int local, int next_pos) {
     if (rows > B && nb > 0) {
         const unsigned f = ev->pol->flags;
         float *rs = g->ev_tmp, *bs = g->ev_tmp + g->ev_cap;
-        /* row scores over coded rows and the window (storage order = position order) */
-        for (int i = 0; i < nr; i++) {
-            if (f & EV_POS) {
-                rs[i] = (float)(i < L->n_coded ? *row_pos(g, L, i)
-                                               : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap]);
-                continue;
-            }
-            double s = 0;
-            for (int h = 0; h < g->H; h++) s += L->ev_score[(size_t)h * g->ev_cap + i];
-            rs[i] = (float)((f & EV_KNORM) ? -s : s);
-        }
+        row_scores(g, L, rs);   /* coded rows and the window (storage order = position order) */
         if (f & EV_POOL) {   /* max-pool, written to bs first, then back */
             const int k = ev->pool / 2;
             for (int i = 0; i < nr; i++) {
@@ -468,13 +506,8 @@ vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *po
     if (!L->ev_score && !(g->ev.pol && (g->ev.pol->flags & EV_POS)))
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_scores: layer %d has no eviction policy", layer);
     const int nr = L->n_coded + L->win_count;
-    for (int i = 0; i < nr; i++) {
-        int32_t p = i < L->n_coded ? *row_pos(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
-        if (pos) pos[i] = p;
-        double s = 0;
-        for (int h = 0; L->ev_score && h < g->H; h++) s += L->ev_score[(size_t)h * g->ev_cap + i];
-        unsigned f = g->ev.pol->flags;
-        out[i] = (f & EV_POS) ? (float)p : (float)((f & EV_KNORM) ? -s : s);
-    }
+    for (int i = 0; pos && i < nr; i++)
+        pos[i] = i < L->n_coded ? *row_pos(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
+    row_scores(g, L, out);
     return VQ_OK;
 }

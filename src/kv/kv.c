@@ -33,8 +33,9 @@ static uint64_t mix_seed(uint64_t seed, int layer, int side) {
 static size_t ev_score_bytes(const vq_kvg *kv) {   /* a layer's eviction scores */
     return kv->ev.pol && kv->ev_cap ? (size_t)kv->H * kv->ev_cap * sizeof(float) : 0;
 }
-static size_t ev_filter_bytes(const vq_kvg *kv) {   /* the group's Q-Filters */
-    return vq_evict_needs_filter(&kv->ev) ? (size_t)kv->dims.n_layers * kv->H * kv->d * sizeof(float) : 0;
+static size_t ev_filter_bytes(const vq_kvg *kv) {   /* the group's Q-Filters or query statistics */
+    const size_t per = (size_t)kv->dims.n_layers * kv->H * kv->d * sizeof(float);
+    return vq_evict_needs_filter(&kv->ev) ? per : vq_evict_needs_qstats(&kv->ev) ? per * kv->G * 2 : 0;
 }
 static size_t layer_fixed_bytes(const vq_kvg *kv) {
     size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
@@ -214,17 +215,30 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
         kv->calib_hash = cal.config_hash;
         snprintf(kv->calib_model, sizeof kv->calib_model, "%s", cal.model);
     }
-    if (vq_evict_needs_filter(&sp.ev)) {   /* qfilters: each layer's filters, copied */
+    if (ev_filter_bytes(kv)) {   /* qfilters / expected_attention: each layer's part, copied */
         if (!sp.calib[0]) {
-            vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': evict=qfilters needs calib=FILE (its filters come "
-                       "from the model's queries: veloxquant calibrate -m MODEL -f TEXT -o FILE)", spec);
+            vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': evict=%s needs calib=FILE (it is made from the "
+                       "model's queries: veloxquant calibrate -m MODEL -f TEXT -o FILE)", spec,
+                       vq_evict_needs_filter(&sp.ev) ? "qfilters" : "expected_attention");
             vq_kvg_destroy(kv);
             return NULL;
         }
         kv->ev_filter = kv_alloc(kv, ev_filter_bytes(kv));
         if (!kv->ev_filter) { vq_calib_free(&cal); goto nomem; }
         const size_t w = (size_t)kv->H * kv->d;
-        for (int l = 0; l < NL; l++) memcpy(kv->ev_filter + l * w, cal.q_filter + (size_t)gl[l] * w, w * sizeof(float));
+        if (vq_evict_needs_filter(&sp.ev))
+            for (int l = 0; l < NL; l++) memcpy(kv->ev_filter + l * w, cal.q_filter + (size_t)gl[l] * w, w * sizeof(float));
+        else
+            for (int l = 0; l < NL; l++)
+                for (int hq = 0; hq < D->n_heads; hq++) {   /* query head hq = h * G + q, in that order */
+                    const float *mu = cal.q_mean + ((size_t)gl[l] * D->n_heads + hq) * kv->d;
+                    const float *sq = cal.q_sq + ((size_t)gl[l] * D->n_heads + hq) * kv->d;
+                    float *a = kv->ev_filter + ((size_t)l * D->n_heads + hq) * 2 * kv->d, *b = a + kv->d;
+                    for (int i = 0; i < kv->d; i++) {
+                        a[i] = (float)(mu[i] / sqrt((double)kv->d));
+                        b[i] = (float)(fmax(0.0, (double)sq[i] - (double)mu[i] * mu[i]) / (2.0 * kv->d));
+                    }
+                }
     }
     int fpw = 0;
     for (int s = 0; s < 2; s++)

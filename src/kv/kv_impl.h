@@ -126,7 +126,8 @@ typedef struct vq_kvg {
     float *ev_raw;         /* the observer's weights: n_slots x ev_nv x ev_raw_cap floats, grown
                               (by append, in pages of P rows) to the most rows a layer has held */
     int ev_nv, ev_raw_cap;
-    float *ev_filter;      /* qfilters: [local layer][H][d] unit filters from calib=FILE, else NULL */
+    float *ev_filter;      /* from calib=FILE, else NULL: qfilters: [local layer][H][d] unit filters;
+                              expected_attention: [local layer][H][G][2][d]: E[q]/sqrt(d), Var[q]/(2d) */
     float *ev_tmp;         /* eviction scratch: 2 x ev_cap floats (row scores, pooling) */
     struct vq_evict_blk { float s; int b; } *ev_blk;   /* ev_cap candidate blocks */
 } vq_kvg;
@@ -171,6 +172,7 @@ size_t vq_evict_help(char *buf, size_t n);
 int vq_evict_needs_attn(const vq_evict_cfg *ev);
 int vq_evict_needs_knorm(const vq_evict_cfg *ev);
 int vq_evict_needs_filter(const vq_evict_cfg *ev);   /* qfilters: the calibration's q_filter */
+int vq_evict_needs_qstats(const vq_evict_cfg *ev);   /* expected_attention: its q_mean, q_sq */
 int vq_evict_gumbel(const vq_evict_cfg *ev);
 size_t vq_evict_raw_bytes(const vq_kvg *g, int rows);   /* the observer's buffer for rows held */
 void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float *k);

@@ -1,13 +1,15 @@
-/* test_qfilters.c: Q-Filters on the real model (SmolLM2), end to end:
+/* test_qfilters.c: Q-Filters and expected attention on the real model (SmolLM2), end to end:
  *   - `vq_calibrate` on WikiText-2 writes a filter per layer and KV head: unit length, and signed
  *     so that the group's mean query projects on it positively (the seeds' filter had no sign);
  *   - the sign is the one that predicts attention: per layer, Spearman's rho of the qfilters score
  *     with the attention the next queries pay (vq_evict_correlation) is positive on average, and a
  *     file with every filter negated gives exactly the negated rho (the scores' ranks reverse);
+ *   - expected_attention (query means and variances from the same file): mean rho also above 0.4;
  *   - evict=qfilters at half the rows runs a session to the end with finite logits.
  * (A sanitizer build skips the correlation, the slow part.)
  * Measured with 2048 calibration tokens (ctx 512), --at 256 --future 64: mean rho 0.7606 (see
- * docs/eviction.md); the floor checked here is 0.4, far below it and far above 0 (the sign). */
+ * docs/eviction.md; expected_attention 0.7609); the floor checked here is 0.4, far below both and
+ * far above 0 (the sign). */
 #include "veloxquant.h"
 #include "codec/calib.h"
 #include "../vq_test.h"
@@ -56,32 +58,37 @@ int main(void) {
     for (size_t i = 0; i < (size_t)c.n_layers * c.n_kv_heads * d; i++) c.q_filter[i] = -c.q_filter[i];
     CHECK(vq_calib_write(&c, neg_path, &e) == VQ_OK);
 
-    char s1[300], s2[300];
+    char s1[300], s2[300], s3[300];
     snprintf(s1, sizeof s1, "f16;evict=qfilters,budget=1.0;calib=%s", pos_path);
     snprintf(s2, sizeof s2, "f16;evict=qfilters,budget=1.0;calib=%s", neg_path);
-    vq_kv_spec *sp[2] = { vq_kv_spec_parse(s1, &e), vq_kv_spec_parse(s2, &e) };
-    CHECKF(sp[0] && sp[1], "parse: %s", e.msg);
+    snprintf(s3, sizeof s3, "f16;evict=expected_attention,budget=1.0;calib=%s", pos_path);
+    vq_kv_spec *sp[3] = { vq_kv_spec_parse(s1, &e), vq_kv_spec_parse(s2, &e), vq_kv_spec_parse(s3, &e) };
+    CHECKF(sp[0] && sp[1] && sp[2], "parse: %s", e.msg);
     const int L = c.n_layers;
-    double *rho = malloc(sizeof(double) * 2 * L);
+    double *rho = malloc(sizeof(double) * 3 * L);
     if (getenv("VQ_SANITIZER_BUILD")) {   /* ~100 s more under ASan; the Release run checks it */
         printf("sanitizer build: the correlation is left to the Release run\n");
     } else {
-        CHECKF(vq_evict_correlation(m, (const vq_kv_spec *const *)sp, 2, tok, nt, 256, 64, rho, &e) == VQ_OK,
+        CHECKF(vq_evict_correlation(m, (const vq_kv_spec *const *)sp, 3, tok, nt, 256, 64, rho, &e) == VQ_OK,
                "evict_correlation: %s", e.msg);
-        double mp_ = 0, mn = 0, worst = 0;
+        double mp_ = 0, mn = 0, me = 0, worst = 0;
         for (int l = 0; l < L; l++) {
             mp_ += rho[l] / L;
             mn += rho[L + l] / L;
+            me += rho[2 * L + l] / L;
             worst = fmax(worst, fabs(rho[l] + rho[L + l]));
         }
         printf("qfilters Spearman, mean over %d layers: %.4f; negated filters: %.4f; max |rho + rho_neg| %.2g\n",
                L, mp_, mn, worst);
         CHECKF(mp_ > 0.4, "mean rho %.4f: the filters do not predict attention", mp_);
         CHECKF(worst < 1e-9, "negated filters do not give the negated rho (max |sum| %.3g)", worst);
+        printf("expected_attention Spearman, mean over %d layers: %.4f\n", L, me);
+        CHECKF(me > 0.4, "expected_attention: mean rho %.4f: the statistics do not predict attention", me);
     }
 
     /* a session at half the rows */
     vq_kv_spec_free(sp[1]);
+    vq_kv_spec_free(sp[2]);
     snprintf(s1, sizeof s1, "f16;evict=qfilters,budget=0.5;calib=%s", pos_path);
     vq_kv_spec *half = vq_kv_spec_parse(s1, &e);
     vq_session_params p = vq_session_default_params();

@@ -1,8 +1,11 @@
-/* test_kv_qfilters.c: the qfilters eviction policy (evict.c) on a synthetic calibration:
+/* test_kv_qfilters.c: the calibrated eviction policies (evict.c) on a synthetic calibration:
  *   - the score of every row is sum over KV heads of k . f (f the calibration's filter of that
  *     layer and head), equal to a float64 reference within 1e-5, on an f32 cache;
  *   - an eviction step keeps exactly the highest-scored blocks (and every sink and recent row),
  *     at their true positions;
+ *   - expected_attention: the score of a row is sum over KV heads of the softmax over the held
+ *     rows of s_h(i) = log sum_g exp(mu_g . k / sqrt(d) + sum_j var_g,j k_j^2 / (2 d)), mu and
+ *     var = q_sq - mu^2 of query head g = h * G + q, against float64 within 1e-5;
  *   - without calib=FILE, or with a file for other dims, the spec is refused with a message that
  *     names what is missing; the filters are counted in the cache's bytes (bytes == tally). */
 #include "../vq_test.h"
@@ -85,6 +88,50 @@ int main(void) {
         free(kb); free(vb); free(pb);
     }
     vq_kv_destroy(kv);
+
+    /* expected_attention against float64 */
+    snprintf(spec, sizeof spec, "f32;evict=expected_attention,budget=%d;calib=%s", N, path);
+    kv = vq_kv_create_str(spec, &dims, 5, &e);
+    CHECKF(kv != NULL, "%s: %s", spec, kv ? "" : e.msg);
+    for (int l = 0; kv && l < L; l++) CHECK(vq_kv_append(kv, l, 0, N, k, v, &e) == VQ_OK);
+    CHECK(kv && vq_kv_bytes(kv) == vq_kv_bytes_tally(kv));
+    worst = 0;
+    double total = 0;
+    const int G = NH / H;
+    for (int l = 0; kv && l < L; l++) {
+        CHECK(vq_kv_evict_scores(kv, l, sc, pos, &e) == VQ_OK);
+        double ref[N] = {0};
+        for (int h = 0; h < H; h++) {
+            double lse[N], mx = -INFINITY, z = 0;
+            for (int r = 0; r < N; r++) {
+                const float *x = k + (size_t)pos[r] * w + h * D;
+                double acc = 0;
+                for (int q = 0; q < G; q++) {
+                    const size_t o = ((size_t)l * NH + h * G + q) * D;
+                    double t = 0;
+                    for (int i = 0; i < D; i++) {
+                        double mu = cal.q_mean[o + i], var = fmax(0.0, cal.q_sq[o + i] - mu * mu);
+                        t += mu * x[i] / sqrt((double)D) + var * x[i] * x[i] / (2.0 * D);
+                    }
+                    acc += exp(t);
+                }
+                lse[r] = log(acc);
+                mx = fmax(mx, lse[r]);
+            }
+            for (int r = 0; r < N; r++) z += exp(lse[r] - mx);
+            for (int r = 0; r < N; r++) ref[r] += exp(lse[r] - mx) / z;
+        }
+        for (int r = 0; r < N; r++) { worst = fmax(worst, fabs(ref[r] - sc[r])); total += sc[r]; }
+    }
+    printf("expected_attention vs float64: max |diff| %.3g; scores sum to %.6f (= %d heads x %d layers)\n",
+           worst, total, H, L);
+    CHECKF(worst < 1e-5, "expected_attention scores differ from float64 by %.3g", worst);
+    CHECK(fabs(total - H * L) < 1e-4);
+    vq_kv_destroy(kv);
+    kv = vq_kv_create_str("f16;evict=expected_attention,budget=32", &dims, 5, &e);
+    CHECKF(!kv && e.code == VQ_ERR_ARG && strstr(e.msg, "calib=FILE"), "no calib: %s", kv ? "accepted" : e.msg);
+    vq_kv_destroy(kv);
+    snprintf(spec, sizeof spec, "f32;evict=qfilters,budget=48,sinks=4,recent=8;calib=%s", path);
 
     /* refusals */
     kv = vq_kv_create_str("f16;evict=qfilters,budget=32", &dims, 5, &e);
