@@ -17,6 +17,7 @@ static vq_status q4_init(vq_codec_state *st, int d, int side, const vq_codec_par
     if (s) return s;
     const vq_ggml_impl *im = st->impl;
     st->block_bytes = im->lanes ? vq_ggl_block_bytes(VQ_GGL_Q4, d) : (size_t)(d / QK) * BB;
+    if (im->lanes) st->qstate_bytes = (size_t)(d + d / QK) * sizeof(float);   /* + per-group sums */
     return VQ_OK;
 }
 
@@ -162,9 +163,16 @@ static void q4_accumulate(const vq_codec_state *st, int n_q, const float *w,
     }
 }
 
+/* lanes keys: the query, then its sum over each group of 32 (vq_ggl_score's -8 offset) */
+static void q4_prep(const vq_codec_state *st, const float *q, void *qs) {
+    vq_ggml_prep(st, q, qs);
+    const vq_ggml_impl *im = st->impl;
+    if (im->lanes) vq_ggl_prep_sums(st->d, qs);
+}
+
 const vq_codec vq_codec_q4_0 = {
     .name = "q4_0", .params_help = "rotate=0|1 (default 0; 1 needs head_dim a power of two), layout=lanes|rows (default lanes: keys in blocks of 16 rows); head_dim multiple of 32",
     .init = q4_init, .fini = vq_ggml_fini, .encode = q4_encode, .decode = q4_decode,
-    .prep_query = vq_ggml_prep, .score = q4_score, .accumulate = q4_accumulate,
+    .prep_query = q4_prep, .score = q4_score, .accumulate = q4_accumulate,
     .finish = vq_ggml_finish,
 };

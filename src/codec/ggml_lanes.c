@@ -50,6 +50,14 @@ void vq_ggl_get_row(vq_ggl_kind k, int d, const uint8_t *block, int r, uint8_t *
     }
 }
 
+void vq_ggl_prep_sums(int d, float *qs) {
+    for (int g = 0; g < d / 32; g++) {
+        float s = 0;
+        for (int i = 0; i < 32; i++) s += qs[32 * g + i];
+        qs[d + g] = s;
+    }
+}
+
 /* ---------------- scalar references, straight from the lanes bytes ---------------- */
 static float lscale(const uint8_t *grp, int r) {
     vq_f16 h;
@@ -111,7 +119,7 @@ T_AVX2 static INL void score_256_m(vq_ggl_kind k, const int m, int d, const floa
                                    const uint8_t *blocks, int n_blocks, float *scores, size_t stride) {
     const int nb = d / 32;
     const size_t gb = gbytes(k), bb = (size_t)nb * gb;
-    const __m256i m15 = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+    const __m256i m15 = _mm256_set1_epi32(15);
     for (int b = 0; b < n_blocks; b++) {
         const uint8_t *blk = blocks + (size_t)b * bb;
         __m256 t[QM][2];
@@ -134,15 +142,15 @@ T_AVX2 static INL void score_256_m(vq_ggl_kind k, const int m, int d, const floa
                         a[j][1] = _mm256_fmadd_ps(hi, qb, a[j][1]);
                     }
                 }
-            } else {
+            } else {   /* codes 0..15 here; the -8 comes off with the query's group sum */
 #pragma GCC unroll 2
                 for (int p = 0; p < 16; p++) {
                     const __m256i r0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c + p * 16)));
                     const __m256i r1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c + p * 16 + 8)));
-                    const __m256 l0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(r0, m15), eight));
-                    const __m256 l1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(r1, m15), eight));
-                    const __m256 h0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(r0, 4), eight));
-                    const __m256 h1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(r1, 4), eight));
+                    const __m256 l0 = _mm256_cvtepi32_ps(_mm256_and_si256(r0, m15));
+                    const __m256 l1 = _mm256_cvtepi32_ps(_mm256_and_si256(r1, m15));
+                    const __m256 h0 = _mm256_cvtepi32_ps(_mm256_srli_epi32(r0, 4));
+                    const __m256 h1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(r1, 4));
 #pragma GCC unroll 3
                     for (int j = 0; j < m; j++) {
                         const __m256 qa = _mm256_broadcast_ss(q[j] + 32 * g + p);
@@ -152,6 +160,12 @@ T_AVX2 static INL void score_256_m(vq_ggl_kind k, const int m, int d, const floa
                         a[j][0] = _mm256_fmadd_ps(h0, qb, a[j][0]);
                         a[j][1] = _mm256_fmadd_ps(h1, qb, a[j][1]);
                     }
+                }
+#pragma GCC unroll 3
+                for (int j = 0; j < m; j++) {
+                    const __m256 off = _mm256_set1_ps(-8.0f * q[j][d + g]);
+                    a[j][0] = _mm256_add_ps(a[j][0], off);
+                    a[j][1] = _mm256_add_ps(a[j][1], off);
                 }
             }
             const __m256 s0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));

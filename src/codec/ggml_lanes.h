@@ -23,6 +23,9 @@ static inline size_t vq_ggl_block_bytes(vq_ggl_kind k, int d) {
 void vq_ggl_put_row(vq_ggl_kind k, int d, const uint8_t *row, int r, uint8_t *block);
 void vq_ggl_get_row(vq_ggl_kind k, int d, const uint8_t *block, int r, uint8_t *row);
 
+/* q4_0 keys: a query state is d floats and then d/32 sums, qs[d + g] = sum of qs[32g..32g+31],
+ * which prep_sums fills (scoring takes the codes 0..15 and subtracts 8 x the sum once a group) */
+void vq_ggl_prep_sums(int d, float *qs);
 /* keys in lanes blocks: scores[j * 16 n_blocks + r] = q_j . k_hat_r (q_j in the codec's domain) */
 void vq_ggl_score(vq_ggl_kind k, vq_isa isa, int d, int nq, const void *const *qs,
                   const uint8_t *blocks, int n_blocks, float *scores);
