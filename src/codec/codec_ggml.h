@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #define VQ_CODEC_VEC_AVX512_HSUM
 #include "codec/codec_vec.h"
+#include "codec/ggml_lanes.h"
 
 #define VQ_GGML_T2 __attribute__((target("avx2,fma,f16c")))
 #define VQ_GGML_T5 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
@@ -22,17 +23,27 @@
 
 typedef struct vq_ggml_impl {
     int rotate;
+    int lanes;       /* this state's blocks are lanes blocks (keys with layout=lanes): ggml_lanes.h */
     float *sgn;      /* d random signs when rotate */
 } vq_ggml_impl;
 
-/* parse rotate=0|1, check d; allocates impl (state_bytes counted) */
-static inline vq_status vq_ggml_init(vq_codec_state *st, int d, const vq_codec_param *p, int np,
-                                     uint64_t seed, vq_err *err) {
+/* parse rotate=0|1 and layout=lanes|rows, check d; allocates impl (state_bytes counted); sets
+ * rows_per_block (16 for lanes keys, else 1); the codec sets block_bytes */
+static inline vq_status vq_ggml_init(vq_codec_state *st, int d, int side, const vq_codec_param *p,
+                                     int np, uint64_t seed, vq_err *err) {
     const vq_codec *c = st->codec;
-    vq_status s = vq_codec_params_check(c, p, np, "rotate", err);
+    vq_status s = vq_codec_params_check(c, p, np, "rotate,layout", err);
     int rot = 0;
     if (!s) s = vq_codec_param_int(c, p, np, "rotate", 0, 1, 0, &rot, err);
     if (s) return s;
+    const char *lay = vq_codec_param_get(p, np, "layout");
+    if (lay && strcmp(lay, "lanes") && strcmp(lay, "rows"))
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: layout=%s is not lanes or rows (%s)", c->name,
+                          lay, c->params_help);
+    const int lanes = !lay || !strcmp(lay, "lanes");
+    if (lanes && side == VQ_SIDE_K && d > 4096)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: layout=lanes supports head_dim <= 4096, got %d "
+                          "(layout=rows has no limit)", c->name, d);
     if (d % 32)
         return vq_err_set(err, VQ_ERR_ARG, "codec %s: head_dim %d is not a multiple of 32 (blocks of "
                           "32 elements)", c->name, d);
@@ -47,6 +58,7 @@ static inline vq_status vq_ggml_init(vq_codec_state *st, int d, const vq_codec_p
     st->impl = im;
     st->state_bytes = sizeof *im;
     im->rotate = rot;
+    im->lanes = lanes && side == VQ_SIDE_K;
     if (rot) {
         im->sgn = malloc((size_t)d * sizeof(float));
         if (!im->sgn) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", c->name);
@@ -55,9 +67,9 @@ static inline vq_status vq_ggml_init(vq_codec_state *st, int d, const vq_codec_p
         vq_rng_seed(&r, seed);
         for (int i = 0; i < d; i++) im->sgn[i] = (float)vq_rng_sign(&r);
     }
-    snprintf(st->params, sizeof st->params, "rotate=%d", rot);
+    snprintf(st->params, sizeof st->params, "rotate=%d,layout=%s", rot, lanes ? "lanes" : "rows");
     st->d = d;
-    st->rows_per_block = 1;
+    st->rows_per_block = im->lanes ? VQ_GGL_ROWS : 1;
     st->qstate_bytes = (size_t)d * sizeof(float);
     st->acc_floats = d;
     return VQ_OK;
@@ -205,28 +217,5 @@ VQ_GGML_T2 VQ_GGML_INL void vq_ggml_score256(int d, size_t bb, int n_q, const vo
         }
     }
 }
-VQ_GGML_T2 VQ_GGML_INL void vq_ggml_acc256(int d, size_t bb, int n_q, const float *w,
-                                           const uint8_t *rows, int n_rows, float *const *acc,
-                                           vq_dec256 dec) {
-    const int nb = d / 32;
-    const size_t rb = (size_t)nb * bb;
-    for (int r = 0; r < n_rows; r++) {
-        const uint8_t *row = rows + (size_t)r * rb;
-        int any = 0;
-        for (int j = 0; j < n_q; j++) any |= w[(size_t)j * n_rows + r] != 0.0f;
-        if (!any) continue;
-        for (int b = 0; b < nb; b++) {
-            __m256 c[4];
-            dec(row + (size_t)b * bb, c);
-            for (int j = 0; j < n_q; j++) {
-                const float wj = w[(size_t)j * n_rows + r];
-                if (wj == 0.0f) continue;
-                float *y = acc[j] + b * 32;
-                __m256 vw = _mm256_set1_ps(wj);
-                for (int k = 0; k < 4; k++)
-                    _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(vw, c[k], _mm256_loadu_ps(y + 8 * k)));
-            }
-        }
-    }
-}
+/* values on AVX2: vq_ggl_acc_rows (ggml_lanes.c), accumulators in registers */
 #endif

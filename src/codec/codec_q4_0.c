@@ -1,7 +1,10 @@
 /* codec_q4_0.c: llama.cpp's q4_0 KV type: blocks of 32 values, an fp16 scale (the signed value
  * of largest magnitude / -8) and 32 4-bit codes offset by 8 (18 bytes = 4.5 bits per element);
  * byte j holds element j (low nibble) and j+16 (high nibble), as in ggml. rotate=1 applies a
- * randomized Hadamard rotation first (llama.cpp's rotated quantized KV cache). */
+ * randomized Hadamard rotation first (llama.cpp's rotated quantized KV cache).
+ * layout=lanes (the default) stores keys 16 rows per block, the same blocks' bytes interleaved by
+ * coordinate (ggml_lanes.c); layout=rows keeps each key row's blocks together. Values are one row
+ * per block in both. */
 #include "codec/codec_ggml.h"
 #include "codec/codec_vec.h"
 
@@ -10,9 +13,11 @@
 
 static vq_status q4_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
                          uint64_t seed, vq_err *err) {
-    vq_status s = vq_ggml_init(st, d, p, np, seed, err);
+    vq_status s = vq_ggml_init(st, d, side, p, np, seed, err);
     if (s) return s;
-    st->block_bytes = (size_t)(d / QK) * BB;
+    const vq_ggml_impl *im = st->impl;
+    st->block_bytes = im->lanes ? vq_ggl_block_bytes(VQ_GGL_Q4, d) : (size_t)(d / QK) * BB;
+    if (im->lanes) st->qstate_bytes = (size_t)(d + d / QK) * sizeof(float);   /* + per-group sums */
     return VQ_OK;
 }
 
@@ -33,14 +38,23 @@ static void quant_row(const float *x, uint8_t *out, int d) {
         }
     }
 }
-static void q4_encode(const vq_codec_state *st, const float *x, uint8_t *block) {
+static void encode_row(const vq_codec_state *st, const float *x, uint8_t *out) {
     const vq_ggml_impl *im = st->impl;
     if (im->rotate) {
         float y[4096];
         vq_ggml_rot(im, st->d, x, y);
-        quant_row(y, block, st->d);
+        quant_row(y, out, st->d);
     } else {
-        quant_row(x, block, st->d);
+        quant_row(x, out, st->d);
+    }
+}
+static void q4_encode(const vq_codec_state *st, const float *x, uint8_t *block) {
+    const vq_ggml_impl *im = st->impl;
+    if (!im->lanes) { encode_row(st, x, block); return; }
+    uint8_t row[4096 / QK * BB];
+    for (int r = 0; r < VQ_GGL_ROWS; r++) {
+        encode_row(st, x + (size_t)r * st->d, row);
+        vq_ggl_put_row(VQ_GGL_Q4, st->d, row, r, block);
     }
 }
 static inline float blk_scale(const uint8_t *blk) {
@@ -51,7 +65,7 @@ static inline float blk_scale(const uint8_t *blk) {
 static inline float code_at(const uint8_t *blk, int i) {
     return (float)((i < 16 ? (blk[2 + i] & 15) : (blk[2 + i - 16] >> 4)) - 8);
 }
-static void q4_decode(const vq_codec_state *st, const uint8_t *block, float *x) {
+static void decode_row(const vq_codec_state *st, const uint8_t *block, float *x) {
     for (int b = 0; b < st->d / QK; b++) {
         const uint8_t *blk = block + (size_t)b * BB;
         const float sc = blk_scale(blk);
@@ -59,6 +73,15 @@ static void q4_decode(const vq_codec_state *st, const uint8_t *block, float *x) 
     }
     const vq_ggml_impl *im = st->impl;
     if (im->rotate) vq_ggml_unrot(im, st->d, x, x);
+}
+static void q4_decode(const vq_codec_state *st, const uint8_t *block, float *x) {
+    const vq_ggml_impl *im = st->impl;
+    if (!im->lanes) { decode_row(st, block, x); return; }
+    uint8_t row[4096 / QK * BB];
+    for (int r = 0; r < VQ_GGL_ROWS; r++) {
+        vq_ggl_get_row(VQ_GGL_Q4, st->d, block, r, row);
+        decode_row(st, row, x + (size_t)r * st->d);
+    }
 }
 
 VQ_GGML_T5 VQ_GGML_INL void dec512(const uint8_t *blk, __m512 *c0, __m512 *c1) {
@@ -89,8 +112,6 @@ VQ_GGML_T5 static void acc512(int d, int n_q, const float *w, const uint8_t *row
                               float *const *acc) { vq_ggml_acc512(d, BB, n_q, w, rows, n, acc, dec512); }
 VQ_GGML_T2 static void score256(int d, int n_q, const void *const *qs, const uint8_t *rows, int n,
                                 float *sc) { vq_ggml_score256(d, BB, n_q, qs, rows, n, sc, dec256); }
-VQ_GGML_T2 static void acc256(int d, int n_q, const float *w, const uint8_t *rows, int n,
-                              float *const *acc) { vq_ggml_acc256(d, BB, n_q, w, rows, n, acc, dec256); }
 
 static void score_scalar(int d, int n_q, const void *const *qs, const uint8_t *rows, int n,
                          float *scores) {
@@ -123,6 +144,8 @@ static void acc_scalar(int d, int n_q, const float *w, const uint8_t *rows, int 
 
 static void q4_score(const vq_codec_state *st, int n_q, const void *const *qs,
                      const uint8_t *blocks, int n_blocks, float *scores) {
+    const vq_ggml_impl *im = st->impl;
+    if (im->lanes) { vq_ggl_score(VQ_GGL_Q4, vq_cvec_isa(), st->d, n_q, qs, blocks, n_blocks, scores); return; }
     switch (vq_cvec_isa()) {
     case VQ_ISA_AVX512: score512(st->d, n_q, qs, blocks, n_blocks, scores); break;
     case VQ_ISA_AVX2: score256(st->d, n_q, qs, blocks, n_blocks, scores); break;
@@ -131,16 +154,25 @@ static void q4_score(const vq_codec_state *st, int n_q, const void *const *qs,
 }
 static void q4_accumulate(const vq_codec_state *st, int n_q, const float *w,
                           const uint8_t *blocks, int n_blocks, float *const *acc) {
+    const vq_ggml_impl *im = st->impl;
+    if (im->lanes) { vq_ggl_accumulate(VQ_GGL_Q4, st->d, n_q, w, blocks, n_blocks, acc); return; }
     switch (vq_cvec_isa()) {
     case VQ_ISA_AVX512: acc512(st->d, n_q, w, blocks, n_blocks, acc); break;
-    case VQ_ISA_AVX2: acc256(st->d, n_q, w, blocks, n_blocks, acc); break;
+    case VQ_ISA_AVX2: vq_ggl_acc_rows(VQ_GGL_Q4, VQ_ISA_AVX2, st->d, n_q, w, blocks, n_blocks, acc); break;
     default: acc_scalar(st->d, n_q, w, blocks, n_blocks, acc);
     }
 }
 
+/* lanes keys: the query, then its sum over each group of 32 (vq_ggl_score's -8 offset) */
+static void q4_prep(const vq_codec_state *st, const float *q, void *qs) {
+    vq_ggml_prep(st, q, qs);
+    const vq_ggml_impl *im = st->impl;
+    if (im->lanes) vq_ggl_prep_sums(st->d, qs);
+}
+
 const vq_codec vq_codec_q4_0 = {
-    .name = "q4_0", .params_help = "rotate=0|1 (default 0; 1 needs head_dim a power of two); head_dim multiple of 32",
+    .name = "q4_0", .params_help = "rotate=0|1 (default 0; 1 needs head_dim a power of two), layout=lanes|rows (default lanes: keys in blocks of 16 rows); head_dim multiple of 32",
     .init = q4_init, .fini = vq_ggml_fini, .encode = q4_encode, .decode = q4_decode,
-    .prep_query = vq_ggml_prep, .score = q4_score, .accumulate = q4_accumulate,
+    .prep_query = q4_prep, .score = q4_score, .accumulate = q4_accumulate,
     .finish = vq_ggml_finish,
 };

@@ -1,6 +1,9 @@
 /* codec_q8_0.c: llama.cpp's q8_0 KV type: blocks of 32 values, an fp16 scale max|x|/127 and 32
  * int8 codes (34 bytes = 8.5 bits per element), optionally after a randomized Hadamard rotation
- * (rotate=1). Scores and sums expand the int8 codes in registers, never into memory. */
+ * (rotate=1). Scores and sums expand the int8 codes in registers, never into memory.
+ * layout=lanes (the default) stores keys 16 rows per block, the same blocks' bytes interleaved by
+ * coordinate (ggml_lanes.c); layout=rows keeps each key row's blocks together. Values are one row
+ * per block in both. */
 #include "codec/codec_ggml.h"
 #include "codec/codec_vec.h"
 
@@ -9,9 +12,10 @@
 
 static vq_status q8_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
                          uint64_t seed, vq_err *err) {
-    vq_status s = vq_ggml_init(st, d, p, np, seed, err);
+    vq_status s = vq_ggml_init(st, d, side, p, np, seed, err);
     if (s) return s;
-    st->block_bytes = (size_t)(d / QK) * BB;
+    const vq_ggml_impl *im = st->impl;
+    st->block_bytes = im->lanes ? vq_ggl_block_bytes(VQ_GGL_Q8, d) : (size_t)(d / QK) * BB;
     return VQ_OK;
 }
 
@@ -31,17 +35,36 @@ static void quant_row(const float *x, uint8_t *out, int d) {
         }
     }
 }
-static void q8_encode(const vq_codec_state *st, const float *x, uint8_t *block) {
+static void encode_row(const vq_codec_state *st, const float *x, uint8_t *out) {
     const vq_ggml_impl *im = st->impl;
     if (im->rotate) {
         float y[4096];
         vq_ggml_rot(im, st->d, x, y);
-        quant_row(y, block, st->d);
+        quant_row(y, out, st->d);
     } else {
-        quant_row(x, block, st->d);
+        quant_row(x, out, st->d);
+    }
+}
+static void decode_row(const vq_codec_state *st, const uint8_t *block, float *x);
+static void q8_encode(const vq_codec_state *st, const float *x, uint8_t *block) {
+    const vq_ggml_impl *im = st->impl;
+    if (!im->lanes) { encode_row(st, x, block); return; }
+    uint8_t row[4096 / QK * BB];
+    for (int r = 0; r < VQ_GGL_ROWS; r++) {
+        encode_row(st, x + (size_t)r * st->d, row);
+        vq_ggl_put_row(VQ_GGL_Q8, st->d, row, r, block);
     }
 }
 static void q8_decode(const vq_codec_state *st, const uint8_t *block, float *x) {
+    const vq_ggml_impl *im = st->impl;
+    if (!im->lanes) { decode_row(st, block, x); return; }
+    uint8_t row[4096 / QK * BB];
+    for (int r = 0; r < VQ_GGL_ROWS; r++) {
+        vq_ggl_get_row(VQ_GGL_Q8, st->d, block, r, row);
+        decode_row(st, row, x + (size_t)r * st->d);
+    }
+}
+static void decode_row(const vq_codec_state *st, const uint8_t *block, float *x) {
     for (int b = 0; b < st->d / QK; b++) {
         const uint8_t *blk = block + (size_t)b * BB;
         vq_f16 h;
@@ -83,8 +106,6 @@ VQ_GGML_T5 static void acc512(int d, int n_q, const float *w, const uint8_t *row
                               float *const *acc) { vq_ggml_acc512(d, BB, n_q, w, rows, n, acc, dec512); }
 VQ_GGML_T2 static void score256(int d, int n_q, const void *const *qs, const uint8_t *rows, int n,
                                 float *sc) { vq_ggml_score256(d, BB, n_q, qs, rows, n, sc, dec256); }
-VQ_GGML_T2 static void acc256(int d, int n_q, const float *w, const uint8_t *rows, int n,
-                              float *const *acc) { vq_ggml_acc256(d, BB, n_q, w, rows, n, acc, dec256); }
 
 /* ---- scalar reference: per element, straight from the codes ---- */
 static void score_scalar(int d, int n_q, const void *const *qs, const uint8_t *rows, int n,
@@ -118,6 +139,8 @@ static void acc_scalar(int d, int n_q, const float *w, const uint8_t *rows, int 
 
 static void q8_score(const vq_codec_state *st, int n_q, const void *const *qs,
                      const uint8_t *blocks, int n_blocks, float *scores) {
+    const vq_ggml_impl *im = st->impl;
+    if (im->lanes) { vq_ggl_score(VQ_GGL_Q8, vq_cvec_isa(), st->d, n_q, qs, blocks, n_blocks, scores); return; }
     switch (vq_cvec_isa()) {
     case VQ_ISA_AVX512: score512(st->d, n_q, qs, blocks, n_blocks, scores); break;
     case VQ_ISA_AVX2: score256(st->d, n_q, qs, blocks, n_blocks, scores); break;
@@ -126,15 +149,17 @@ static void q8_score(const vq_codec_state *st, int n_q, const void *const *qs,
 }
 static void q8_accumulate(const vq_codec_state *st, int n_q, const float *w,
                           const uint8_t *blocks, int n_blocks, float *const *acc) {
+    const vq_ggml_impl *im = st->impl;
+    if (im->lanes) { vq_ggl_accumulate(VQ_GGL_Q8, st->d, n_q, w, blocks, n_blocks, acc); return; }
     switch (vq_cvec_isa()) {
     case VQ_ISA_AVX512: acc512(st->d, n_q, w, blocks, n_blocks, acc); break;
-    case VQ_ISA_AVX2: acc256(st->d, n_q, w, blocks, n_blocks, acc); break;
+    case VQ_ISA_AVX2: vq_ggl_acc_rows(VQ_GGL_Q8, VQ_ISA_AVX2, st->d, n_q, w, blocks, n_blocks, acc); break;
     default: acc_scalar(st->d, n_q, w, blocks, n_blocks, acc);
     }
 }
 
 const vq_codec vq_codec_q8_0 = {
-    .name = "q8_0", .params_help = "rotate=0|1 (default 0; 1 needs head_dim a power of two); head_dim multiple of 32",
+    .name = "q8_0", .params_help = "rotate=0|1 (default 0; 1 needs head_dim a power of two), layout=lanes|rows (default lanes: keys in blocks of 16 rows); head_dim multiple of 32",
     .init = q8_init, .fini = vq_ggml_fini, .encode = q8_encode, .decode = q8_decode,
     .prep_query = vq_ggml_prep, .score = q8_score, .accumulate = q8_accumulate,
     .finish = vq_ggml_finish,

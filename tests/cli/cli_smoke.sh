@@ -64,7 +64,9 @@ ctx = 16   # one window: positions 0..14 predict, the second half is 8..14
 sys.exit(0 if (a, h) == (ctx - 1, ctx - 1 - ctx // 2) else 1)
 PY
 fi
-run ppl_kl 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv f16 --kv q4_0 --kl --json && json_ok "perplexity --kl" "$T/ppl_kl.out"
+# q4_0 with one-row key blocks: the default lanes layout keeps up to 15 newest rows exact, which at
+# ctx 16 is every row (the arm would equal f16)
+run ppl_kl 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv f16 --kv q4_0:layout=rows --kl --json && json_ok "perplexity --kl" "$T/ppl_kl.out"
 if [ -s "$T/ppl_kl.out" ]; then
   python3 - "$T/ppl_kl.out" <<'PY' && pass "--kl: KL(first arm || arm) is 0 for the first arm, > 0 for q4_0" || fail "--kl: $(cat "$T/ppl_kl.out")"
 import json, sys

@@ -52,7 +52,9 @@ static void ref_q4_0(const float *x, uint8_t *y, int d) {
 
 static void test_ggml_bytes(vq_rng *rng) {
     const int d = 128;
-    vq_codec_state s8 = make("q8_0", d, 0, NULL, NULL), s4 = make("q4_0", d, 1, NULL, NULL);
+    /* one-row layouts: q8_0 keys with layout=rows, q4_0 values (one row per block in every layout) */
+    vq_codec_state s8 = make("q8_0", d, 0, "layout", "rows"), s4 = make("q4_0", d, 1, NULL, NULL);
+    CHECK(s8.rows_per_block == 1 && s4.rows_per_block == 1);
     CHECK(s8.block_bytes * 8.0 / d == 8.5 && s4.block_bytes * 8.0 / d == 4.5);
     float x[128], xh[128];
     uint8_t a[200], b[200];
@@ -113,11 +115,77 @@ static void test_ggml_bytes(vq_rng *rng) {
     s4.codec->fini(&s4);
 }
 
+/* layout=lanes keys (the default): a block of 16 rows holds exactly the 16 rows' llama.cpp blocks,
+ * rearranged as documented in src/codec/ggml_lanes.c: per group g of 32 coordinates, the 16 rows'
+ * fp16 scales, then byte j of row r's block at j*16 + r. Checked against the reference quantizers
+ * (so the content is bit-identical to llama.cpp's), decode equal to the one-row layout's decode,
+ * bits per element 8.5 / 4.5, and with rotate=1 too. */
+static void test_lanes_bytes(vq_rng *rng) {
+    const int d = 128, nb = d / 32, R = 16;
+    for (int kind = 0; kind < 2; kind++)
+        for (int rot = 0; rot < 2; rot++) {
+            const char *name = kind ? "q4_0" : "q8_0";
+            const size_t bb = kind ? 18 : 34;
+            vq_codec_state ln = make(name, d, 0, "rotate", rot ? "1" : "0");
+            vq_codec_param pr[2] = {{"rotate", "0"}, {"layout", "rows"}};
+            snprintf(pr[0].val, sizeof pr[0].val, "%d", rot);
+            vq_codec_state rw;
+            memset(&rw, 0, sizeof rw);
+            rw.codec = ln.codec;
+            vq_err err;
+            CHECK(rw.codec->init(&rw, d, 0, pr, 2, 42, &err) == VQ_OK);
+            CHECKF(ln.rows_per_block == R && ln.block_bytes == R * nb * bb, "%s lanes: %d rows, %zu bytes",
+                   name, ln.rows_per_block, ln.block_bytes);
+            CHECK_NEAR(ln.block_bytes * 8.0 / (R * d), kind ? 4.5 : 8.5, 1e-12);
+            CHECK(strstr(ln.params, "layout=lanes") && strstr(rw.params, "layout=rows"));
+            float x[16 * 128], xl[16 * 128], xr[16 * 128];
+            uint8_t blk[16 * 4 * 34], row[4 * 34], ref[4 * 34];
+            int same = 1, dec_same = 1;
+            for (int t = 0; t < 40; t++) {
+                for (int i = 0; i < R * d; i++) x[i] = (float)(vq_rng_gauss(rng) * exp(vq_rng_uniform(rng) * 4 - 2));
+                if (t % 10 == 0) for (int i = 0; i < 32; i++) x[3 * d + 32 + i] = 0;   /* an all-zero block */
+                ln.codec->encode(&ln, x, blk);
+                ln.codec->decode(&ln, blk, xl);
+                for (int r = 0; r < R; r++) {
+                    rw.codec->encode(&rw, x + r * d, row);   /* the one-row bytes (rotated when rot) */
+                    if (!rot) {                              /* and against ggml's definition */
+                        if (kind) ref_q4_0(x + r * d, ref, d); else ref_q8_0(x + r * d, ref, d);
+                        same &= memcmp(row, ref, nb * bb) == 0;
+                    }
+                    for (int g = 0; g < nb; g++) {
+                        const uint8_t *grp = blk + g * R * bb;
+                        same &= memcmp(grp + 2 * r, row + g * bb, 2) == 0;
+                        for (size_t j = 0; j < bb - 2; j++) same &= grp[32 + j * R + r] == row[g * bb + 2 + j];
+                    }
+                    rw.codec->decode(&rw, row, xr + r * d);
+                }
+                dec_same &= memcmp(xl, xr, sizeof(float) * R * d) == 0;
+            }
+            CHECKF(same, "%s rotate=%d: lanes bytes are not the rows' llama.cpp blocks rearranged", name, rot);
+            CHECKF(dec_same, "%s rotate=%d: lanes decode differs from the one-row decode", name, rot);
+            ln.codec->fini(&ln);
+            rw.codec->fini(&rw);
+        }
+    /* values stay one row per block; a bad layout value is refused with the allowed ones */
+    vq_codec_state v = make("q8_0", d, 1, NULL, NULL);
+    CHECK(v.rows_per_block == 1 && v.block_bytes == 4 * 34);
+    v.codec->fini(&v);
+    vq_codec_state b;
+    memset(&b, 0, sizeof b);
+    b.codec = vq_codec_find("q4_0");
+    vq_codec_param bp = {"layout", "tiles"};
+    vq_err err;
+    CHECK(b.codec->init(&b, d, 0, &bp, 1, 1, &err) == VQ_ERR_ARG && strstr(err.msg, "layout=tiles") &&
+          strstr(err.msg, "lanes"));
+    b.codec->fini(&b);
+}
+
 /* rotate=1: with one outlier channel per row, rotated q4_0 has lower error than plain q4_0
  * (the rotation spreads the outlier over all channels of the block) */
 static void test_rotate_premise(vq_rng *rng) {
     const int d = 128, n = 400;
-    vq_codec_state p = make("q4_0", d, 0, NULL, NULL), r = make("q4_0", d, 0, "rotate", "1");
+    /* the V side: one row per block (keys are 16 rows per block in the default lanes layout) */
+    vq_codec_state p = make("q4_0", d, 1, NULL, NULL), r = make("q4_0", d, 1, "rotate", "1");
     float x[128], xh[128];
     uint8_t blk[256];
     double ep = 0, er = 0, n2 = 0;
@@ -136,7 +204,7 @@ static void test_rotate_premise(vq_rng *rng) {
     CHECKF(er < 0.7 * ep, "rotation did not help: %.5f vs %.5f", er / n2, ep / n2);
     /* without outliers, rotation keeps the norm: decoded norm within 2%% */
     for (int i = 0; i < d; i++) x[i] = (float)vq_rng_gauss(rng);
-    vq_codec_state r8 = make("q8_0", d, 0, "rotate", "1");
+    vq_codec_state r8 = make("q8_0", d, 1, "rotate", "1");
     r8.codec->encode(&r8, x, blk);
     r8.codec->decode(&r8, blk, xh);
     double a = 0, b = 0;
@@ -200,6 +268,7 @@ int main(void) {
     vq_rng rng;
     vq_rng_seed(&rng, seed);
     test_ggml_bytes(&rng);
+    test_lanes_bytes(&rng);
     test_rotate_premise(&rng);
     test_kivi(&rng);
     return vq_t_done();

@@ -128,7 +128,7 @@ static void known_set(vq_rng *r, const float *K, const float *V, const float *Q,
             CHECK(vq_kv_read(kv, l, rk, rv, pos0, &err) == VQ_OK);
             /* the coded rows come first (storage order); blocks of rpb rows: drop about 40 % of them,
              * every block of rows 256..511 (a whole page) among them */
-            const int rpb = strstr(codecs[c], "turboquant") ? 16 : strstr(codecs[c], "kivi") ? 32 : 1;
+            const int rpb = strstr(codecs[c], "kivi") ? 32 : strncmp(codecs[c], "f", 1) ? 16 : 1;   /* lanes keys: 16 */
             /* coded rows as the store's layout makes them (kv.c coded_at) */
             const int S = strstr(codecs[c], "sink=3") ? 3 : 0, R = vq_kv_window_rows(kv), m = rows0 - S;
             const int coded = m >= R + rpb ? (m - R) / rpb * rpb : 0;

@@ -46,17 +46,17 @@ static void spec_bad(const char *spec, const char *m1, const char *m2) {
 static void test_grammar(void) {
     const char *q8[6] = {"q8_0", "q8_0", "q8_0", "q8_0", "q8_0", "q8_0"};
     const char *a[6] = {"f16", "q8_0", "q8_0", "q8_0", "q8_0", "f16"};
-    spec_ok("q8_0", "q8_0:rotate=0", q8, q8);
-    spec_ok("q8_0@0,-1=f16", "q8_0:rotate=0@0,5=f16", a, a);
-    spec_ok("q8_0@ 5 , 0 =f16", "q8_0:rotate=0@0,5=f16", a, a);
+    spec_ok("q8_0", "q8_0:rotate=0,layout=lanes", q8, q8);
+    spec_ok("q8_0@0,-1=f16", "q8_0:rotate=0,layout=lanes@0,5=f16", a, a);
+    spec_ok("q8_0@ 5 , 0 =f16", "q8_0:rotate=0,layout=lanes@0,5=f16", a, a);
     /* several overrides, ranges, negative ranges, per-side and store keys inside an override */
     const char *bk[6] = {"f32", "q4_0", "q4_0", "q4_0", "f16", "f16"};
     const char *bv[6] = {"f32", "f16", "f16", "f16", "f16", "f16"};
     spec_ok("f16@-2..-1=f16@1..3=k=q4_0;v=f16;window=4@0=f32",
-            "f16@0=f32@1..3=k=q4_0:rotate=0;v=f16;window=4,wprec=16,page=256@4,5=f16", bk, bv);
+            "f16@0=f32@1..3=k=q4_0:rotate=0,layout=lanes;v=f16;window=4,wprec=16,page=256@4,5=f16", bk, bv);
     /* every layer overridden: the base still parses (and is normalized), serves none */
     const char *f[6] = {"f16", "f16", "f16", "f16", "f16", "f16"};
-    spec_ok("q4_0:rotate=1@0..5=f16", "q4_0:rotate=1@0..5=f16", f, f);
+    spec_ok("q4_0:rotate=1@0..5=f16", "q4_0:rotate=1,layout=lanes@0..5=f16", f, f);
     /* a multi-row-block codec (KIVI keys: G rows) with its fp window inside an override */
     const char *kk[6] = {"f16", "f16", "kivi", "f16", "f16", "f16"};
     spec_ok("f16@2=kivi:residual=16;page=64", "f16@2=kivi:bits=2,group=32,residual=16;window=16,wprec=16,page=64",

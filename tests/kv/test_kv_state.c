@@ -92,6 +92,12 @@ static void refusals(void) {
     vq_kv *other = vq_kv_create_str("q8_0;window=4,sink=2,page=32", &D, 3, &e);
     CHECK(vq_kv_state_read(other, m.p, m.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "spec"));
     vq_kv_destroy(other);
+    /* q4_0's key layouts (lanes: 16-row blocks, the default; rows: one row per block) are not
+     * interchangeable: the normalized spec names the layout, so a stream of one is refused by the other */
+    other = vq_kv_create_str("q4_0:layout=rows;window=4,sink=2,page=32", &D, 3, &e);
+    CHECK(vq_kv_state_read(other, m.p, m.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "layout=lanes") &&
+          strstr(e.msg, "layout=rows"));
+    vq_kv_destroy(other);
     other = vq_kv_create_str(spec, &D, 4, &e);
     CHECK(vq_kv_state_read(other, m.p, m.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "seed"));
     vq_kv_destroy(other);
@@ -177,7 +183,8 @@ int main(void) {
     printf("seed %llu\n", (unsigned long long)seed0);
     const char *specs[] = { "f16", "f32", "q4_0:rotate=1;window=8", "turboquant_mse:k=4,v=4", "kivi",
                             "f16;sink=4", "turboquant_mse:k=4,v=4@0,-1=f16", "q4_0;window=4,sink=2,page=32",
-                            "k=q8_0;v=q4_0;wprec=32,window=5,page=16" };
+                            "k=q8_0;v=q4_0;wprec=32,window=5,page=16", "q8_0:rotate=1",
+                            "k=q4_0:layout=rows;v=q8_0;page=16" };
     const int rows[] = { 0, 1, 3, 37, 70, 87 };
     for (size_t i = 0; i < VQ_ARRAY_LEN(specs); i++)
         for (size_t j = 0; j < VQ_ARRAY_LEN(rows); j++)

@@ -1,0 +1,288 @@
+/* ggml_lanes.c: the lanes layout of q8_0 and q4_0 keys, and the register-resident value loop.
+ *
+ * Keys. A block holds 16 rows. For each group g of 32 coordinates (d/32 groups, in order):
+ *   - 16 fp16 scales, row r's at bytes 2r..2r+1 (row r's llama.cpp block g's scale);
+ *   - the code bytes of the 16 rows' blocks g, interleaved: byte j of row r's block (after its
+ *     scale) at j*16 + r. q8_0: byte j is coordinate 32g+j's int8 code (32 x 16 bytes); q4_0:
+ *     byte j holds coordinate 32g+j (low nibble) and 32g+16+j (high nibble), as in ggml (16 x 16).
+ *   So a group is 16 x 34 (q8_0) or 16 x 18 (q4_0) bytes, exactly the 16 rows' blocks: the same
+ *   8.5 / 4.5 bits per element, the same bytes, in another order (vq_ggl_put_row / get_row).
+ * Scoring reads one coordinate's 16 codes with one load (two halves of 8 lanes in AVX2: lanes =
+ * rows), converts them to floats and adds q[i] * code into 16 per-row sums with one FMA per
+ * query and half; at the end of a group the 16 sums are scaled by the 16 scales (one FMA per
+ * half) into the row scores. No horizontal sum, no per-row call, codes read contiguously.
+ *
+ * Values keep the one-row layout (each row its d/32 llama.cpp blocks): what the sum needs is not a
+ * new order but accumulators that stay in registers. The loop takes 64 rows at a time (they stay
+ * in L1), and for each group of 32 coordinates and up to 3 queries holds the 3 x 32 sums in 12
+ * registers over the 64 rows; rows are converted once per group and query set.
+ *
+ * AVX-512 machines run the AVX2 code (ymm): no AVX-512 variant was written, because it could not
+ * be tested here (the development machine has AVX2 only). */
+#include <immintrin.h>
+#include <string.h>
+#include "codec/ggml_lanes.h"
+
+#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define INL inline __attribute__((always_inline))
+#define QM 3        /* queries per pass */
+#define VCH 64      /* value rows per chunk */
+
+static size_t gbytes(vq_ggl_kind k) { return (size_t)VQ_GGL_ROWS * vq_ggl_bb(k); }
+
+void vq_ggl_put_row(vq_ggl_kind k, int d, const uint8_t *row, int r, uint8_t *block) {
+    const size_t bb = vq_ggl_bb(k), nc = bb - 2;
+    for (int g = 0; g < d / 32; g++) {
+        uint8_t *grp = block + (size_t)g * gbytes(k);
+        const uint8_t *src = row + (size_t)g * bb;
+        memcpy(grp + 2 * r, src, 2);
+        for (size_t j = 0; j < nc; j++) grp[32 + j * VQ_GGL_ROWS + r] = src[2 + j];
+    }
+}
+
+void vq_ggl_get_row(vq_ggl_kind k, int d, const uint8_t *block, int r, uint8_t *row) {
+    const size_t bb = vq_ggl_bb(k), nc = bb - 2;
+    for (int g = 0; g < d / 32; g++) {
+        const uint8_t *grp = block + (size_t)g * gbytes(k);
+        uint8_t *dst = row + (size_t)g * bb;
+        memcpy(dst, grp + 2 * r, 2);
+        for (size_t j = 0; j < nc; j++) dst[2 + j] = grp[32 + j * VQ_GGL_ROWS + r];
+    }
+}
+
+void vq_ggl_prep_sums(int d, float *qs) {
+    for (int g = 0; g < d / 32; g++) {
+        float s = 0;
+        for (int i = 0; i < 32; i++) s += qs[32 * g + i];
+        qs[d + g] = s;
+    }
+}
+
+/* ---------------- scalar references, straight from the lanes bytes ---------------- */
+static float lscale(const uint8_t *grp, int r) {
+    vq_f16 h;
+    memcpy(&h, grp + 2 * r, 2);
+    return vq_f16_to_f32(h);
+}
+/* code of row r, coordinate i (0..31) of a group, as the integer llama.cpp decodes */
+static int lcode(vq_ggl_kind k, const uint8_t *grp, int r, int i) {
+    const uint8_t *c = grp + 32;
+    if (k == VQ_GGL_Q8) return (int8_t)c[i * VQ_GGL_ROWS + r];
+    const uint8_t b = c[(i & 15) * VQ_GGL_ROWS + r];
+    return (i < 16 ? (b & 15) : (b >> 4)) - 8;
+}
+
+static void score_scalar(vq_ggl_kind k, int d, int nq, const void *const *qs, const uint8_t *blocks,
+                         int n_blocks, float *scores) {
+    const int nb = d / 32, n_rows = n_blocks * VQ_GGL_ROWS;
+    for (int b = 0; b < n_blocks; b++) {
+        const uint8_t *blk = blocks + (size_t)b * nb * gbytes(k);
+        for (int r = 0; r < VQ_GGL_ROWS; r++)
+            for (int j = 0; j < nq; j++) {
+                const float *q = qs[j];
+                float s = 0;
+                for (int g = 0; g < nb; g++) {
+                    const uint8_t *grp = blk + (size_t)g * gbytes(k);
+                    const float sc = lscale(grp, r);
+                    for (int i = 0; i < 32; i++) s += q[32 * g + i] * (sc * (float)lcode(k, grp, r, i));
+                }
+                scores[(size_t)j * n_rows + b * VQ_GGL_ROWS + r] = s;
+            }
+    }
+}
+
+void vq_ggl_accumulate(vq_ggl_kind k, int d, int nq, const float *w, const uint8_t *blocks,
+                       int n_blocks, float *const *acc) {
+    const int nb = d / 32, n_rows = n_blocks * VQ_GGL_ROWS;
+    for (int b = 0; b < n_blocks; b++) {
+        const uint8_t *blk = blocks + (size_t)b * nb * gbytes(k);
+        for (int r = 0; r < VQ_GGL_ROWS; r++)
+            for (int j = 0; j < nq; j++) {
+                const float wj = w[(size_t)j * n_rows + b * VQ_GGL_ROWS + r];
+                if (wj == 0.0f) continue;
+                for (int g = 0; g < nb; g++) {
+                    const uint8_t *grp = blk + (size_t)g * gbytes(k);
+                    const float sc = lscale(grp, r);
+                    for (int i = 0; i < 32; i++) acc[j][32 * g + i] += wj * (sc * (float)lcode(k, grp, r, i));
+                }
+            }
+    }
+}
+
+/* ---------------- AVX2 keys ---------------- */
+T_AVX2 static INL __m256 i8x8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* m queries (a constant after inlining) over n_blocks lanes blocks */
+T_AVX2 static INL void score_256_m(vq_ggl_kind k, const int m, int d, const float *const *q,
+                                   const uint8_t *blocks, int n_blocks, float *scores, size_t stride) {
+    const int nb = d / 32;
+    const size_t gb = gbytes(k), bb = (size_t)nb * gb;
+    const __m256i m15 = _mm256_set1_epi32(15);
+    for (int b = 0; b < n_blocks; b++) {
+        const uint8_t *blk = blocks + (size_t)b * bb;
+        __m256 t[QM][2];
+#pragma GCC unroll 3
+        for (int j = 0; j < m; j++) t[j][0] = t[j][1] = _mm256_setzero_ps();
+        for (int g = 0; g < nb; g++) {
+            const uint8_t *grp = blk + (size_t)g * gb, *c = grp + 32;
+            for (size_t o = 0; o < gb; o += 64) _mm_prefetch((const char *)(grp + 2 * bb + o), _MM_HINT_T0);
+            __m256 a[QM][2];
+#pragma GCC unroll 3
+            for (int j = 0; j < m; j++) a[j][0] = a[j][1] = _mm256_setzero_ps();
+            if (k == VQ_GGL_Q8) {
+#pragma GCC unroll 4
+                for (int i = 0; i < 32; i++) {
+                    const __m256 lo = i8x8(c + i * 16), hi = i8x8(c + i * 16 + 8);
+#pragma GCC unroll 3
+                    for (int j = 0; j < m; j++) {
+                        const __m256 qb = _mm256_broadcast_ss(q[j] + 32 * g + i);
+                        a[j][0] = _mm256_fmadd_ps(lo, qb, a[j][0]);
+                        a[j][1] = _mm256_fmadd_ps(hi, qb, a[j][1]);
+                    }
+                }
+            } else {   /* codes 0..15 here; the -8 comes off with the query's group sum */
+#pragma GCC unroll 2
+                for (int p = 0; p < 16; p++) {
+                    const __m256i r0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c + p * 16)));
+                    const __m256i r1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c + p * 16 + 8)));
+                    const __m256 l0 = _mm256_cvtepi32_ps(_mm256_and_si256(r0, m15));
+                    const __m256 l1 = _mm256_cvtepi32_ps(_mm256_and_si256(r1, m15));
+                    const __m256 h0 = _mm256_cvtepi32_ps(_mm256_srli_epi32(r0, 4));
+                    const __m256 h1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(r1, 4));
+#pragma GCC unroll 3
+                    for (int j = 0; j < m; j++) {
+                        const __m256 qa = _mm256_broadcast_ss(q[j] + 32 * g + p);
+                        const __m256 qb = _mm256_broadcast_ss(q[j] + 32 * g + 16 + p);
+                        a[j][0] = _mm256_fmadd_ps(l0, qa, a[j][0]);
+                        a[j][1] = _mm256_fmadd_ps(l1, qa, a[j][1]);
+                        a[j][0] = _mm256_fmadd_ps(h0, qb, a[j][0]);
+                        a[j][1] = _mm256_fmadd_ps(h1, qb, a[j][1]);
+                    }
+                }
+#pragma GCC unroll 3
+                for (int j = 0; j < m; j++) {
+                    const __m256 off = _mm256_set1_ps(-8.0f * q[j][d + g]);
+                    a[j][0] = _mm256_add_ps(a[j][0], off);
+                    a[j][1] = _mm256_add_ps(a[j][1], off);
+                }
+            }
+            const __m256 s0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp));
+            const __m256 s1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(grp + 16)));
+#pragma GCC unroll 3
+            for (int j = 0; j < m; j++) {
+                t[j][0] = _mm256_fmadd_ps(a[j][0], s0, t[j][0]);
+                t[j][1] = _mm256_fmadd_ps(a[j][1], s1, t[j][1]);
+            }
+        }
+#pragma GCC unroll 3
+        for (int j = 0; j < m; j++) {
+            _mm256_storeu_ps(scores + (size_t)j * stride + (size_t)b * VQ_GGL_ROWS, t[j][0]);
+            _mm256_storeu_ps(scores + (size_t)j * stride + (size_t)b * VQ_GGL_ROWS + 8, t[j][1]);
+        }
+    }
+}
+
+#define SCORE_KIND(K)                                                                           \
+    T_AVX2 static void score_256_##K(int d, int nq, const float *const *q, const uint8_t *blocks, \
+                                     int n_blocks, float *scores) {                             \
+        const size_t stride = (size_t)n_blocks * VQ_GGL_ROWS;                                   \
+        for (int j0 = 0; j0 < nq; j0 += QM) {                                                   \
+            float *s = scores + (size_t)j0 * stride;                                            \
+            switch (VQ_MIN(QM, nq - j0)) {                                                      \
+            case 1: score_256_m(K, 1, d, q + j0, blocks, n_blocks, s, stride); break;           \
+            case 2: score_256_m(K, 2, d, q + j0, blocks, n_blocks, s, stride); break;           \
+            default: score_256_m(K, 3, d, q + j0, blocks, n_blocks, s, stride); break;          \
+            }                                                                                   \
+        }                                                                                       \
+    }
+SCORE_KIND(VQ_GGL_Q8)
+SCORE_KIND(VQ_GGL_Q4)
+
+void vq_ggl_score(vq_ggl_kind k, vq_isa isa, int d, int nq, const void *const *qs,
+                  const uint8_t *blocks, int n_blocks, float *scores) {
+    if (isa >= VQ_ISA_AVX2) {   /* AVX-512 machines too: see the head of this file */
+        if (k == VQ_GGL_Q8) score_256_VQ_GGL_Q8(d, nq, (const float *const *)qs, blocks, n_blocks, scores);
+        else score_256_VQ_GGL_Q4(d, nq, (const float *const *)qs, blocks, n_blocks, scores);
+    } else {
+        score_scalar(k, d, nq, qs, blocks, n_blocks, scores);
+    }
+}
+
+/* ---------------- AVX2 values (one-row layout) ---------------- */
+/* m queries x coordinates 32g..32g+31 in 4m registers over rows r0..r1 */
+T_AVX2 static INL void acc_256_m(vq_ggl_kind k, const int m, int d, const float *w, size_t wstride,
+                                 const uint8_t *rows, int r0, int r1, float *const *acc, int g,
+                                 int pf) {
+    const size_t bb = vq_ggl_bb(k), rb = (size_t)(d / 32) * bb;
+    const __m256i m15 = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+    __m256 a[QM][4];
+#pragma GCC unroll 3
+    for (int j = 0; j < m; j++)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) a[j][q] = _mm256_loadu_ps(acc[j] + 32 * g + 8 * q);
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = rows + (size_t)r * rb, *blk = row + (size_t)g * bb;
+        if (pf)   /* first pass over a chunk: fetch the next chunk's rows */
+            for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(row + VCH * rb + o), _MM_HINT_T0);
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        const float s = _cvtsh_ss(h);
+        __m256 vw[QM];
+#pragma GCC unroll 3
+        for (int j = 0; j < m; j++) vw[j] = _mm256_set1_ps(w[(size_t)j * wstride + r] * s);
+        if (k == VQ_GGL_Q8) {
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                const __m256 c = i8x8(blk + 2 + 8 * q);
+#pragma GCC unroll 3
+                for (int j = 0; j < m; j++) a[j][q] = _mm256_fmadd_ps(c, vw[j], a[j][q]);
+            }
+        } else {
+#pragma GCC unroll 2
+            for (int hf = 0; hf < 2; hf++) {   /* bytes 0..7: coords 0..7, 16..23; 8..15: 8..15, 24..31 */
+                const __m256i raw = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * hf)));
+                const __m256 lo = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(raw, m15), eight));
+                const __m256 hi = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(raw, 4), eight));
+#pragma GCC unroll 3
+                for (int j = 0; j < m; j++) {
+                    a[j][hf] = _mm256_fmadd_ps(lo, vw[j], a[j][hf]);
+                    a[j][2 + hf] = _mm256_fmadd_ps(hi, vw[j], a[j][2 + hf]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 3
+    for (int j = 0; j < m; j++)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) _mm256_storeu_ps(acc[j] + 32 * g + 8 * q, a[j][q]);
+}
+
+#define ACC_KIND(K)                                                                              \
+    T_AVX2 static void acc_256_##K(int d, int nq, const float *w, const uint8_t *rows, int n_rows, \
+                                   float *const *acc) {                                          \
+        for (int r0 = 0; r0 < n_rows; r0 += VCH) {                                               \
+            const int r1 = VQ_MIN(n_rows, r0 + VCH), pfl = r1 + VCH <= n_rows;                   \
+            for (int g = 0; g < d / 32; g++)                                                     \
+                for (int j0 = 0; j0 < nq; j0 += QM) {                                            \
+                    const float *wj = w + (size_t)j0 * n_rows;                                   \
+                    const int pf = pfl && g == 0 && j0 == 0;                                     \
+                    switch (VQ_MIN(QM, nq - j0)) {                                               \
+                    case 1: acc_256_m(K, 1, d, wj, n_rows, rows, r0, r1, acc + j0, g, pf); break; \
+                    case 2: acc_256_m(K, 2, d, wj, n_rows, rows, r0, r1, acc + j0, g, pf); break; \
+                    default: acc_256_m(K, 3, d, wj, n_rows, rows, r0, r1, acc + j0, g, pf); break; \
+                    }                                                                            \
+                }                                                                                \
+        }                                                                                        \
+    }
+ACC_KIND(VQ_GGL_Q8)
+ACC_KIND(VQ_GGL_Q4)
+
+int vq_ggl_acc_rows(vq_ggl_kind k, vq_isa isa, int d, int nq, const float *w, const uint8_t *rows,
+                    int n_rows, float *const *acc) {
+    if (isa < VQ_ISA_AVX2) return 0;
+    if (k == VQ_GGL_Q8) acc_256_VQ_GGL_Q8(d, nq, w, rows, n_rows, acc);
+    else acc_256_VQ_GGL_Q4(d, nq, w, rows, n_rows, acc);
+    return 1;
+}
