@@ -5,7 +5,7 @@
 # token with a cache per arm (vq_forward_arms; the weights are read once for all arms).
 # Two passes: OUT/arms.json (the list at defaults + K/V, layer and window diagnostics) and
 # OUT/arms_window.json (4/3/2-bit codecs with a recent full-precision window and an attention sink,
-# against q4_0:rotate=1 with the same). f16 is in both passes (same arithmetic: equal figures).
+# against q4_0:rotate=1 with the same; q4_0:rotate=1,layout=rows is llama.cpp's rotated q4_0). f16 is in both passes (same arithmetic: equal figures).
 # A pass whose JSON is there is kept unless FORCE=1.
 # usage: scripts/report_ppl.sh OUT_DIR [ARM...]   (arms given: one pass, OUT/arms_custom.json)
 set -euo pipefail
@@ -30,7 +30,9 @@ pass() {   # pass NAME ARM...
 }
 
 if [ $# -gt 0 ]; then pass arms_custom "$@"; exit 0; fi
-pass arms f16 q8_0 q4_0 q4_0:rotate=1 \
+# q8_0 and q4_0 keys default to the lanes layout (16 rows a block: 0-15 newest rows exact in decode
+# mode, docs/lowbit-keys.md); layout=rows is llama.cpp's cache (no such window), the like-for-like bar
+pass arms f16 q8_0 q4_0 q4_0:rotate=1 q8_0:layout=rows q4_0:rotate=1,layout=rows \
   turboquant_mse:bits=4 turboquant_mse:bits=3 turboquant_mse:bits=2 \
   turboquant_prod:bits=4 turboquant_prod:bits=3 turboquant_rvq:bits=2 turboquant_rvq:bits=1 \
   qjl polar kivi:bits=4 kivi:bits=2 rabitq rabitq:bits=3 \
