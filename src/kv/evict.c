@@ -236,16 +236,14 @@ void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float 
                 for (int e = 0; e < d; e++) s += (double)x[e] * filt[(size_t)h * d + e];
                 v = (float)s;
             } else if (qs) {   /* log sum_g exp(mu_g.k / sqrt d + k' diag(var_g) k / (2 d)) */
-                double lg[64], mx = -INFINITY, z = 0;
-                const int G = VQ_MIN(g->G, 64);
-                for (int q = 0; q < G; q++) {
+                double mx = -INFINITY, z = 0;   /* an online log-sum-exp over the group */
+                for (int q = 0; q < g->G; q++) {
                     const float *a = qs + ((size_t)h * g->G + q) * 2 * d, *b = a + d;
                     double t = 0;
                     for (int e = 0; e < d; e++) t += (double)x[e] * a[e] + (double)x[e] * x[e] * b[e];
-                    lg[q] = t;
-                    mx = fmax(mx, t);
+                    if (t > mx) { z = z * exp(mx - t) + 1.0; mx = t; }
+                    else z += exp(t - mx);
                 }
-                for (int q = 0; q < G; q++) z += exp(lg[q] - mx);
                 v = (float)(mx + log(z));
             }
             sc[(size_t)h * g->ev_cap + idx0 + i] = v;
