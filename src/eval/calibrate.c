@@ -26,6 +26,7 @@ typedef struct cal_acc {
     int L, Hq, Hk, d;
     double *q1, *q2, *k1, *k2, *v2;   /* sums: [L][Hq][d] and [L][Hk][d] */
     double *qq;                        /* [L][Hk][d][d]: Σ over the group's queries of q qᵀ (upper) */
+    double *tmp;                       /* 3 d: a mean query and the power iteration's two vectors */
     uint64_t *rows;                    /* per layer: rows seen */
 } cal_acc;
 
@@ -60,33 +61,31 @@ static void tap(void *user, int layer, int n, const int *pos, const float *q, co
 }
 
 /* The top eigenvector of the symmetric PSD m (upper triangle filled; mirrored here), by power
- * iteration from the mean direction (or all ones), signed so that mean·f >= 0. f = 0 when m is. */
-static void q_filter(double *m, int d, const double *mean, float *f) {
+ * iteration from the mean direction (or all ones), signed so that mean·f >= 0. f = 0 when m is.
+ * tmp: 2 d doubles. */
+static void q_filter(double *m, int d, const double *mean, float *f, double *tmp) {
     for (int i = 0; i < d; i++)
         for (int j = 0; j < i; j++) m[(size_t)i * d + j] = m[(size_t)j * d + i];
-    double *x = malloc((size_t)d * 2 * sizeof(double)), *y = x ? x + d : NULL, nx = 0;
-    if (!x) { memset(f, 0, (size_t)d * sizeof(float)); return; }
+    double *x = tmp, *y = tmp + d, nx = 0;
     for (int i = 0; i < d; i++) nx += mean[i] * mean[i];
     for (int i = 0; i < d; i++) x[i] = nx > 0 ? mean[i] : 1.0;
     for (int it = 0; it < 2000; it++) {
-        double n2 = 0, dot = 0, nprev = 0;
+        double n2 = 0, dot = 0;
         for (int i = 0; i < d; i++) {
             double acc = 0;
             for (int j = 0; j < d; j++) acc += m[(size_t)i * d + j] * x[j];
             y[i] = acc;
             n2 += acc * acc;
         }
-        if (n2 <= 0) { memset(f, 0, (size_t)d * sizeof(float)); free(x); return; }
+        if (n2 <= 0) { memset(f, 0, (size_t)d * sizeof(float)); return; }
         const double inv = 1.0 / sqrt(n2);
-        for (int i = 0; i < d; i++) { nprev += x[i] * x[i]; y[i] *= inv; }
-        for (int i = 0; i < d; i++) dot += y[i] * x[i];
+        for (int i = 0; i < d; i++) { y[i] *= inv; dot += y[i] * x[i]; }
         memcpy(x, y, (size_t)d * sizeof(double));
-        if (it > 0 && fabs(dot) > 1.0 - 1e-14 * nprev) break;   /* the direction stopped moving */
+        if (it > 0 && fabs(dot) > 1.0 - 1e-14) break;   /* unit x: the direction stopped moving */
     }
     double sgn = 0;
     for (int i = 0; i < d; i++) sgn += mean[i] * x[i];
     for (int i = 0; i < d; i++) f[i] = (float)(sgn < 0 ? -x[i] : x[i]);
-    free(x);
 }
 
 static uint64_t vq_calibrate_model_hash(const vq_model *m, char *name, size_t name_cap) {
@@ -105,18 +104,19 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     if (ctx < 2 || n_tok < 2)
         return vq_err_set(err, VQ_ERR_ARG, "calibrate: %d tokens with windows of %d (need >= 2 each)", n_tok, ctx);
     const vq_model_config *c = &m->cfg;
-    cal_acc a = { c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, 0, 0, 0, 0, 0, 0, 0 };
+    cal_acc a = { c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, 0, 0, 0, 0, 0, 0, 0, 0 };
     const size_t wq = (size_t)a.L * a.Hq * a.d, wk = (size_t)a.L * a.Hk * a.d;
     a.q1 = calloc(wq, sizeof(double)); a.q2 = calloc(wq, sizeof(double));
     a.k1 = calloc(wk, sizeof(double)); a.k2 = calloc(wk, sizeof(double)); a.v2 = calloc(wk, sizeof(double));
     a.rows = calloc((size_t)a.L, sizeof(uint64_t));
     a.qq = calloc((size_t)a.L * a.Hk * a.d * a.d, sizeof(double));
+    a.tmp = calloc(3 * (size_t)a.d, sizeof(double));
     vq_calib cal;
     memset(&cal, 0, sizeof cal);
     vq_fwd *f = NULL;
     vq_kv *kv = NULL;
     vq_status s = VQ_OK;
-    if (!a.q1 || !a.q2 || !a.k1 || !a.k2 || !a.v2 || !a.rows || !a.qq) {
+    if (!a.q1 || !a.q2 || !a.k1 || !a.k2 || !a.v2 || !a.rows || !a.qq || !a.tmp) {
         s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
@@ -165,14 +165,12 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
                 }
                 cal.pair_energy[((size_t)l * a.Hk + h) * np + p] = (float)(qe * ke);
             }
-        for (int h = 0; h < a.Hk; h++) {
-            double *mean = calloc((size_t)a.d, sizeof(double));
-            if (!mean) { s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory"); goto done; }
+        for (int h = 0; h < a.Hk; h++) {   /* the group's mean query, then its filter */
+            memset(a.tmp, 0, (size_t)a.d * sizeof(double));
             for (int g = 0; g < G; g++)
-                for (int i = 0; i < a.d; i++) mean[i] += a.q1[((size_t)l * a.Hq + (size_t)h * G + g) * a.d + i] * inv;
-            q_filter(a.qq + ((size_t)l * a.Hk + h) * a.d * a.d, a.d, mean,
-                     cal.q_filter + ((size_t)l * a.Hk + h) * a.d);
-            free(mean);
+                for (int i = 0; i < a.d; i++) a.tmp[i] += a.q1[((size_t)l * a.Hq + (size_t)h * G + g) * a.d + i] * inv;
+            q_filter(a.qq + ((size_t)l * a.Hk + h) * a.d * a.d, a.d, a.tmp,
+                     cal.q_filter + ((size_t)l * a.Hk + h) * a.d, a.tmp + a.d);
         }
     }
     s = vq_calib_write(&cal, out_path, err);
@@ -186,6 +184,6 @@ done:
     vq_calib_free(&cal);
     vq_kv_destroy(kv);
     vq_fwd_destroy(f);
-    free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows); free(a.qq);
+    free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows); free(a.qq); free(a.tmp);
     return s;
 }

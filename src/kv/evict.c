@@ -216,13 +216,13 @@ size_t vq_evict_raw_bytes(const vq_kvg *g, int rows) {
 }
 
 /* ---- observation at append: new rows' scores start at 0 (knorm: the key norms; qfilters: the
- * keys' projections on the filters) ---- */
+ * keys' projections on the filters; expected_attention: the expected log-attention) ---- */
 void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float *k) {
     float *sc = g->layers[local].ev_score;
     if (!sc || n <= 0) return;
     const int knorm = vq_evict_needs_knorm(&g->ev), d = g->d;
-    const float *filt = g->ev_filter && vq_evict_needs_filter(&g->ev) ? g->ev_filter + (size_t)local * g->H * d : NULL;
-    const float *qs = g->ev_filter && vq_evict_needs_qstats(&g->ev) ? g->ev_filter + (size_t)local * g->H * g->G * 2 * d : NULL;
+    const float *filt = g->ev_cal && vq_evict_needs_filter(&g->ev) ? g->ev_cal + (size_t)local * g->H * d : NULL;
+    const float *qs = g->ev_cal && vq_evict_needs_qstats(&g->ev) ? g->ev_cal + (size_t)local * g->H * g->G * 2 * d : NULL;
     for (int h = 0; h < g->H; h++)
         for (int i = 0; i < n; i++) {
             float v = 0;

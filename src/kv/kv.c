@@ -33,7 +33,7 @@ static uint64_t mix_seed(uint64_t seed, int layer, int side) {
 static size_t ev_score_bytes(const vq_kvg *kv) {   /* a layer's eviction scores */
     return kv->ev.pol && kv->ev_cap ? (size_t)kv->H * kv->ev_cap * sizeof(float) : 0;
 }
-static size_t ev_filter_bytes(const vq_kvg *kv) {   /* the group's Q-Filters or query statistics */
+static size_t ev_cal_bytes(const vq_kvg *kv) {   /* the group's Q-Filters or query statistics */
     const size_t per = (size_t)kv->dims.n_layers * kv->H * kv->d * sizeof(float);
     return vq_evict_needs_filter(&kv->ev) ? per : vq_evict_needs_qstats(&kv->ev) ? per * kv->G * 2 : 0;
 }
@@ -60,7 +60,7 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
         b += states_bytes(kv, l);
         b += layer_fixed_bytes(kv) + (size_t)kv->layers[l].n_pages * kv->page_bytes;
     }
-    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0) + ev_filter_bytes(kv);
+    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0) + ev_cal_bytes(kv);
 }
 /* Rows coded (not in the window or the sink) once a layer has taken `rows` rows in order. */
 static int coded_at(const vq_kvg *kv, int rows) {
@@ -73,7 +73,7 @@ size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
     size_t pages = (size_t)(coded_at(kv, rows) + kv->P - 1) / kv->P;
     for (int l = 0; l < kv->dims.n_layers; l++)
         b += states_bytes(kv, l) + layer_fixed_bytes(kv) + pages * kv->page_bytes;
-    return b + vq_evict_raw_bytes(kv, rows) + ev_filter_bytes(kv);
+    return b + vq_evict_raw_bytes(kv, rows) + ev_cal_bytes(kv);
 }
 
 /* Truncate a layer to positions < n: every sink and window row below n is kept, and the coded
@@ -107,7 +107,7 @@ int vq_kvg_truncate(vq_kvg *kv, int local, int n, int dry) {
         top = VQ_MAX(top, p);
         if (i >= wk && p < n) bound = VQ_MIN(bound, p);
     }
-    if (top < INT32_MAX) bound = VQ_MIN(bound, top + 1);   /* positions end below INT32_MAX */
+    bound = VQ_MIN(bound, top + 1);   /* positions end below INT32_MAX (append, state reader) */
     if (dry) return bound;
     L->sink_count = sk;
     L->n_coded = ck;
@@ -148,7 +148,7 @@ void vq_kvg_destroy(vq_kvg *kv) {
     vq_aligned_free(kv->slot_busy);
     vq_aligned_free(kv->enc_tmp);
     kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
-    kv_free(kv, kv->ev_filter, ev_filter_bytes(kv));
+    kv_free(kv, kv->ev_cal, ev_cal_bytes(kv));
     vq_aligned_free(kv->ev_tmp);
     vq_aligned_free(kv->ev_blk);
     vq_aligned_free(kv->off_k);
@@ -215,7 +215,7 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
         kv->calib_hash = cal.config_hash;
         snprintf(kv->calib_model, sizeof kv->calib_model, "%s", cal.model);
     }
-    if (ev_filter_bytes(kv)) {   /* qfilters / expected_attention: each layer's part, copied */
+    if (ev_cal_bytes(kv)) {   /* qfilters / expected_attention: each layer's part, copied */
         if (!sp.calib[0]) {
             vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': evict=%s needs calib=FILE (it is made from the "
                        "model's queries: veloxquant calibrate -m MODEL -f TEXT -o FILE)", spec,
@@ -223,17 +223,17 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
             vq_kvg_destroy(kv);
             return NULL;
         }
-        kv->ev_filter = kv_alloc(kv, ev_filter_bytes(kv));
-        if (!kv->ev_filter) { vq_calib_free(&cal); goto nomem; }
+        kv->ev_cal = kv_alloc(kv, ev_cal_bytes(kv));
+        if (!kv->ev_cal) { vq_calib_free(&cal); goto nomem; }
         const size_t w = (size_t)kv->H * kv->d;
         if (vq_evict_needs_filter(&sp.ev))
-            for (int l = 0; l < NL; l++) memcpy(kv->ev_filter + l * w, cal.q_filter + (size_t)gl[l] * w, w * sizeof(float));
+            for (int l = 0; l < NL; l++) memcpy(kv->ev_cal + l * w, cal.q_filter + (size_t)gl[l] * w, w * sizeof(float));
         else
             for (int l = 0; l < NL; l++)
                 for (int hq = 0; hq < D->n_heads; hq++) {   /* query head hq = h * G + q, in that order */
                     const float *mu = cal.q_mean + ((size_t)gl[l] * D->n_heads + hq) * kv->d;
                     const float *sq = cal.q_sq + ((size_t)gl[l] * D->n_heads + hq) * kv->d;
-                    float *a = kv->ev_filter + ((size_t)l * D->n_heads + hq) * 2 * kv->d, *b = a + kv->d;
+                    float *a = kv->ev_cal + ((size_t)l * D->n_heads + hq) * 2 * kv->d, *b = a + kv->d;
                     for (int i = 0; i < kv->d; i++) {
                         a[i] = (float)(mu[i] / sqrt((double)kv->d));
                         b[i] = (float)(fmax(0.0, (double)sq[i] - (double)mu[i] * mu[i]) / (2.0 * kv->d));

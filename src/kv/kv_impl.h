@@ -126,7 +126,7 @@ typedef struct vq_kvg {
     float *ev_raw;         /* the observer's weights: n_slots x ev_nv x ev_raw_cap floats, grown
                               (by append, in pages of P rows) to the most rows a layer has held */
     int ev_nv, ev_raw_cap;
-    float *ev_filter;      /* from calib=FILE, else NULL: qfilters: [local layer][H][d] unit filters;
+    float *ev_cal;         /* from calib=FILE, else NULL: qfilters: [local layer][H][d] unit filters;
                               expected_attention: [local layer][H][G][2][d]: E[q]/sqrt(d), Var[q]/(2d) */
     float *ev_tmp;         /* eviction scratch: 2 x ev_cap floats (row scores, pooling) */
     struct vq_evict_blk { float s; int b; } *ev_blk;   /* ev_cap candidate blocks */
