@@ -9,7 +9,7 @@ tests/fixtures/gemma3_wikitext_ppl.txt.
 
 Usage:
   python3 tools/reference/gemma3_numpy.py logits [--model M] [--out tests/fixtures/gemma3_logits.txt]
-  python3 tools/reference/gemma3_numpy.py ppl    [--model M] [--windows 4] [--ctx 1024]
+  python3 tools/reference/gemma3_numpy.py ppl    [--model M] [--windows 2] [--ctx 1024] [--dump PREFIX]
   python3 tools/reference/gemma3_numpy.py tokenize --text "some text"
 
 The model, as written here:
@@ -278,21 +278,49 @@ def cmd_logits(a):
     print(f"wrote {a.out} in {time.time() - t0:.1f}s", file=sys.stderr)
 
 
+def text_ids(tok, text, need):
+    """The first `need` ids of the whole text, without tokenizing all of it (the Python BPE takes minutes
+    on the whole file): a prefix cut after a line end is tokenized, and the ids after the last user-defined
+    or control token are dropped. The tokenizer cuts the text at those tokens first and BPE never merges
+    across a cut, so every id before the prefix's last such token is what the whole text gives."""
+    cuts = {tok.vocab[t] for t in tok.specials}
+    n = max(4 * need, 4096)
+    while True:
+        end = text.find("\n", n)
+        end = len(text) if end < 0 else end + 1
+        ids = tok.encode(text[:end], add_bos=False)
+        if end < len(text):
+            last = max((i for i, t in enumerate(ids) if t in cuts), default=-1)
+            ids = ids[:last]        # an id just before a cut may still join text after the prefix
+        if len(ids) >= need or end == len(text):
+            return ids[:need]
+        n *= 2
+
+
 def cmd_ppl(a):
     t0 = time.time()
     m = Model(a.model)
     tok = SpmTokenizer(m.reader)
-    ids = tok.encode(wiki_text(a.text), add_bos=False)
     C, first = a.ctx, a.ctx // 2
+    ids = text_ids(tok, wiki_text(a.text), a.windows * (C - 1))
+    if len(ids) < a.windows * (C - 1):
+        raise SystemExit(f"the text has {len(ids)} tokens, fewer than {a.windows} windows of {C - 1}")
+    fnv = 0xcbf29ce484222325
+    for t in ids:
+        for b in int(t).to_bytes(4, "little"):
+            fnv = ((fnv ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    print(f"tokenized: {len(ids)} ids ({time.time() - t0:.0f}s)", file=sys.stderr)
     lines = [
         "# Gemma 3 270M WikiText-2 perplexity, independent numpy float64 forward pass (see tests/fixtures/README.md).",
         f"# produced by: python3 tools/reference/gemma3_numpy.py ppl --ctx {C} --windows {a.windows}",
         f"# versions: {versions()}",
         f"# date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"# text: WikiText-2 raw test tokenized whole without BOS ({len(ids)} tokens); window w = BOS followed by",
-        f"# ids[{C - 1}w .. {C - 1}w+{C - 2}] at positions 0..{C - 1} (llama.cpp's perplexity puts BOS first in each",
-        f"# window when the model adds one). nll[p] = -log softmax(logits at p)[window token p+1];",
-        f"# 'half' = p = {first}..{C - 2} (llama.cpp's convention: the second half of each window).",
+        f"# text: WikiText-2 raw test tokenized whole without BOS (the first {len(ids)} ids); window w = BOS followed by",
+        f"# ids[{C - 1}w .. {C - 1}w+{C - 2}] at positions 0..{C - 1} (as `veloxquant perplexity --ctx {C} --bos-per-window",
+        f"# --max-tokens {a.windows * (C - 1)}` builds them). nll[p] = -log softmax(logits at p)[window token p+1];",
+        f"# 'half' = p = {first}..{C - 2} (the second half of each window, as `--score second-half` and llama.cpp).",
+        f"# The 'llamacpp_' lines come from tools/reference/llamacpp_reference.py gemma-ppl and are kept on rewrite.",
+        f"ids {len(ids)} fnv1a64 {fnv:016x} first {' '.join(map(str, ids[:8]))}",
     ]
     tot, cnt = 0.0, 0
     for w in range(a.windows):
@@ -303,11 +331,17 @@ def cmd_ppl(a):
         tot += float(nll.sum())
         cnt += len(want)
         lines.append(f"window {w} nll_sum_half {float(nll.sum()):.6f} {len(want)}")
+        if a.dump:
+            np.savetxt(f"{a.dump}.w{w}.txt", nll, fmt="%.6f")
         print(f"window {w}: half ppl {math.exp(nll.sum() / len(want)):.4f} ({time.time() - t0:.0f}s)", file=sys.stderr)
     lines.append(f"total half {cnt} {tot / cnt:.6f} {math.exp(tot / cnt):.4f}")
+    keep = []
+    if os.path.exists(a.out):
+        with open(a.out) as f:
+            keep = [ln.rstrip("\n") for ln in f if ln.startswith("llamacpp_")]
     with open(a.out, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print(f"wrote {a.out}: ppl {math.exp(tot / cnt):.4f}", file=sys.stderr)
+        f.write("\n".join(lines + keep) + "\n")
+    print(f"wrote {a.out}: ppl {math.exp(tot / cnt):.4f} ({time.time() - t0:.0f}s)", file=sys.stderr)
 
 
 def main():
@@ -322,7 +356,8 @@ def main():
         if name == "ppl":
             p.add_argument("--out", default=os.path.join(FIX, "gemma3_wikitext_ppl.txt"))
             p.add_argument("--ctx", type=int, default=1024)
-            p.add_argument("--windows", type=int, default=4)
+            p.add_argument("--windows", type=int, default=2)
+            p.add_argument("--dump", help="write each window's per-position NLLs to DUMP.wW.txt")
     a = ap.parse_args()
     if a.cmd == "logits":
         cmd_logits(a)
