@@ -6,7 +6,9 @@
  * within 0.5 % of llama.cpp's with the same cache type. numpy keeps K/V exact, so it is compared with our
  * f32 cache; llama.cpp's f16 and q8_0 caches with ours. Measured (2026-12-02, AMD EPYC, AVX-512):
  * f32 +0.39 % vs numpy, f16 -0.22 % and q8_0 -0.25 % vs llama.cpp (llama.cpp's own f16 is +0.73 % vs
- * numpy). About 60 s in a Release build; a sanitizer build leaves it to the Release run.
+ * numpy). The kernel path moves our figures by about 0.2 % (VQ_ISA=avx2: f16 11.7370, -0.44 % vs
+ * llama.cpp), so the bound has little room on other machines; a failure there is a finding, not a
+ * tolerance to widen. About 60 s in a Release build; a sanitizer build leaves it to the Release run.
  * Skips (77) without the model or ../shared. */
 #include "eval/eval.h"
 #include "../vq_test.h"
