@@ -63,7 +63,7 @@ vq_kvfid_capture *vq_kvfid_capture_run(const vq_model *m, const int *tok, int n,
     int *pos = malloc(sizeof(int) * (size_t)n);
     if (!s && !pos) s = vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory");
     for (int i = 0; !s && i < n; i++) pos[i] = i;
-    vq_kv_dims d1 = { 1, c->n_heads, c->n_kv, c->hd, n, NULL };   /* unbounded: kv-fidelity measures full causal attention */
+    vq_kv_dims d1 = { 1, c->n_heads, c->n_kv, c->hd, n, NULL, 0 };   /* unbounded: kv-fidelity measures full causal attention */
     for (int l = 0; l < c->n_layers && !s; l++) {
         vq_kv *r = vq_kv_create_str("f32", &d1, 1, err);
         if (!r) { s = err->code; break; }
@@ -126,7 +126,7 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *
                             vq_kvfid_result *r, vq_err *err) {
     const int n = c->n, d = c->hd, nh = c->n_heads, H = c->n_kv, G = nh / H;
     const size_t w = (size_t)H * d, wq = (size_t)nh * d;
-    vq_kv_dims dims = { 1, nh, H, d, n, NULL };
+    vq_kv_dims dims = { 1, nh, H, d, n, NULL, 0 };
     vq_err e; vq_err_clear(&e);
     vq_kv *kv = vq_kv_create(spec, &dims, seed + 1000003ull * (uint64_t)l, &e);
     if (!kv) {   /* unusable here (e.g. head_dim): reported, not fatal */

@@ -67,12 +67,22 @@ static int coded_at(const vq_kvg *kv, int rows) {
     int m = rows - VQ_MIN(kv->S, rows), rpb = kv->rpb_store;
     return m >= kv->R + rpb ? (m - kv->R) / rpb * rpb : 0;
 }
+/* The most rows a ring layer (span W) holds: its S sinks, then consecutive positions from the
+ * first row of the oldest page kept. Before an append of n rows at pos0 a page goes once all its
+ * rows are <= pos0 - W, so the oldest page kept starts at pos0 - W + 2 - P or later, and after
+ * the append the layer holds at most W + P + n - 2 rows past its sinks (n <= dims.max_append). */
+static int ring_rows_max(const vq_kvg *kv, int span) {
+    const int64_t A = kv->dims.max_append > 0 ? kv->dims.max_append : kv->dims.max_ctx;
+    return (int)VQ_MIN((int64_t)kv->dims.max_ctx, (int64_t)kv->S + span + kv->P + A - 2);
+}
 size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
     size_t b = sizeof(vq_kvg) + 2 * (size_t)kv->H * sizeof(size_t) + (size_t)kv->dims.n_layers * sizeof(int) +
                (size_t)kv->dims.n_layers * sizeof(vq_kv_layer);
-    size_t pages = (size_t)(coded_at(kv, rows) + kv->P - 1) / kv->P;
-    for (int l = 0; l < kv->dims.n_layers; l++)
+    for (int l = 0; l < kv->dims.n_layers; l++) {
+        const int span = kv->layers[l].span, r = span > 0 ? VQ_MIN(rows, ring_rows_max(kv, span)) : rows;
+        const size_t pages = (size_t)(coded_at(kv, r) + kv->P - 1) / kv->P;
         b += states_bytes(kv, l) + layer_fixed_bytes(kv) + pages * kv->page_bytes;
+    }
     return b + vq_evict_raw_bytes(kv, rows) + ev_cal_bytes(kv);
 }
 
@@ -83,6 +93,9 @@ size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
  * that is the row count). dry: only compute it. */
 int vq_kvg_truncate(vq_kvg *kv, int local, int n, int dry) {
     vq_kv_layer *L = &kv->layers[local];
+    /* a ring layer that freed rows a query at n would see cannot be cut back to n: nothing held
+     * is reusable then (the caller runs the tokens again from 0) */
+    if (L->span > 0 && L->ring_lo > VQ_MAX(kv->S, (int64_t)n - L->span + 1)) n = 0;
     int sk = 0, top = -1;
     while (sk < L->sink_count && L->sink_pos[sk] < n) sk++;
     for (int i = 0; i < L->sink_count; i++) top = VQ_MAX(top, L->sink_pos[i]);
@@ -112,6 +125,7 @@ int vq_kvg_truncate(vq_kvg *kv, int local, int n, int dry) {
     L->sink_count = sk;
     L->n_coded = ck;
     L->win_count = wk;
+    if (n <= kv->S) L->ring_lo = 0;
     int need = (ck + kv->P - 1) / kv->P;
     for (int p = need; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
     L->n_pages = VQ_MIN(L->n_pages, need);
@@ -161,8 +175,36 @@ void vq_kvg_clear(vq_kvg *kv) {
     for (int l = 0; l < kv->dims.n_layers; l++) {
         vq_kv_layer *L = &kv->layers[l];
         for (int p = 0; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
-        L->n_pages = L->n_coded = L->win_start = L->win_count = L->sink_count = 0;
+        L->n_pages = L->n_coded = L->win_start = L->win_count = L->sink_count = L->ring_lo = 0;
     }
+}
+
+int vq_kvg_ring_drop(vq_kvg *kv, int local, int32_t limit) {
+    vq_kv_layer *L = &kv->layers[local];
+    int np = 0;
+    while (np < L->n_pages) {   /* rows are in position order; a page goes once its newest is old */
+        const int u = VQ_MIN(kv->P, L->n_coded - np * kv->P);
+        const int32_t *pp = (const int32_t *)(const void *)L->pages[np];
+        int32_t mx = -1;
+        for (int r = 0; r < u; r++) mx = VQ_MAX(mx, pp[r]);
+        if (u <= 0 || mx > limit) break;
+        L->ring_lo = VQ_MAX(L->ring_lo, mx + 1);
+        np++;
+    }
+    if (!np) return 0;
+    const int rows = VQ_MIN(L->n_coded, np * kv->P);
+    for (int p = 0; p < np; p++) kv_free(kv, L->pages[p], kv->page_bytes);
+    memmove(L->pages, L->pages + np, (size_t)(L->n_pages - np) * sizeof *L->pages);
+    memmove(L->page_minpos, L->page_minpos + np, (size_t)(L->n_pages - np) * sizeof *L->page_minpos);
+    L->n_pages -= np;
+    L->n_coded -= rows;
+    if (L->ev_score)   /* scores are indexed by storage row: the kept rows' move down with them */
+        for (int h = 0; h < kv->H; h++) {
+            float *sc = L->ev_score + (size_t)h * kv->ev_cap;
+            memmove(sc, sc + rows, (size_t)(L->n_coded + L->win_count) * sizeof(float));
+        }
+    kv->ring_dropped += rows;
+    return rows;
 }
 
 /* A group for the layers gl[0..dims->n_layers) of a cache (dims already validated). */
@@ -395,7 +437,7 @@ static void get_fp_row(const vq_kvg *kv, const void *kb, const void *vb, int slo
 
 /* Append to local layer `local` (arguments checked by vq_kv_append, n > 0). */
 vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, const float *v,
-                        vq_err *err) {
+                        int ring, vq_err *err) {
     const int layer = kv->gl[local];
     vq_kv_layer *L = &kv->layers[local];
     int rows = L->n_coded + L->win_count + L->sink_count;
@@ -405,6 +447,12 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     vq_status rc = check_rows(kv, layer, pos0, n, k, "K", err);
     if (!rc) rc = check_rows(kv, layer, pos0, n, v, "V", err);
     if (rc) return rc;
+    /* a sliding-window layer: rows at or below pos0 - span are invisible to every query from pos0
+     * on (queries come in position order; truncate refuses to go back past what the ring freed) */
+    if (ring && L->span > 0 && (int64_t)pos0 - L->span >= 0) {
+        vq_kvg_ring_drop(kv, local, pos0 - L->span);
+        rows = L->n_coded + L->win_count + L->sink_count;
+    }
     if (kv->ev_attn && rows + n > kv->ev_raw_cap) {   /* the observer's buffer grows with the rows */
         int cap = VQ_MIN(kv->dims.max_ctx, (rows + n + kv->P - 1) / kv->P * kv->P);
         float *raw = kv_alloc(kv, vq_evict_raw_bytes(kv, cap));

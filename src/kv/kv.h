@@ -16,6 +16,10 @@ typedef struct vq_kv_dims {
      * p sees rows with p - W < pos <= p); 0 = unbounded. NULL: every layer unbounded. Copied by
      * vq_kv_create (the caller's array need not outlive the cache). */
     const int *span;
+    /* Most rows one vq_kv_append call brings (a session's batch); 0 = max_ctx. Only the
+     * accounting of a sliding-window layer's ring uses it (vq_kv_bytes_at: the rows a ring layer
+     * can hold at once are its span + a page + one append). */
+    int max_append;
 } vq_kv_dims;
 
 typedef struct vq_kv vq_kv;
@@ -83,6 +87,11 @@ const char *vq_kv_layer_spec(const vq_kv *kv, int layer);   /* normalized spec s
  * and computes plain float64 softmax attention over them instead of the codecs' score/accumulate
  * (slow; for tests that check the codec path against what the cache holds). */
 void vq_kv_set_ref_attend(vq_kv *kv, int on);
+/* Sliding-window layers (dims.span) keep a ring: before an append at pos0, the pages whose rows
+ * all lie at or below pos0 - span (no later query can see them) are freed, whole, without moving
+ * a code byte. Off (debug, tests): every row is kept and only the mask hides the old ones. */
+void vq_kv_set_ring(vq_kv *kv, int on);
+long vq_kv_ring_dropped(const vq_kv *kv);   /* rows the rings have freed, all layers */
 /* Every calib=FILE of the cache's spec was made for a model of this config hash (the model
  * layer's vq_model_config_hash); else VQ_ERR_STATE naming the file's model and both hashes.
  * The store checks dims at create; the session calls this with its model. */

@@ -83,6 +83,8 @@ typedef struct vq_kv_layer {
     int sink_count;
     float *ev_score;       /* eviction: H x ev_cap scores, [h * ev_cap + storage index] (coded rows,
                               then the window; sink rows have none): what the policy observed */
+    int span;              /* the cache layer's attention span (0: unbounded, no ring) */
+    int ring_lo;           /* the ring freed every position in [S, ring_lo) (0: none freed) */
 } vq_kv_layer;
 
 /* One group: the layers that share one codec config. dims.n_layers = layers in the group;
@@ -122,6 +124,7 @@ typedef struct vq_kvg {
     int n_layers_all;      /* the cache's layer count (pyramidkv's schedule) */
     uint64_t ev_seed;      /* keyformer's noise */
     long ev_dropped;       /* rows evicted so far, all layers of the group */
+    long ring_dropped;     /* rows the sliding-window rings freed, all layers of the group */
     int ev_nblk;           /* per-task block table entries (kv_attend.c) */
     float *ev_raw;         /* the observer's weights: n_slots x ev_nv x ev_raw_cap floats, grown
                               (by append, in pages of P rows) to the most rows a layer has held */
@@ -140,6 +143,7 @@ struct vq_kv {
     int *lg, *ll;          /* per cache layer: its group and its local index there */
     int *span;             /* per cache layer: attention span in tokens (0: unbounded; dims.span) */
     int ref_attend;        /* debug: attention over decoded rows in float64 (vq_kv_set_ref_attend) */
+    int ring_off;          /* debug: sliding-window layers keep every row (vq_kv_set_ring) */
     uint64_t seed;         /* the codecs' seed (kept so a saved state can say which it was made with) */
     size_t bytes;          /* tally of the router's own allocations (groups keep their own) */
 };
@@ -152,8 +156,9 @@ void vq_kvg_destroy(vq_kvg *g);
 void vq_kvg_clear(vq_kvg *g);
 size_t vq_kvg_bytes(const vq_kvg *g);   /* from the layout (the tally is g->bytes) */
 int vq_kvg_rows(const vq_kvg *g, int local);
+/* ring: a sliding-window layer frees its pages no query from pos0 on can see (vq_kvg_ring_drop) */
 vq_status vq_kvg_append(vq_kvg *g, int local, int pos0, int n, const float *k, const float *v,
-                        vq_err *err);
+                        int ring, vq_err *err);
 vq_status vq_kvg_read(const vq_kvg *g, int local, float *k, float *v, int32_t *pos, vq_err *err);
 /* kv_attend.c: attention of one group layer (local index); layer = the cache's for messages;
  * span: the layer's attention span (0: unbounded) */
@@ -163,6 +168,9 @@ vq_status vq_kvg_attend(const vq_kvg *g, int local, int layer, int span, int n_q
 vq_status vq_kvg_scratch_init(vq_kvg *g);
 size_t vq_kvg_bytes_at(const vq_kvg *g, int rows);   /* layout bytes when each layer holds rows */
 int vq_kvg_truncate(vq_kvg *g, int local, int n, int dry);
+/* A sliding-window layer's ring (layer span > 0): free the leading pages whose rows all have
+ * positions <= limit, moving only page pointers. Returns rows freed. */
+int vq_kvg_ring_drop(vq_kvg *g, int local, int32_t limit);
 /* evict.c */
 vq_status vq_evict_key(vq_evict_cfg *ev, const char *key, const char *val, char *msg, size_t cap);
 int vq_evict_is_key(const char *key);

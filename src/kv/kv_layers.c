@@ -103,11 +103,11 @@ vq_kv *vq_kv_create(const vq_kv_spec *spec, const vq_kv_dims *dims, uint64_t see
     const vq_kv_dims *D = dims;
     if (D->n_layers < 1 || D->n_layers > 4096 || D->n_kv_heads < 1 || D->n_kv_heads > 1024 ||
         D->n_heads < 1 || D->n_heads % D->n_kv_heads || D->head_dim < 1 || D->head_dim > 4096 ||
-        D->max_ctx < 1 || D->max_ctx > (1 << 24)) {
+        D->max_ctx < 1 || D->max_ctx > (1 << 24) || D->max_append < 0) {
         vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: bad dims n_layers=%d n_heads=%d n_kv_heads=%d "
-                   "head_dim=%d max_ctx=%d (need layers 1..4096, kv heads 1..1024 dividing heads, "
-                   "head_dim 1..4096, max_ctx 1..2^24)", D->n_layers, D->n_heads, D->n_kv_heads,
-                   D->head_dim, D->max_ctx);
+                   "head_dim=%d max_ctx=%d max_append=%d (need layers 1..4096, kv heads 1..1024 dividing "
+                   "heads, head_dim 1..4096, max_ctx 1..2^24, max_append >= 0)", D->n_layers, D->n_heads,
+                   D->n_kv_heads, D->head_dim, D->max_ctx, D->max_append);
         return NULL;
     }
     const int NL = D->n_layers, nc = spec->n;
@@ -167,6 +167,7 @@ vq_kv *vq_kv_create(const vq_kv_spec *spec, const vq_kv_dims *dims, uint64_t see
         for (int j = 0; j < kv->g[i]->dims.n_layers; j++) {
             kv->lg[kv->g[i]->gl[j]] = i;
             kv->ll[kv->g[i]->gl[j]] = j;
+            kv->g[i]->layers[j].span = kv->span[kv->g[i]->gl[j]];
         }
 
     /* the normalized full spec with layers resolved: base (as parsed when no layer uses it) */
@@ -218,7 +219,7 @@ vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, co
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: layer %d: bad arguments pos0=%d n=%d%s",
                           layer, pos0, n, (n > 0 && (!k || !v)) ? " (k or v is NULL)" : "");
     if (n == 0) return VQ_OK;
-    return vq_kvg_append(GROUP(kv, layer), LOCAL(kv, layer), pos0, n, k, v, err);
+    return vq_kvg_append(GROUP(kv, layer), LOCAL(kv, layer), pos0, n, k, v, !kv->ring_off, err);
 }
 
 static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
@@ -313,6 +314,12 @@ const vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side) {
     return vq_kvg_st(GROUP(kv, layer), side, LOCAL(kv, layer), 0);   /* KV head 0's (per_head rows) */
 }
 void vq_kv_set_ref_attend(vq_kv *kv, int on) { if (kv) kv->ref_attend = on != 0; }
+void vq_kv_set_ring(vq_kv *kv, int on) { if (kv) kv->ring_off = on == 0; }
+long vq_kv_ring_dropped(const vq_kv *kv) {
+    long d = 0;
+    for (int i = 0; kv && i < kv->n_groups; i++) d += kv->g[i]->ring_dropped;
+    return d;
+}
 vq_status vq_kv_check_model(const vq_kv *kv, uint64_t config_hash, vq_err *err) {
     for (int i = 0; kv && i < kv->n_groups; i++) {
         const vq_kvg *g = kv->g[i];

@@ -149,6 +149,7 @@ static int32_t i32_at(const uint8_t *q, size_t i) { int32_t v; memcpy(&v, q + 4 
 /* Where one layer's sections lie in the buffer (first pass), for the second pass to copy. */
 typedef struct plan {
     int n_coded, wc, sc;
+    int ring_lo;               /* positions in [S, ring_lo) the stream's ring had freed */
     size_t pages, win, sink;   /* offsets of the page data, window data, sink data */
 } plan;
 
@@ -213,10 +214,17 @@ static vq_status scan_layer(rd *r, const vq_kv *kv, const vq_kvg *g, int local, 
     if (sc > g->S)
         return vq_err_set(r->err, VQ_ERR_FORMAT, "kv state: byte %zu: layer %d: %d sink rows, the sink "
                           "holds %d", at + 12, layer, sc, g->S);
-    if (rows >= 0 && (total != (uint64_t)rows || sc != VQ_MIN(g->S, rows)))
+    /* a session's layer holds positions 0..rows-1 in order; a sliding-window layer (span W) may
+     * have freed a run after its sinks, as long as it holds what a query at rows sees (> rows - W) */
+    const int span = g->layers[local].span;
+    const int64_t s0 = rows >= 0 ? (int64_t)rows - nc - wc : 0;   /* its first row past the sinks */
+    if (rows >= 0 && (total > (uint64_t)rows || sc != VQ_MIN(g->S, rows) ||
+                      (s0 != sc && (span <= 0 || s0 < sc || s0 > VQ_MAX((int64_t)sc, (int64_t)rows - span + 1)))))
         return vq_err_set(r->err, VQ_ERR_FORMAT, "kv state: byte %zu: layer %d holds %d coded + %d "
-                          "window + %d sink rows; the session holds %d positions", at, layer, nc, wc, sc, rows);
+                          "window + %d sink rows; the session holds %d positions%s", at, layer, nc, wc, sc, rows,
+                          span > 0 ? " (a sliding-window layer holds at least the last span of them)" : "");
     pl->n_coded = nc; pl->wc = wc; pl->sc = sc;
+    pl->ring_lo = rows >= 0 && s0 > sc ? (int)s0 : 0;
 
     pl->pages = r->off;
     const size_t bk = g->st[0][0].block_bytes, bv = g->st[1][0].block_bytes;
@@ -227,7 +235,7 @@ static vq_status scan_layer(rd *r, const vq_kv *kv, const vq_kvg *g, int local, 
         const uint8_t *pp = take(r, 4 + (size_t)u * 4 + codes, "a page (smallest position, positions, codes)");
         if (!pp) return VQ_ERR_FORMAT;
         const int32_t minpos = i32_at(pp, 0);
-        vq_status st = check_pos(r, pp + 4, pat + 4, u, rows >= 0 ? sc + pg * g->P : -1, -1, layer, "coded");
+        vq_status st = check_pos(r, pp + 4, pat + 4, u, rows >= 0 ? (int)s0 + pg * g->P : -1, -1, layer, "coded");
         if (st) return st;
         int32_t lo = INT32_MAX;
         for (int i = 0; i < u; i++) lo = VQ_MIN(lo, i32_at(pp + 4, (size_t)i));
@@ -241,7 +249,7 @@ static vq_status scan_layer(rd *r, const vq_kv *kv, const vq_kvg *g, int local, 
     pl->win = r->off;
     const uint8_t *wq = take(r, (size_t)wc * (4 + 2 * wb), "the window rows (positions, K, V)");
     if (!wq) return VQ_ERR_FORMAT;
-    vq_status st = check_pos(r, wq, pl->win, wc, rows >= 0 ? sc + nc : -1, -1, layer, "window");
+    vq_status st = check_pos(r, wq, pl->win, wc, rows >= 0 ? (int)s0 + nc : -1, -1, layer, "window");
     if (st) return st;
     if (!fp_rows_ok(g, wq + (size_t)wc * 4, 2 * (size_t)wc))
         return vq_err_set(r->err, VQ_ERR_FORMAT, "kv state: byte %zu: layer %d: a window value is not "
@@ -361,6 +369,13 @@ static void load_layer(vq_kvg *g, int local, const uint8_t *buf, const plan *pl,
         memcpy(L->win_v, q + (size_t)pl->wc * (4 + wb), (size_t)pl->wc * wb);
     }
     L->sink_count = pl->sc;
+    L->ring_lo = pl->ring_lo;
+    if (L->span > 0 && !pl->ring_lo) {   /* a free-form stream: what it lacks past its sinks counts as freed */
+        int32_t lo = INT32_MAX;
+        for (int i = 0; i < pl->n_coded; i++) lo = VQ_MIN(lo, ((const int32_t *)(const void *)L->pages[i / g->P])[i % g->P]);
+        for (int i = 0; i < pl->wc; i++) lo = VQ_MIN(lo, L->win_pos[i]);
+        L->ring_lo = lo != INT32_MAX && lo > g->S ? lo : 0;
+    }
     q = buf + pl->sink;
     if (pl->sc) {
         memcpy(L->sink_pos, q, (size_t)pl->sc * 4);

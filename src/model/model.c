@@ -286,6 +286,6 @@ uint64_t vq_model_config_hash(const vq_model *m, char *text, size_t cap) {
 }
 
 vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx) {
-    vq_kv_dims d = { m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, n_ctx, m->span };
+    vq_kv_dims d = { m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, n_ctx, m->span, 0 };
     return d;
 }

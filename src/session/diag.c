@@ -18,6 +18,7 @@ vq_status vq_kv_spec_bytes_at(const vq_kv_spec *s, const vq_model *m, int n_ctx,
     /* the accounting is the cache's own: make one (no rows, so no pages) and ask it; the page
      * size follows the context, so the context is the session's, not the row count */
     vq_kv_dims dims = vq_model_kv_dims(m, n_ctx);
+    dims.max_append = VQ_MIN(n_ctx, VQ_SESSION_BATCH_DEFAULT);   /* a session made with n_batch 0 */
     vq_kv *kv = vq_kv_create(s, &dims, 0, err);
     if (!kv) return err ? err->code : VQ_ERR_ARG;
     *bytes = vq_kv_bytes_at(kv, n_rows);

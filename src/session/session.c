@@ -36,7 +36,7 @@ vq_session *vq_session_create(const vq_model *m, const vq_kv_spec *spec, const v
         vq_err_set(err, VQ_ERR_RANGE, "context size %d exceeds the model's training context %d", n_ctx, train);
         return NULL;
     }
-    int n_batch = p->n_batch > 0 ? p->n_batch : 64;
+    int n_batch = p->n_batch > 0 ? p->n_batch : VQ_SESSION_BATCH_DEFAULT;
     if (p->n_batch < 0 || n_batch > 4096) {
         vq_err_set(err, VQ_ERR_ARG, "batch size %d is out of range (1..4096)", p->n_batch);
         return NULL;
@@ -49,6 +49,7 @@ vq_session *vq_session_create(const vq_model *m, const vq_kv_spec *spec, const v
     s->n_batch = n_batch;
     s->kv_seed = p->kv_seed;
     vq_kv_dims dims = vq_model_kv_dims(m, n_ctx);
+    dims.max_append = n_batch;   /* forward appends at most a batch per call (a ring's bound) */
     s->kv = vq_kv_create(spec, &dims, p->kv_seed, err);
     if (!s->kv || vq_kv_check_model(s->kv, vq_model_config_hash(m, NULL, 0), err)) {   /* calib=FILE */
         vq_session_free(s);

@@ -8,6 +8,8 @@
 #include "model/chat.h"
 #include "kv/kv.h"
 
+#define VQ_SESSION_BATCH_DEFAULT 64   /* tokens per forward call when vq_session_params.n_batch is 0 */
+
 struct vq_session {
     const vq_model *m;
     vq_kv *kv;

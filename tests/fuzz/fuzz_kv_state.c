@@ -13,7 +13,7 @@
 #include <string.h>
 
 static const char *SPEC = "q4_0;window=4,sink=2,page=16@1=f16;window=3";
-static const vq_kv_dims DIMS = { 2, 2, 1, 64, 64, NULL };
+static const vq_kv_dims DIMS = { 2, 2, 1, 64, 64, NULL, 0 };
 static vq_kv *kv;
 
 typedef struct { uint8_t *p; size_t n, cap; } mem;

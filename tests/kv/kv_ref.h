@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include "core/core.h"
 #include "../vq_test.h"
 
@@ -40,6 +41,24 @@ static inline void ref_attention(int rows, const float *k, const float *v, const
             for (int e = 0; e < d; e++) o[e] /= sum;
         }
     free(s);
+}
+
+/* ref_attention over the rows each query's window sees (p - span < pos; span 0: all) */
+static inline void windowed_ref(int rows, const float *k, const float *v, const int32_t *pos, int H, int NH, int d,
+                         int n_q, const int *q_pos, const float *q, int span, double *out) {
+    float *ks = malloc(sizeof(float) * (size_t)rows * H * d), *vs = malloc(sizeof(float) * (size_t)rows * H * d);
+    int32_t *ps = malloc(sizeof(int32_t) * (size_t)rows);
+    for (int i = 0; i < n_q; i++) {
+        int m = 0;
+        for (int r = 0; r < rows; r++) {
+            if (span > 0 && (long)pos[r] <= (long)q_pos[i] - span) continue;
+            memcpy(ks + (size_t)m * H * d, k + (size_t)r * H * d, sizeof(float) * H * d);
+            memcpy(vs + (size_t)m * H * d, v + (size_t)r * H * d, sizeof(float) * H * d);
+            ps[m++] = pos[r];
+        }
+        ref_attention(m, ks, vs, ps, H, NH, d, 1, q_pos + i, q + (size_t)i * NH * d, out + (size_t)i * NH * d);
+    }
+    free(ks); free(vs); free(ps);
 }
 
 /* largest |a - b| / (max|b| over the same head row + floor) */

@@ -56,7 +56,7 @@ static int same(vq_kv *a, vq_kv *b, const vq_kv_dims *D, int qpos) {
 }
 
 static void round_trip(const char *spec, int rows) {
-    vq_kv_dims D = { 3, 4, 2, 64, 96, NULL };
+    vq_kv_dims D = { 3, 4, 2, 64, 96, NULL, 0 };
     vq_err e;
     vq_kv *a = vq_kv_create_str(spec, &D, 7, &e), *b = vq_kv_create_str(spec, &D, 7, &e);
     CHECKF(a && b, "%s: %s", spec, e.msg);
@@ -82,7 +82,7 @@ static void round_trip(const char *spec, int rows) {
 
 static void refusals(void) {
     const char *spec = "q4_0;window=4,sink=2,page=32";
-    vq_kv_dims D = { 2, 2, 1, 64, 64, NULL };
+    vq_kv_dims D = { 2, 2, 1, 64, 64, NULL, 0 };
     vq_err e;
     vq_kv *a = vq_kv_create_str(spec, &D, 3, &e);
     fill(a, &D, 0, 45, seed0);
