@@ -14,12 +14,16 @@ typedef struct vq_t_logit_tol {
     double mean_abs;       /* mean |ours - reference| */
     double greedy_margin;  /* greedy steps compared while the reference's top-1 lead is >= this */
     int max_ids;           /* longest case */
+    const char *spec;      /* the cache the logits are read through (NULL: f32) */
+    int chunk;             /* ids per forward call (0: each stretch up to a checked position at once) */
 } vq_t_logit_tol;
 
-static void vq_t_check_logits(const vq_model *m, const char *path, const vq_t_logit_tol *tol) {
+/* Returns the rows the cache's sliding-window rings freed over all cases (vq_kv_ring_dropped). */
+static long vq_t_check_logits(const vq_model *m, const char *path, const vq_t_logit_tol *tol) {
     FILE *f = fopen(path, "r");
     CHECKF(f != NULL, "cannot open %s", path);
-    if (!f) return;
+    if (!f) return 0;
+    long ring = 0;
     char *line = malloc(1 << 22);
     const int V = m->cfg.vocab_size;
     int *ids = malloc(sizeof(int) * (size_t)tol->max_ids), n = 0, pos = -1, fed = 0;
@@ -40,10 +44,11 @@ static void vq_t_check_logits(const vq_model *m, const char *path, const vq_t_lo
             CHECKF(n > 0 && n <= tol->max_ids, "case %s: %d ids", name, n);
             if (n <= 0 || n > tol->max_ids) break;
             for (int i = 0; i < n; i++) ids[i] = (int)strtol(p, &p, 10);
+            ring += vq_kv_ring_dropped(kv);
             vq_kv_destroy(kv);
             vq_fwd_destroy(fw);
             vq_kv_dims d = vq_model_kv_dims(m, n + 64);
-            kv = vq_kv_create_str("f32", &d, 1, &err);
+            kv = vq_kv_create_str(tol->spec ? tol->spec : "f32", &d, 1, &err);
             fw = vq_fwd_create(m, n, &err);
             CHECKF(kv && fw, "%s", err.msg);
             fed = 0;
@@ -51,8 +56,12 @@ static void vq_t_check_logits(const vq_model *m, const char *path, const vq_t_lo
             pos = atoi(p + 4);
             CHECKF(pos >= fed && pos < n, "case %s: pos %d after %d fed of %d", name, pos, fed, n);
             if (pos < fed || pos >= n) break;
-            CHECKF(vq_forward(m, fw, kv, ids + fed, pos + 1 - fed, fed, lg, 1, &err) == VQ_OK, "%s", err.msg);
-            fed = pos + 1;
+            while (fed <= pos) {   /* in chunks of tol->chunk ids (0: all at once), logits of the last */
+                int c = tol->chunk > 0 ? VQ_MIN(tol->chunk, pos + 1 - fed) : pos + 1 - fed;
+                int last = fed + c == pos + 1;
+                CHECKF(vq_forward(m, fw, kv, ids + fed, c, fed, last ? lg : NULL, last, &err) == VQ_OK, "%s", err.msg);
+                fed += c;
+            }
         } else if ((!strncmp(p, "top ", 4) || !strncmp(p, "samples ", 8)) && pos >= 0) {
             int is_top = p[0] == 't';
             p += is_top ? 4 : 8;
@@ -97,17 +106,19 @@ static void vq_t_check_logits(const vq_model *m, const char *path, const vq_t_lo
             pos = -1;
         }
     }
-    printf("logits vs reference: %ld compared, max |diff| %.4f, mean |diff| %.4f\n", n_cmp, worst,
+    printf("logits vs reference (kv %s): %ld compared, max |diff| %.4f, mean |diff| %.4f\n", tol->spec ? tol->spec : "f32", n_cmp, worst,
            sum_abs / VQ_MAX(n_cmp, 1));
     CHECK(n_cmp > 300);
     CHECKF(worst <= tol->max_abs, "max |diff| %.4f > %.2f", worst, tol->max_abs);
     CHECKF(sum_abs / VQ_MAX(n_cmp, 1) <= tol->mean_abs, "mean |diff| %.4f > %.2f", sum_abs / VQ_MAX(n_cmp, 1),
            tol->mean_abs);
+    ring += vq_kv_ring_dropped(kv);
     vq_kv_destroy(kv);
     vq_fwd_destroy(fw);
     free(lg);
     free(ids);
     free(line);
     fclose(f);
+    return ring;
 }
 #endif

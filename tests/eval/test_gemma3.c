@@ -4,7 +4,8 @@
  * is 700 WikiText-2 tokens: positions 512 and 699 depend on the sliding-window layers seeing only
  * the last 512 tokens. Also: the architecture read from the file, the tokenizer against the
  * fixture's ids (a SentencePiece BPE written independently in the numpy script), the chat turns,
- * and every KV codec running at head_dim 256 with one KV head. */
+ * and every KV codec running at head_dim 256 with one KV head. The logits are checked twice: through
+ * an f32 cache, and through one of 64-row pages whose sliding-window rings free rows mid-case. */
 #include "logits_fixture.h"
 
 /* Same tolerances as SmolLM2's (test_smollm2.c): our matmuls quantize activations to int8 per block
@@ -125,10 +126,19 @@ int main(void) {
     snprintf(fx, sizeof fx, "%s/tests/fixtures/gemma3_logits.txt", VQ_SOURCE_DIR);
     check_tokenizer(m, fx);
     check_chat(m);
-    const vq_t_logit_tol tol = { LOGIT_TOL, LOGIT_MEAN_TOL, GREEDY_MARGIN, 1024 };
+    const vq_t_logit_tol tol = { LOGIT_TOL, LOGIT_MEAN_TOL, GREEDY_MARGIN, 1024, NULL, 0 };
+    /* 64-row pages and 64-token chunks, as a session feeds them: the sliding layers' rings free pages
+     * from position 576 on, inside the 700-token case, so its position 699 is computed from the ring
+     * (with the default 256-row pages the first would go at 768) */
+    const vq_t_logit_tol ring = { LOGIT_TOL, LOGIT_MEAN_TOL, GREEDY_MARGIN, 1024, "f32;page=64", 64 };
     const int sanitized = getenv("VQ_SANITIZER_BUILD") != NULL;
     if (sanitized) printf("sanitizer build: the reference logits are left to the Release run\n");
-    else vq_t_check_logits(m, fx, &tol);
+    else {
+        vq_t_check_logits(m, fx, &tol);
+        long freed = vq_t_check_logits(m, fx, &ring);
+        CHECKF(freed > 0, "the sliding-window rings freed no rows in the 700-token case");
+        printf("kv f32;page=64: the rings freed %ld rows\n", freed);
+    }
     check_codecs(m, sanitized);
     vq_model_free(m);
     return vq_t_done();

@@ -109,7 +109,7 @@ int main(void) {
     CHECK(m->cfg.n_layers == 30 && m->cfg.dim == 576 && m->cfg.n_heads == 9 && m->cfg.n_kv_heads == 3 &&
           m->cfg.head_dim == 64 && m->cfg.vocab_size == 49152 && m->cfg.rope_base == 100000.0f);
     snprintf(p1, sizeof p1, "%s/tests/fixtures/smollm2_logits.txt", VQ_SOURCE_DIR);
-    const vq_t_logit_tol tol = { LOGIT_TOL, LOGIT_MEAN_TOL, GREEDY_MARGIN, 256 };
+    const vq_t_logit_tol tol = { LOGIT_TOL, LOGIT_MEAN_TOL, GREEDY_MARGIN, 256, NULL, 0 };
     vq_t_check_logits(m, p1, &tol);
     int sanitized = getenv("VQ_SANITIZER_BUILD") != NULL;
     snprintf(p1, sizeof p1, "%s/tests/fixtures/smollm2_wikitext_8k_ids.txt", VQ_SOURCE_DIR);
