@@ -301,6 +301,7 @@ int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
         }
     L->n_coded = nc;
     const int need = (nc + g->P - 1) / g->P;
+    vq_kvg_free_spares(g, L);
     for (int p = need; p < L->n_pages; p++) page_free(g, L->pages[p]);
     L->n_pages = VQ_MIN(L->n_pages, need);
     for (int p = 0; p < L->n_pages; p++) {

@@ -58,7 +58,7 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
                (size_t)kv->dims.n_layers * sizeof(vq_kv_layer);
     for (int l = 0; l < kv->dims.n_layers; l++) {
         b += states_bytes(kv, l);
-        b += layer_fixed_bytes(kv) + (size_t)kv->layers[l].n_pages * kv->page_bytes;
+        b += layer_fixed_bytes(kv) + (size_t)(kv->layers[l].n_pages + kv->layers[l].n_spare) * kv->page_bytes;
     }
     return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0) + ev_cal_bytes(kv);
 }
@@ -126,6 +126,7 @@ int vq_kvg_truncate(vq_kvg *kv, int local, int n, int dry) {
     L->n_coded = ck;
     L->win_count = wk;
     if (n <= kv->S) L->ring_lo = 0;
+    vq_kvg_free_spares(kv, L);
     int need = (ck + kv->P - 1) / kv->P;
     for (int p = need; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
     L->n_pages = VQ_MIN(L->n_pages, need);
@@ -140,6 +141,7 @@ void vq_kvg_destroy(vq_kvg *kv) {
     if (!kv) return;
     for (int l = 0; kv->layers && l < kv->dims.n_layers; l++) {
         vq_kv_layer *L = &kv->layers[l];
+        if (L->pages) vq_kvg_free_spares(kv, L);
         for (int p = 0; L->pages && p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
         size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
         kv_free(kv, L->pages, (size_t)kv->page_cap * sizeof(uint8_t *));
@@ -174,9 +176,14 @@ void vq_kvg_destroy(vq_kvg *kv) {
 void vq_kvg_clear(vq_kvg *kv) {
     for (int l = 0; l < kv->dims.n_layers; l++) {
         vq_kv_layer *L = &kv->layers[l];
+        vq_kvg_free_spares(kv, L);
         for (int p = 0; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
         L->n_pages = L->n_coded = L->win_start = L->win_count = L->sink_count = L->ring_lo = 0;
     }
+}
+
+void vq_kvg_free_spares(vq_kvg *kv, vq_kv_layer *L) {
+    for (; L->n_spare > 0; L->n_spare--) kv_free(kv, L->pages[L->n_pages + L->n_spare - 1], kv->page_bytes);
 }
 
 int vq_kvg_ring_drop(vq_kvg *kv, int local, int32_t limit) {
@@ -192,11 +199,19 @@ int vq_kvg_ring_drop(vq_kvg *kv, int local, int32_t limit) {
         np++;
     }
     if (!np) return 0;
-    const int rows = VQ_MIN(L->n_coded, np * kv->P);
-    for (int p = 0; p < np; p++) kv_free(kv, L->pages[p], kv->page_bytes);
-    memmove(L->pages, L->pages + np, (size_t)(L->n_pages - np) * sizeof *L->pages);
-    memmove(L->page_minpos, L->page_minpos + np, (size_t)(L->n_pages - np) * sizeof *L->page_minpos);
-    L->n_pages -= np;
+    const int rows = VQ_MIN(L->n_coded, np * kv->P), keep = L->n_pages - np;
+    /* the freed pages become spares behind the kept ones (rotate the pointers; np is 1 but for a
+     * layer that skipped far ahead), beyond the two the next appends can want they go back */
+    uint8_t *gone[8];
+    const int ng = VQ_MIN(np, 8);
+    for (int p = ng; p < np; p++) kv_free(kv, L->pages[p], kv->page_bytes);
+    memcpy(gone, L->pages, (size_t)ng * sizeof *gone);
+    memmove(L->pages, L->pages + np, (size_t)(keep + L->n_spare) * sizeof *L->pages);
+    memcpy(L->pages + keep + L->n_spare, gone, (size_t)ng * sizeof *gone);
+    memmove(L->page_minpos, L->page_minpos + np, (size_t)keep * sizeof *L->page_minpos);
+    L->n_pages = keep;
+    L->n_spare += ng;
+    while (L->n_spare > 2) kv_free(kv, L->pages[keep + --L->n_spare], kv->page_bytes);
     L->n_coded -= rows;
     if (L->ev_score)   /* scores are indexed by storage row: the kept rows' move down with them */
         for (int h = 0; h < kv->H; h++) {
@@ -486,15 +501,21 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     int need = (L->n_coded + F + kv->P - 1) / kv->P;
     if (need > kv->page_cap)
         return vq_err_set(err, VQ_ERR_RANGE, "vq_kv_append: layer %d: page table full", layer);
-    for (int p = L->n_pages; p < need; p++) {
+    const int reuse = VQ_MIN(L->n_spare, VQ_MAX(0, need - L->n_pages));   /* the ring's spares first */
+    for (int p = L->n_pages; p < L->n_pages + reuse; p++) {
+        memset(L->pages[p], 0, kv->page_bytes);   /* as a new page comes */
+        L->page_minpos[p] = INT32_MAX;
+    }
+    for (int p = L->n_pages + reuse; p < need; p++) {   /* no spare is left past here */
         L->pages[p] = kv_alloc(kv, kv->page_bytes);
-        if (!L->pages[p]) {
-            for (int q = L->n_pages; q < p; q++) kv_free(kv, L->pages[q], kv->page_bytes);
+        if (!L->pages[p]) {   /* the spares stay spares */
+            for (int q = L->n_pages + reuse; q < p; q++) kv_free(kv, L->pages[q], kv->page_bytes);
             return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_append: layer %d: out of memory for page %d "
                               "(%zu bytes)", layer, p, kv->page_bytes);
         }
         L->page_minpos[p] = INT32_MAX;
     }
+    L->n_spare -= reuse;
     L->n_pages = VQ_MAX(L->n_pages, need);
 
     if (F > 0) {

@@ -85,6 +85,8 @@ typedef struct vq_kv_layer {
                               then the window; sink rows have none): what the policy observed */
     int span;              /* the cache layer's attention span (0: unbounded, no ring) */
     int ring_lo;           /* the ring freed every position in [S, ring_lo) (0: none freed) */
+    int n_spare;           /* pages the ring let go, kept for the next append: pages[n_pages ..
+                              n_pages + n_spare) (reused, so RSS follows the accounting) */
 } vq_kv_layer;
 
 /* One group: the layers that share one codec config. dims.n_layers = layers in the group;
@@ -171,6 +173,7 @@ int vq_kvg_truncate(vq_kvg *g, int local, int n, int dry);
 /* A sliding-window layer's ring (layer span > 0): free the leading pages whose rows all have
  * positions <= limit, moving only page pointers. Returns rows freed. */
 int vq_kvg_ring_drop(vq_kvg *g, int local, int32_t limit);
+void vq_kvg_free_spares(vq_kvg *g, vq_kv_layer *L);   /* before anything else frees pages */
 /* evict.c */
 vq_status vq_evict_key(vq_evict_cfg *ev, const char *key, const char *val, char *msg, size_t cap);
 int vq_evict_is_key(const char *key);
