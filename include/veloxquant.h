@@ -134,6 +134,10 @@ VQ_API vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_
  * vq_kv_spec_bytes(n_rows). What a server reserves for a request in a slot of n_ctx positions. */
 VQ_API vq_status vq_kv_spec_bytes_at(const vq_kv_spec *s, const vq_model *m, int n_ctx, int n_rows,
                                      size_t *bytes, vq_err *err);
+/* The same for a session made with n_batch (vq_session_params.n_batch; 0: the default 64): a
+ * sliding-window layer's ring holds up to one batch more than its window (docs/gemma.md). */
+VQ_API vq_status vq_kv_spec_bytes_batch(const vq_kv_spec *s, const vq_model *m, int n_ctx, int n_batch,
+                                        int n_rows, size_t *bytes, vq_err *err);
 /* Every codec with its parameters, then the store keys, one per line; returns the length needed. */
 VQ_API size_t vq_kv_spec_help(char *buf, size_t cap);
 

@@ -327,7 +327,7 @@ static enum MHD_Result completion(server *S, struct MHD_Connection *c, conn_ctx 
     if (rq->spec) { j->spec = rq->spec; rq->spec = NULL; }
     else j->spec = vq_kv_spec_parse(S->spec_default_text, &err);
     snprintf(j->spec_text, sizeof j->spec_text, "%s", j->spec ? vq_kv_spec_text(j->spec) : "");
-    if (!j->spec || vq_kv_spec_bytes_at(j->spec, m, S->c.n_ctx, j->n_tok + j->max_tokens, &j->reserve, &err)) {
+    if (!j->spec || vq_kv_spec_bytes_batch(j->spec, m, S->c.n_ctx, S->c.n_batch, j->n_tok + j->max_tokens, &j->reserve, &err)) {
         srv_error_set(&e, 400, "invalid_request_error", "kv", "invalid_kv_spec", "'kv': %s", err.msg);
         srv_job_release(NULL, j);
         return send_error(S, c, &e);
@@ -642,7 +642,7 @@ int srv_run(const srv_config *cfg, char *msg, size_t cap) {
     if (!S.spec_default) { snprintf(msg, cap, "--kv: %s", err.msg); return 1; }
     snprintf(S.spec_default_text, sizeof S.spec_default_text, "%s", vq_kv_spec_text(S.spec_default));
     size_t one;
-    if (vq_kv_spec_bytes_at(S.spec_default, cfg->model, cfg->n_ctx, 1, &one, &err)) {
+    if (vq_kv_spec_bytes_batch(S.spec_default, cfg->model, cfg->n_ctx, cfg->n_batch, 1, &one, &err)) {
         snprintf(msg, cap, "--kv: %s", err.msg);
         vq_kv_spec_free(S.spec_default);
         return 1;

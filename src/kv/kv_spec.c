@@ -259,7 +259,10 @@ void vq_kv_normalize(char *out, size_t cap, const vq_codec_state *st_k, const vq
     if (!strcmp(side[0], side[1])) o = snprintf(out, cap, "%s", side[0]);
     else o = snprintf(out, cap, "k=%s;v=%s", side[0], side[1]);
     if (o < 0 || (size_t)o >= cap) return;
-    if (R > 0 || P != 256 || S > 0 || wprec != 16) {
+    /* the store part unless every value is the default a reparse would give (the window's is the
+     * codecs' fp_window: "kivi;window=0" must say window=0) */
+    const int R0 = VQ_MAX(st_k->fp_window, st_v->fp_window);
+    if (R > 0 || R != R0 || P != 256 || S > 0 || wprec != 16) {
         int q = snprintf(out + o, cap - (size_t)o, ";window=%d,wprec=%d,page=%d", R, wprec, P);
         if (q > 0 && (size_t)(o + q) < cap && S > 0)
             q += snprintf(out + o + q, cap - (size_t)(o + q), ",sink=%d", S);

@@ -9,7 +9,14 @@
 
 vq_status vq_kv_spec_bytes_at(const vq_kv_spec *s, const vq_model *m, int n_ctx, int n_rows, size_t *bytes,
                              vq_err *err) {
+    return vq_kv_spec_bytes_batch(s, m, n_ctx, 0, n_rows, bytes, err);
+}
+
+vq_status vq_kv_spec_bytes_batch(const vq_kv_spec *s, const vq_model *m, int n_ctx, int n_batch, int n_rows,
+                                 size_t *bytes, vq_err *err) {
     vq_err_clear(err);
+    if (n_batch < 0 || n_batch > 4096)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_bytes: batch size %d is out of range (0..4096)", n_batch);
     if (!s || !m || !bytes) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_bytes: no spec, model or result");
     if (n_ctx < 1 || n_ctx > (1 << 24))
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_bytes: context %d is out of range (1..16777216)", n_ctx);
@@ -18,7 +25,7 @@ vq_status vq_kv_spec_bytes_at(const vq_kv_spec *s, const vq_model *m, int n_ctx,
     /* the accounting is the cache's own: make one (no rows, so no pages) and ask it; the page
      * size follows the context, so the context is the session's, not the row count */
     vq_kv_dims dims = vq_model_kv_dims(m, n_ctx);
-    dims.max_append = VQ_MIN(n_ctx, VQ_SESSION_BATCH_DEFAULT);   /* a session made with n_batch 0 */
+    dims.max_append = VQ_MIN(n_ctx, n_batch ? n_batch : VQ_SESSION_BATCH_DEFAULT);   /* as vq_session_create */
     vq_kv *kv = vq_kv_create(s, &dims, 0, err);
     if (!kv) return err ? err->code : VQ_ERR_ARG;
     *bytes = vq_kv_bytes_at(kv, n_rows);

@@ -108,6 +108,55 @@ static void check_codecs(const vq_model *m, int sanitized) {
     free(lg);
 }
 
+/* A session's ring against the reservation a server makes: with batch B, a Gemma session holds no
+ * more than vq_kv_spec_bytes_batch(B, rows) after any call, and far less than the rows would take
+ * without the ring (the global layers' share); the default-batch bound is vq_kv_spec_bytes_at. */
+static void check_ring_reserve(const vq_model *m) {
+    const int n_ctx = 1400, B[2] = { 0, 200 };
+    vq_err err;
+    vq_kv_spec *sp = vq_kv_spec_parse("q8_0", &err);
+    CHECKF(sp != NULL, "%s", err.msg);
+    int *ids = malloc(sizeof(int) * n_ctx);
+    vq_rng r;
+    vq_rng_seed(&r, 0x6e3a);
+    for (int i = 0; i < n_ctx; i++) ids[i] = 1000 + (int)(vq_rng_u64(&r) % 20000);
+    for (int b = 0; b < 2 && sp; b++) {
+        vq_session_params p = vq_session_default_params();
+        p.n_ctx = n_ctx;
+        p.n_batch = B[b];
+        vq_session *s = vq_session_create(m, sp, &p, &err);
+        CHECKF(s != NULL, "%s", err.msg);
+        int ok = 1, at = 0;
+        size_t worst_room = (size_t)-1, full = 0;
+        while (s && at < 1300) {   /* calls of 1..250 tokens: several prefill chunks, then decode steps */
+            int n = at < 1000 ? 1 + (int)(vq_rng_u64(&r) % 250) : 1;
+            n = n < 1300 - at ? n : 1300 - at;
+            if (vq_session_decode(s, ids + at, n, NULL, 0, &err)) { ok = 0; break; }
+            at += n;
+            size_t bound, def;
+            ok &= vq_kv_spec_bytes_batch(sp, m, n_ctx, B[b], at, &bound, &err) == VQ_OK;
+            ok &= vq_kv_spec_bytes_at(sp, m, n_ctx, at, &def, &err) == VQ_OK;
+            ok &= B[b] != 0 || def == bound;
+            ok &= vq_session_kv_bytes(s) <= bound;
+            worst_room = bound - vq_session_kv_bytes(s) < worst_room ? bound - vq_session_kv_bytes(s) : worst_room;
+            full = bound;
+        }
+        CHECKF(ok, "batch %d: the session held more than vq_kv_spec_bytes_batch at %d tokens (%s)", B[b], at, err.msg);
+        printf("ring, batch %d: %zu bytes held after %d tokens, bound %zu (tightest slack %zu)\n", B[b],
+               s ? vq_session_kv_bytes(s) : 0, at, full, worst_room);
+        vq_session_free(s);
+    }
+    /* the ring shows in the reservation: one more 256-row page per layer costs all 18 layers while
+     * rows are few (34 -> 290), only the 3 global layers once the rings are full (1034 -> 1290) */
+    size_t b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    CHECK(vq_kv_spec_bytes_at(sp, m, n_ctx, 34, &b0, &err) == VQ_OK && vq_kv_spec_bytes_at(sp, m, n_ctx, 290, &b1, &err) == VQ_OK);
+    CHECK(vq_kv_spec_bytes_at(sp, m, n_ctx, 1034, &b2, &err) == VQ_OK && vq_kv_spec_bytes_at(sp, m, n_ctx, 1290, &b3, &err) == VQ_OK);
+    CHECKF((b3 - b2) * 6 == b1 - b0, "a page of rows costs %zu bytes early and %zu late (want 1/6 of it: 3 of 18 "
+           "layers grow)", b1 - b0, b3 - b2);
+    vq_kv_spec_free(sp);
+    free(ids);
+}
+
 int main(void) {
     char mp[1024], fx[1024];
     vq_t_gemma(mp, sizeof mp);
@@ -140,6 +189,7 @@ int main(void) {
         printf("kv f32;page=64: the rings freed %ld rows\n", freed);
     }
     check_codecs(m, sanitized);
+    if (!sanitized) check_ring_reserve(m);
     vq_model_free(m);
     return vq_t_done();
 }

@@ -1,6 +1,7 @@
 /* fuzz_kv_state.c: libFuzzer entry for the kv state reader (kv/kv_state.c). A small two-group
  * cache (2 layers, 2 query heads, 1 KV head, head_dim 64, max_ctx 64; q4_0 with a window, a sink
- * and 16-row pages, layer 1 f16) reads the input as a kv stream; when it is accepted, everything
+ * and 16-row pages, layer 1 f16; layer 0 a sliding window of 20 whose ring frees pages) reads the
+ * input as a kv stream; when it is accepted, everything
  * that uses the cache's contents runs on it (read-back, attention, more appends, truncate, a
  * write that must give back the same bytes), so ASan/UBSan see any count the reader let through.
  * A failed read must say why and leave the cache as it was.
@@ -13,7 +14,8 @@
 #include <string.h>
 
 static const char *SPEC = "q4_0;window=4,sink=2,page=16@1=f16;window=3";
-static const vq_kv_dims DIMS = { 2, 2, 1, 64, 64, NULL, 0 };
+static const int SPANS[2] = { 20, 0 };   /* layer 0 slides (a ring of 16-row pages), layer 1 sees all */
+static const vq_kv_dims DIMS = { 2, 2, 1, 64, 64, SPANS, 0 };
 static vq_kv *kv;
 
 typedef struct { uint8_t *p; size_t n, cap; } mem;
@@ -54,7 +56,8 @@ static void write_seeds(const char *dir) {
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         vq_kv *c = vq_kv_create_str(SPEC, &DIMS, 1, NULL);
         if (!c) abort();
-        fill(c, 0, rows[i]);
+        for (int at = 0, step = i % 2 ? 7 : rows[i]; at < rows[i]; at += step)   /* odd: chunks, the ring frees */
+            fill(c, at, rows[i] - at < step ? rows[i] - at : step);
         mem m = stream_of(c);
         char path[1024];
         snprintf(path, sizeof path, "%s/kv-%02d-rows", dir, rows[i]);
@@ -131,6 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(again.p);
     /* the stricter session form (rows 0..n-1) agrees or refuses, and never crashes */
     vq_kv_state_read(kv, data, size, vq_kv_rows(kv, 0), &err);
+    vq_kv_state_read(kv, data, size, vq_kv_rows(kv, 1), &err);   /* the ring layer may hold fewer */
     exercise(kv);
     return 0;
 }
