@@ -530,17 +530,19 @@ def plot(args, arms, concs, runs):
                    for i, a in enumerate(arms))
     p3 = ", ".join(f"'{base}.dat' index {i} using 1:6:7:8 with yerrorlines {style[i]} title '{a['label']}'"
                    for i, a in enumerate(arms))
-    xt = (f"set logscale x 2\nset xtics ({', '.join(str(c) for c in concs)})\nset grid\n"
+    xt = (f"set logscale x 2\nset xrange [{min(concs) / 1.25}:{max(concs) * 1.25}]\n"
+          f"set xtics ({', '.join(str(c) for c in concs)})\nset grid\n"
           "set xlabel 'concurrent clients'\n")
     gp = (f"set terminal pngcairo size 1500,560 noenhanced font ',10'\nset output '{args.plot}'\n"
-          f"set multiplot layout 1,3 title 'SmolLM2-135M Q4_1, {args.conv_tokens}-token conversations, KV budget "
-          f"{args.budget_mb} MiB, {args.threads} threads (solid: veloxquant serve; dashed: llama-cpp-python server; "
-          f"median, bars min..max of {args.reps})'\n" + xt +
+          f"set multiplot layout 1,3 title \"{os.path.basename(args.model)}: {args.conv_tokens}-token conversations "
+          f"(prompt ~{args.prompt_tokens}, {args.gen} streamed each), KV budget {args.budget_mb} MiB, {args.threads} "
+          f"threads\\nsolid: veloxquant serve; dashed: llama-cpp-python server; median, bars min..max of "
+          f"{args.reps}\"\n" + xt +
           "set title 'conversations decoding at once (fit: by KV bytes)'\nset ylabel 'streams'\nset key left top\n"
           f"plot {p1}\n"
-          "set yrange [0:*]\nset title 'aggregate decode tok/s (client side)'\nset ylabel 'tokens/s'\nset key left top\n"
+          "set yrange [0:*]\nset title 'aggregate decode tok/s (client side)'\nset ylabel 'tokens/s'\nunset key\n"
           f"plot {p2}\n"
-          "set title 'wall tok/s (prefill and queueing included)'\nset ylabel 'tokens/s'\nset key left top\n"
+          "set title 'wall tok/s (prefill and queueing included)'\nset ylabel 'tokens/s'\n"
           f"plot {p3}\nunset multiplot\n")
     try:
         subprocess.run(["gnuplot"], input=gp.encode(), check=True)
