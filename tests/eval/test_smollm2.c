@@ -8,9 +8,14 @@
  * shipped), our logits equal numpy's to 1e-4, so the remaining gap is activation quantization. */
 #include "logits_fixture.h"
 
-#define LOGIT_TOL 0.80      /* max |ours - numpy f64| over the checked logits (llama.cpp: 0.70) */
-#define LOGIT_MEAN_TOL 0.15 /* mean |ours - numpy| over the checked logits (measured: 0.11) */
-#define PPL_TOL_NUMPY 0.005 /* |ppl/numpy - 1|, f32 cache (measured +0.0042; llama.cpp's own: +0.0058) */
+/* Int8 activation rounding is chaotic: a 1e-7 change anywhere (another ISA's summation order)
+ * flips some roundings downstream and gives another realization of the same noise. Measured over
+ * the six matmul x attention ISA pairs of an AVX-512 VNNI machine (tests/fixtures/README.md,
+ * "Realizations"): log-probability distance max 0.57-0.73, mean 0.107-0.125; f32-cache perplexity
+ * +0.380% .. +0.528% above numpy (mean 0.468%, sd 0.057%). */
+#define LOGIT_TOL 0.80      /* max |ours - numpy f64| log-probability (llama.cpp's raw logits: 0.70) */
+#define LOGIT_MEAN_TOL 0.15 /* mean of the same (measured 0.107-0.125) */
+#define PPL_TOL_NUMPY 0.0064 /* |ppl/numpy - 1|, f32 cache: the realizations' mean + 3 sd (llama.cpp: +0.58%) */
 #define PPL_TOL_LLAMACPP 0.003 /* |ppl/llama.cpp - 1| */
 #define GREEDY_MARGIN 0.5  /* greedy steps compared while numpy's top-1 lead is at least this */
 
