@@ -382,29 +382,29 @@ T_AVX512 static INL void acc_512_m(vq_ggl_kind k, const int m, int d, const floa
         const uint8_t *row = rows + (size_t)r * rb;
         if (pf)   /* first pass over a chunk: fetch the next chunk's rows */
             for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(row + VCH * rb + o), _MM_HINT_T0);
-        float wr[QM5];
+        __m512 vw[QM5];   /* the row's weights; the scale goes on the codes (once, not once a query) */
 #pragma GCC unroll 4
-        for (int j = 0; j < m; j++) wr[j] = w[(size_t)j * wstride + r];
+        for (int j = 0; j < m; j++) vw[j] = _mm512_set1_ps(w[(size_t)j * wstride + r]);
 #pragma GCC unroll 2
         for (int gg = 0; gg < ng; gg++) {
             const uint8_t *blk = row + (size_t)(g + gg) * bb;
             uint16_t h;
             memcpy(&h, blk, 2);
-            const float s = _cvtsh_ss(h);
+            const __m512 s = _mm512_set1_ps(_cvtsh_ss(h));
             __m512 c0, c1;
             if (k == VQ_GGL_Q8) {
-                c0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
-                c1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
-            } else {   /* byte j: coordinate j (low nibble), 16 + j (high) */
+                c0 = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))));
+                c1 = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18)))));
+            } else {   /* byte j: coordinate j (low nibble), 16 + j (high); the table scaled once */
                 const __m512i raw = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)));
-                c0 = _mm512_permutexvar_ps(raw, tab);
-                c1 = _mm512_permutexvar_ps(_mm512_srli_epi32(raw, 4), tab);
+                const __m512 ts = _mm512_mul_ps(tab, s);
+                c0 = _mm512_permutexvar_ps(raw, ts);
+                c1 = _mm512_permutexvar_ps(_mm512_srli_epi32(raw, 4), ts);
             }
 #pragma GCC unroll 4
             for (int j = 0; j < m; j++) {
-                const __m512 vw = _mm512_set1_ps(wr[j] * s);
-                a[j][2 * gg] = _mm512_fmadd_ps(c0, vw, a[j][2 * gg]);
-                a[j][2 * gg + 1] = _mm512_fmadd_ps(c1, vw, a[j][2 * gg + 1]);
+                a[j][2 * gg] = _mm512_fmadd_ps(c0, vw[j], a[j][2 * gg]);
+                a[j][2 * gg + 1] = _mm512_fmadd_ps(c1, vw[j], a[j][2 * gg + 1]);
             }
         }
     }
