@@ -1,6 +1,6 @@
 /* codec_ggml.h: shared pieces of the llama.cpp-style KV codecs (q8_0, q4_0): the optional
- * randomized Hadamard rotation (rotate=1) and generic score/accumulate loops over rows made of
- * 32-element blocks. A codec supplies a block decoder that produces the block's 32 values in
+ * randomized Hadamard rotation (rotate=1) and generic score loops over rows made of 32-element
+ * blocks (layout=rows keys; values are summed by vq_ggl_acc_rows in ggml_lanes.c). A codec supplies a block decoder that produces the block's 32 values in
  * registers; the loops inline it (always_inline), so codes are read from memory and expanded
  * only in registers: no K_hat/V_hat row is ever written out. */
 #ifndef VQ_CODEC_GGML_H
@@ -180,5 +180,5 @@ VQ_GGML_T2 VQ_GGML_INL void vq_ggml_score256(int d, size_t bb, int n_q, const vo
         }
     }
 }
-/* values on AVX2: vq_ggl_acc_rows (ggml_lanes.c), accumulators in registers */
+/* values on AVX2 and AVX-512: vq_ggl_acc_rows (ggml_lanes.c), accumulators in registers */
 #endif

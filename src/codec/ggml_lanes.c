@@ -7,18 +7,29 @@
  *     byte j holds coordinate 32g+j (low nibble) and 32g+16+j (high nibble), as in ggml (16 x 16).
  *   So a group is 16 x 34 (q8_0) or 16 x 18 (q4_0) bytes, exactly the 16 rows' blocks: the same
  *   8.5 / 4.5 bits per element, the same bytes, in another order (vq_ggl_put_row / get_row).
- * Scoring reads one coordinate's 16 codes with one load (two halves of 8 lanes in AVX2: lanes =
- * rows), converts them to floats and adds q[i] * code into 16 per-row sums with one FMA per
- * query and half; at the end of a group the 16 sums are scaled by the 16 scales (one FMA per
- * half) into the row scores. No horizontal sum, no per-row call, codes read contiguously.
+ * Scoring reads one coordinate's 16 codes with one load, converts them to floats and adds
+ * q[i] * code into 16 per-row sums with one FMA per query; at the end of a group the 16 sums are
+ * scaled by the 16 scales (one FMA) into the row scores. No horizontal sum, no per-row call, codes
+ * read contiguously. AVX2 holds the 16 rows as two halves of 8 lanes (ymm), up to 3 queries a
+ * pass, q4_0's codes taken as 0..15 with the -8 taken off once a group through the query's group
+ * sum. AVX-512 holds them in one zmm (lanes = rows), up to 4 queries a pass with two sums per
+ * query and group (even / odd coordinates, low / high nibbles: twice as many FMA chains, half as
+ * long); a q4_0 code becomes its value -8..7 by one vpermps on a 16-entry table (the permute reads
+ * only the index's low 4 bits, so no mask, conversion or offset).
  *
  * Values keep the one-row layout (each row its d/32 llama.cpp blocks): what the sum needs is not a
  * new order but accumulators that stay in registers. The loop takes 64 rows at a time (they stay
- * in L1), and for each group of 32 coordinates and up to 3 queries holds the 3 x 32 sums in 12
- * registers over the 64 rows; rows are converted once per group and query set.
+ * in L1) and holds a few queries' sums over a few groups of 32 coordinates in registers across
+ * the 64 rows, storing them once: AVX2, up to 3 queries x 1 group (12 ymm); AVX-512, up to 4
+ * queries x 2 groups (16 zmm), the group's scale put on the codes (q4_0: on the table before the
+ * permutes) so each row's weights are broadcast once per row, not weight x scale once per query
+ * and group. It serves both key layouts' values (layout only changes keys). On AVX-512 it
+ * replaced the older row loop of codec_ggml.h (one query per pass, each row re-read per query):
+ * with that loop and the AVX2 keys a decode step ran at only 1.1-1.4x f16 there, now 2.3-3.0x
+ * (docs/lowbit-keys.md, "AVX-512 variants").
  *
- * AVX-512 machines run the AVX2 code (ymm): no AVX-512 variant was written, because it could not
- * be tested here (the development machine has AVX2 only). */
+ * Every variant is tested on every ISA the CPU has: test_codec_ggml calls these loops directly
+ * with each ISA; test_codecs_attention and test_kv_codecs run once per VQ_CODEC_ISA. */
 #include <immintrin.h>
 #include <string.h>
 #include "codec/ggml_lanes.h"
