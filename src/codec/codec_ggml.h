@@ -1,6 +1,6 @@
 /* codec_ggml.h: shared pieces of the llama.cpp-style KV codecs (q8_0, q4_0): the optional
- * randomized Hadamard rotation (rotate=1) and generic score/accumulate loops over rows made of
- * 32-element blocks. A codec supplies a block decoder that produces the block's 32 values in
+ * randomized Hadamard rotation (rotate=1) and generic score loops over rows made of 32-element
+ * blocks (layout=rows keys; values are summed by vq_ggl_acc_rows in ggml_lanes.c). A codec supplies a block decoder that produces the block's 32 values in
  * registers; the loops inline it (always_inline), so codes are read from memory and expanded
  * only in registers: no K_hat/V_hat row is ever written out. */
 #ifndef VQ_CODEC_GGML_H
@@ -154,43 +154,6 @@ VQ_GGML_T5 VQ_GGML_INL void vq_ggml_score512(int d, size_t bb, int n_q, const vo
         }
     }
 }
-/* AVX-512 sums: per query and 64 output lanes (two blocks), the accumulator stays in registers
- * across all rows; an odd last block goes alone */
-VQ_GGML_T5 VQ_GGML_INL void vq_ggml_acc512(int d, size_t bb, int n_q, const float *w,
-                                           const uint8_t *rows, int n_rows, float *const *acc,
-                                           vq_dec512 dec) {
-    const int nb = d / 32;
-    const size_t rb = (size_t)nb * bb;
-    for (int j = 0; j < n_q; j++) {
-        const float *wj = w + (size_t)j * n_rows;
-        for (int b = 0; b < nb; b += 2) {
-            const int two = b + 1 < nb;
-            float *y = acc[j] + b * 32;
-            __m512 a0 = _mm512_loadu_ps(y), a1 = _mm512_loadu_ps(y + 16);
-            __m512 a2 = two ? _mm512_loadu_ps(y + 32) : _mm512_setzero_ps();
-            __m512 a3 = two ? _mm512_loadu_ps(y + 48) : _mm512_setzero_ps();
-            for (int r = 0; r < n_rows; r++) {
-                if (wj[r] == 0.0f) continue;
-                const __m512 vw = _mm512_set1_ps(wj[r]);
-                __m512 c0, c1;
-                dec(rows + (size_t)r * rb + (size_t)b * bb, &c0, &c1);
-                a0 = _mm512_fmadd_ps(vw, c0, a0);
-                a1 = _mm512_fmadd_ps(vw, c1, a1);
-                if (two) {
-                    dec(rows + (size_t)r * rb + (size_t)(b + 1) * bb, &c0, &c1);
-                    a2 = _mm512_fmadd_ps(vw, c0, a2);
-                    a3 = _mm512_fmadd_ps(vw, c1, a3);
-                }
-            }
-            _mm512_storeu_ps(y, a0);
-            _mm512_storeu_ps(y + 16, a1);
-            if (two) {
-                _mm512_storeu_ps(y + 32, a2);
-                _mm512_storeu_ps(y + 48, a3);
-            }
-        }
-    }
-}
 VQ_GGML_T2 VQ_GGML_INL void vq_ggml_score256(int d, size_t bb, int n_q, const void *const *qs,
                                              const uint8_t *rows, int n_rows, float *scores,
                                              vq_dec256 dec) {
@@ -217,5 +180,5 @@ VQ_GGML_T2 VQ_GGML_INL void vq_ggml_score256(int d, size_t bb, int n_q, const vo
         }
     }
 }
-/* values on AVX2: vq_ggl_acc_rows (ggml_lanes.c), accumulators in registers */
+/* values on AVX2 and AVX-512: vq_ggl_acc_rows (ggml_lanes.c), accumulators in registers */
 #endif

@@ -102,8 +102,6 @@ VQ_GGML_T2 VQ_GGML_INL void dec256(const uint8_t *blk, __m256 *c) {
 }
 VQ_GGML_T5 static void score512(int d, int n_q, const void *const *qs, const uint8_t *rows, int n,
                                 float *sc) { vq_ggml_score512(d, BB, n_q, qs, rows, n, sc, dec512); }
-VQ_GGML_T5 static void acc512(int d, int n_q, const float *w, const uint8_t *rows, int n,
-                              float *const *acc) { vq_ggml_acc512(d, BB, n_q, w, rows, n, acc, dec512); }
 VQ_GGML_T2 static void score256(int d, int n_q, const void *const *qs, const uint8_t *rows, int n,
                                 float *sc) { vq_ggml_score256(d, BB, n_q, qs, rows, n, sc, dec256); }
 
@@ -151,11 +149,9 @@ static void q8_accumulate(const vq_codec_state *st, int n_q, const float *w,
                           const uint8_t *blocks, int n_blocks, float *const *acc) {
     const vq_ggml_impl *im = st->impl;
     if (im->lanes) { vq_ggl_accumulate(VQ_GGL_Q8, st->d, n_q, w, blocks, n_blocks, acc); return; }
-    switch (vq_cvec_isa()) {
-    case VQ_ISA_AVX512: acc512(st->d, n_q, w, blocks, n_blocks, acc); break;
-    case VQ_ISA_AVX2: vq_ggl_acc_rows(VQ_GGL_Q8, VQ_ISA_AVX2, st->d, n_q, w, blocks, n_blocks, acc); break;
-    default: acc_scalar(st->d, n_q, w, blocks, n_blocks, acc);
-    }
+    const vq_isa isa = vq_cvec_isa();   /* AVX2 and AVX-512: the register-resident loop of ggml_lanes.c */
+    if (!vq_ggl_acc_rows(VQ_GGL_Q8, isa, st->d, n_q, w, blocks, n_blocks, acc))
+        acc_scalar(st->d, n_q, w, blocks, n_blocks, acc);
 }
 
 const vq_codec vq_codec_q8_0 = {

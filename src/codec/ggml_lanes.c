@@ -7,25 +7,38 @@
  *     byte j holds coordinate 32g+j (low nibble) and 32g+16+j (high nibble), as in ggml (16 x 16).
  *   So a group is 16 x 34 (q8_0) or 16 x 18 (q4_0) bytes, exactly the 16 rows' blocks: the same
  *   8.5 / 4.5 bits per element, the same bytes, in another order (vq_ggl_put_row / get_row).
- * Scoring reads one coordinate's 16 codes with one load (two halves of 8 lanes in AVX2: lanes =
- * rows), converts them to floats and adds q[i] * code into 16 per-row sums with one FMA per
- * query and half; at the end of a group the 16 sums are scaled by the 16 scales (one FMA per
- * half) into the row scores. No horizontal sum, no per-row call, codes read contiguously.
+ * Scoring reads one coordinate's 16 codes with one load, converts them to floats and adds
+ * q[i] * code into 16 per-row sums with one FMA per query; at the end of a group the 16 sums are
+ * scaled by the 16 scales (one FMA) into the row scores. No horizontal sum, no per-row call, codes
+ * read contiguously. AVX2 holds the 16 rows as two halves of 8 lanes (ymm), up to 3 queries a
+ * pass, q4_0's codes taken as 0..15 with the -8 taken off once a group through the query's group
+ * sum. AVX-512 holds them in one zmm (lanes = rows), up to 4 queries a pass with two sums per
+ * query and group (even / odd coordinates, low / high nibbles: twice as many FMA chains, half as
+ * long); a q4_0 code becomes its value -8..7 by one vpermps on a 16-entry table (the permute reads
+ * only the index's low 4 bits, so no mask, conversion or offset).
  *
  * Values keep the one-row layout (each row its d/32 llama.cpp blocks): what the sum needs is not a
  * new order but accumulators that stay in registers. The loop takes 64 rows at a time (they stay
- * in L1), and for each group of 32 coordinates and up to 3 queries holds the 3 x 32 sums in 12
- * registers over the 64 rows; rows are converted once per group and query set.
+ * in L1) and holds a few queries' sums over a few groups of 32 coordinates in registers across
+ * the 64 rows, storing them once: AVX2, up to 3 queries x 1 group (12 ymm); AVX-512, up to 4
+ * queries x 2 groups (16 zmm), the group's scale put on the codes (q4_0: on the table before the
+ * permutes) so each row's weights are broadcast once per row, not weight x scale once per query
+ * and group. It serves both key layouts' values (layout only changes keys). On AVX-512 it
+ * replaced the older row loop of codec_ggml.h (one query per pass, each row re-read per query):
+ * with that loop and the AVX2 keys a decode step ran at only 1.1-1.4x f16 there, now 2.3-3.0x
+ * (docs/lowbit-keys.md, "AVX-512 variants").
  *
- * AVX-512 machines run the AVX2 code (ymm): no AVX-512 variant was written, because it could not
- * be tested here (the development machine has AVX2 only). */
+ * Every variant is tested on every ISA the CPU has: test_codec_ggml calls these loops directly
+ * with each ISA; test_codecs_attention and test_kv_codecs run once per VQ_CODEC_ISA. */
 #include <immintrin.h>
 #include <string.h>
 #include "codec/ggml_lanes.h"
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define INL inline __attribute__((always_inline))
-#define QM 3        /* queries per pass */
+#define QM 3        /* queries per pass (AVX2: 16 ymm registers) */
+#define QM5 4       /* queries per pass (AVX-512: 32 zmm registers) */
 #define VCH 64      /* value rows per chunk */
 
 static size_t gbytes(vq_ggl_kind k) { return (size_t)VQ_GGL_ROWS * vq_ggl_bb(k); }
@@ -200,9 +213,92 @@ T_AVX2 static INL void score_256_m(vq_ggl_kind k, const int m, int d, const floa
 SCORE_KIND(VQ_GGL_Q8)
 SCORE_KIND(VQ_GGL_Q4)
 
+/* ---------------- AVX-512 keys: the 16 rows of a block are one zmm ---------------- */
+/* q4_0 codes 0..15 -> their values -8..7: vpermps reads only the low 4 bits of each index, so a
+ * permute on this table is the mask, the conversion and the -8 in one instruction */
+T_AVX512 static INL __m512 q4tab_512(void) {
+    return _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+
+/* m queries (a constant after inlining) over n_blocks lanes blocks; two sums per query and group
+ * (even / odd coordinates for q8_0, low / high nibbles for q4_0) so that the FMA chains are twice
+ * as many and half as long */
+T_AVX512 static INL void score_512_m(vq_ggl_kind k, const int m, int d, const float *const *q,
+                                     const uint8_t *blocks, int n_blocks, float *scores, size_t stride) {
+    const int nb = d / 32;
+    const size_t gb = gbytes(k), bb = (size_t)nb * gb;
+    const __m512 tab = q4tab_512();
+    for (int b = 0; b < n_blocks; b++) {
+        const uint8_t *blk = blocks + (size_t)b * bb;
+        __m512 t[QM5];
+#pragma GCC unroll 4
+        for (int j = 0; j < m; j++) t[j] = _mm512_setzero_ps();
+        for (int g = 0; g < nb; g++) {
+            const uint8_t *grp = blk + (size_t)g * gb, *c = grp + 32;
+            for (size_t o = 0; o < gb; o += 64) _mm_prefetch((const char *)(grp + 2 * bb + o), _MM_HINT_T0);
+            const float *qg[QM5];
+            __m512 a0[QM5], a1[QM5];
+#pragma GCC unroll 4
+            for (int j = 0; j < m; j++) {
+                qg[j] = q[j] + 32 * g;
+                a0[j] = a1[j] = _mm512_setzero_ps();
+            }
+            if (k == VQ_GGL_Q8) {
+#pragma GCC unroll 4
+                for (int i = 0; i < 32; i += 2) {
+                    const __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(c + i * 16))));
+                    const __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(c + i * 16 + 16))));
+#pragma GCC unroll 4
+                    for (int j = 0; j < m; j++) {
+                        a0[j] = _mm512_fmadd_ps(v0, _mm512_set1_ps(qg[j][i]), a0[j]);
+                        a1[j] = _mm512_fmadd_ps(v1, _mm512_set1_ps(qg[j][i + 1]), a1[j]);
+                    }
+                }
+            } else {   /* byte p of a row: coordinate p (low nibble) and 16 + p (high nibble) */
+#pragma GCC unroll 4
+                for (int p = 0; p < 16; p++) {
+                    const __m512i raw = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c + p * 16)));
+                    const __m512 lo = _mm512_permutexvar_ps(raw, tab);
+                    const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(raw, 4), tab);
+#pragma GCC unroll 4
+                    for (int j = 0; j < m; j++) {
+                        a0[j] = _mm512_fmadd_ps(lo, _mm512_set1_ps(qg[j][p]), a0[j]);
+                        a1[j] = _mm512_fmadd_ps(hi, _mm512_set1_ps(qg[j][16 + p]), a1[j]);
+                    }
+                }
+            }
+            const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)grp));
+#pragma GCC unroll 4
+            for (int j = 0; j < m; j++) t[j] = _mm512_fmadd_ps(_mm512_add_ps(a0[j], a1[j]), s, t[j]);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < m; j++) _mm512_storeu_ps(scores + (size_t)j * stride + (size_t)b * VQ_GGL_ROWS, t[j]);
+    }
+}
+
+#define SCORE_KIND_512(K)                                                                        \
+    T_AVX512 static void score_512_##K(int d, int nq, const float *const *q, const uint8_t *blocks, \
+                                       int n_blocks, float *scores) {                            \
+        const size_t stride = (size_t)n_blocks * VQ_GGL_ROWS;                                    \
+        for (int j0 = 0; j0 < nq; j0 += QM5) {                                                   \
+            float *s = scores + (size_t)j0 * stride;                                             \
+            switch (VQ_MIN(QM5, nq - j0)) {                                                      \
+            case 1: score_512_m(K, 1, d, q + j0, blocks, n_blocks, s, stride); break;            \
+            case 2: score_512_m(K, 2, d, q + j0, blocks, n_blocks, s, stride); break;            \
+            case 3: score_512_m(K, 3, d, q + j0, blocks, n_blocks, s, stride); break;            \
+            default: score_512_m(K, 4, d, q + j0, blocks, n_blocks, s, stride); break;           \
+            }                                                                                    \
+        }                                                                                        \
+    }
+SCORE_KIND_512(VQ_GGL_Q8)
+SCORE_KIND_512(VQ_GGL_Q4)
+
 void vq_ggl_score(vq_ggl_kind k, vq_isa isa, int d, int nq, const void *const *qs,
                   const uint8_t *blocks, int n_blocks, float *scores) {
-    if (isa >= VQ_ISA_AVX2) {   /* AVX-512 machines too: see the head of this file */
+    if (isa >= VQ_ISA_AVX512) {
+        if (k == VQ_GGL_Q8) score_512_VQ_GGL_Q8(d, nq, (const float *const *)qs, blocks, n_blocks, scores);
+        else score_512_VQ_GGL_Q4(d, nq, (const float *const *)qs, blocks, n_blocks, scores);
+    } else if (isa >= VQ_ISA_AVX2) {
         if (k == VQ_GGL_Q8) score_256_VQ_GGL_Q8(d, nq, (const float *const *)qs, blocks, n_blocks, scores);
         else score_256_VQ_GGL_Q4(d, nq, (const float *const *)qs, blocks, n_blocks, scores);
     } else {
@@ -279,9 +375,93 @@ T_AVX2 static INL void acc_256_m(vq_ggl_kind k, const int m, int d, const float 
 ACC_KIND(VQ_GGL_Q8)
 ACC_KIND(VQ_GGL_Q4)
 
+/* ---------------- AVX-512 values (one-row layout) ---------------- */
+/* m queries x ng (1 or 2) groups of 32 coordinates from group g, 2 ng m registers, over rows
+ * r0..r1: two groups per pass halve the passes over a chunk (and the accumulator loads and
+ * stores), which 32 registers allow */
+T_AVX512 static INL void acc_512_m(vq_ggl_kind k, const int m, int d, const float *w, size_t wstride,
+                                   const uint8_t *rows, int r0, int r1, float *const *acc, int g,
+                                   const int ng, int pf) {
+    const size_t bb = vq_ggl_bb(k), rb = (size_t)(d / 32) * bb;
+    const __m512 tab = q4tab_512();
+    __m512 a[QM5][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < m; j++)
+#pragma GCC unroll 4
+        for (int q = 0; q < 2 * ng; q++) a[j][q] = _mm512_loadu_ps(acc[j] + 32 * g + 16 * q);
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = rows + (size_t)r * rb;
+        if (pf)   /* first pass over a chunk: fetch the next chunk's rows */
+            for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(row + VCH * rb + o), _MM_HINT_T0);
+        __m512 vw[QM5];   /* the row's weights; the scale goes on the codes (once, not once a query) */
+#pragma GCC unroll 4
+        for (int j = 0; j < m; j++) vw[j] = _mm512_set1_ps(w[(size_t)j * wstride + r]);
+#pragma GCC unroll 2
+        for (int gg = 0; gg < ng; gg++) {
+            const uint8_t *blk = row + (size_t)(g + gg) * bb;
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            const __m512 s = _mm512_set1_ps(_cvtsh_ss(h));
+            __m512 c0, c1;
+            if (k == VQ_GGL_Q8) {
+                c0 = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))));
+                c1 = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18)))));
+            } else {   /* byte j: coordinate j (low nibble), 16 + j (high); the table scaled once */
+                const __m512i raw = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)));
+                const __m512 ts = _mm512_mul_ps(tab, s);
+                c0 = _mm512_permutexvar_ps(raw, ts);
+                c1 = _mm512_permutexvar_ps(_mm512_srli_epi32(raw, 4), ts);
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < m; j++) {
+                a[j][2 * gg] = _mm512_fmadd_ps(c0, vw[j], a[j][2 * gg]);
+                a[j][2 * gg + 1] = _mm512_fmadd_ps(c1, vw[j], a[j][2 * gg + 1]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < m; j++)
+#pragma GCC unroll 4
+        for (int q = 0; q < 2 * ng; q++) _mm512_storeu_ps(acc[j] + 32 * g + 16 * q, a[j][q]);
+}
+
+#define ACC_M_512(K, M)                                                                         \
+    do {                                                                                        \
+        if (ng == 2) acc_512_m(K, M, d, wj, n_rows, rows, r0, r1, acc + j0, g, 2, pf);          \
+        else acc_512_m(K, M, d, wj, n_rows, rows, r0, r1, acc + j0, g, 1, pf);                  \
+    } while (0)
+#define ACC_KIND_512(K)                                                                          \
+    T_AVX512 static void acc_512_##K(int d, int nq, const float *w, const uint8_t *rows, int n_rows, \
+                                     float *const *acc) {                                        \
+        const int nb = d / 32;                                                                   \
+        for (int r0 = 0; r0 < n_rows; r0 += VCH) {                                               \
+            const int r1 = VQ_MIN(n_rows, r0 + VCH), pfl = r1 + VCH <= n_rows;                   \
+            for (int g = 0; g < nb; g += 2) {                                                    \
+                const int ng = VQ_MIN(2, nb - g);                                                \
+                for (int j0 = 0; j0 < nq; j0 += QM5) {                                           \
+                    const float *wj = w + (size_t)j0 * n_rows;                                   \
+                    const int pf = pfl && g == 0 && j0 == 0;                                     \
+                    switch (VQ_MIN(QM5, nq - j0)) {                                              \
+                    case 1: ACC_M_512(K, 1); break;                                              \
+                    case 2: ACC_M_512(K, 2); break;                                              \
+                    case 3: ACC_M_512(K, 3); break;                                              \
+                    default: ACC_M_512(K, 4); break;                                             \
+                    }                                                                            \
+                }                                                                                \
+            }                                                                                    \
+        }                                                                                        \
+    }
+ACC_KIND_512(VQ_GGL_Q8)
+ACC_KIND_512(VQ_GGL_Q4)
+
 int vq_ggl_acc_rows(vq_ggl_kind k, vq_isa isa, int d, int nq, const float *w, const uint8_t *rows,
                     int n_rows, float *const *acc) {
     if (isa < VQ_ISA_AVX2) return 0;
+    if (isa >= VQ_ISA_AVX512) {
+        if (k == VQ_GGL_Q8) acc_512_VQ_GGL_Q8(d, nq, w, rows, n_rows, acc);
+        else acc_512_VQ_GGL_Q4(d, nq, w, rows, n_rows, acc);
+        return 1;
+    }
     if (k == VQ_GGL_Q8) acc_256_VQ_GGL_Q8(d, nq, w, rows, n_rows, acc);
     else acc_256_VQ_GGL_Q4(d, nq, w, rows, n_rows, acc);
     return 1;

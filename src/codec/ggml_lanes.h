@@ -33,7 +33,8 @@ void vq_ggl_score(vq_ggl_kind k, vq_isa isa, int d, int nq, const void *const *q
 void vq_ggl_accumulate(vq_ggl_kind k, int d, int nq, const float *w, const uint8_t *blocks,
                        int n_blocks, float *const *acc);
 /* values in the one-row layout (rows of d/32 llama.cpp blocks): acc[j] += sum_r w[j n + r] v_hat_r,
- * AVX2 with the accumulators in registers; 0 when isa has no such loop (the caller's own runs) */
+ * AVX2 or AVX-512 with the accumulators in registers; 0 when isa has no such loop (scalar: the
+ * caller's own loop runs) */
 int vq_ggl_acc_rows(vq_ggl_kind k, vq_isa isa, int d, int nq, const float *w, const uint8_t *rows,
                     int n_rows, float *const *acc);
 #endif

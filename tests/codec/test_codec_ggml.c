@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include "../vq_test.h"
 #include "codec/codec.h"
+#include "codec/ggml_lanes.h"
 
 static vq_codec_state make(const char *name, int d, int side, const char *k, const char *v) {
     vq_codec_state st;
@@ -180,6 +181,105 @@ static void test_lanes_bytes(vq_rng *rng) {
     b.codec->fini(&b);
 }
 
+/* the lanes loops of ggml_lanes.c called directly with every ISA this CPU has (scalar, AVX2,
+ * AVX-512: one process checks them all, whatever VQ_CODEC_ISA says), on shapes the codec-table
+ * tests do not reach: head_dim 32..256, 1..9 queries (AVX2 passes of 3, AVX-512 passes of 4, and
+ * their remainders), 1 or 5 key blocks; values over 1..200 rows (the 64-row chunks, a partial
+ * last chunk, d/32 odd for AVX-512's two-group passes), summed into non-zero accumulators.
+ * Scores equal q . decode(row) and sums equal acc0 + sum w decode(row) to 1e-5 relative, as in
+ * test_codecs_attention. */
+static void test_lanes_isa(vq_rng *rng) {
+    const int dims[] = {32, 64, 96, 128, 256}, nqs[] = {1, 2, 3, 4, 5, 7, 9}, nrs[] = {1, 17, 64, 65, 130, 200};
+    const int best = (int)vq_cpu_best_isa(), NQ = 9, NR = 200;
+    printf("lanes loops checked on ISAs scalar..%s\n", vq_isa_name((vq_isa)best));
+    for (int kind = 0; kind < 2; kind++)
+        for (size_t di = 0; di < VQ_ARRAY_LEN(dims); di++) {
+            const int d = dims[di];
+            const vq_ggl_kind gk = kind ? VQ_GGL_Q4 : VQ_GGL_Q8;
+            const char *name = kind ? "q4_0" : "q8_0";
+            vq_codec_state ks = make(name, d, 0, NULL, NULL), vs = make(name, d, 1, NULL, NULL);
+            const int R = ks.rows_per_block, nbk = 5;
+            float *x = malloc(sizeof(float) * (size_t)NR * d), *xh = malloc(sizeof(float) * (size_t)NR * d);
+            float *q = malloc(sizeof(float) * (size_t)NQ * d), *S = malloc(sizeof(float) * (size_t)NQ * NR);
+            float *w = malloc(sizeof(float) * (size_t)NQ * NR), *acc = malloc(sizeof(float) * (size_t)NQ * d);
+            float *acc0 = malloc(sizeof(float) * (size_t)NQ * d);
+            uint8_t *kb = malloc(ks.block_bytes * nbk), *vb = malloc(vs.block_bytes * NR);
+            const size_t qsb = (ks.qstate_bytes + 63) / 64 * 64;
+            uint8_t *qs = vq_aligned_alloc(qsb * NQ);
+            const void *qp[9];
+            float *accp[9];
+            for (int i = 0; i < NR * d; i++) x[i] = (float)(vq_rng_gauss(rng) * exp(vq_rng_uniform(rng) * 4 - 2));
+            for (int i = 0; i < NQ * d; i++) q[i] = (float)vq_rng_gauss(rng);
+            for (int i = 0; i < NQ * d; i++) acc0[i] = (float)vq_rng_gauss(rng);
+            for (int i = 0; i < NQ * NR; i++) w[i] = vq_rng_uniform(rng) < 0.2 ? 0.0f : vq_rng_uniformf(rng);
+            for (int j = 0; j < NQ; j++) {
+                ks.codec->prep_query(&ks, q + (size_t)j * d, qs + j * qsb);
+                qp[j] = qs + j * qsb;
+                accp[j] = acc + (size_t)j * d;
+            }
+            /* keys: nbk lanes blocks of the first nbk * 16 rows */
+            for (int b = 0; b < nbk; b++) {
+                ks.codec->encode(&ks, x + (size_t)b * R * d, kb + b * ks.block_bytes);
+                ks.codec->decode(&ks, kb + b * ks.block_bytes, xh + (size_t)b * R * d);
+            }
+            for (int isa = 0; isa <= best; isa++)
+                for (size_t qi = 0; qi < VQ_ARRAY_LEN(nqs); qi++)
+                    for (int nb = 1; nb <= nbk; nb += nbk - 1) {
+                        const int nq = nqs[qi], rows = nb * R;
+                        vq_ggl_score(gk, (vq_isa)isa, d, nq, qp, kb, nb, S);
+                        double worst = 0;
+                        for (int j = 0; j < nq; j++)
+                            for (int r = 0; r < rows; r++) {
+                                double ref = 0, n2q = 0, n2k = 0;
+                                for (int e = 0; e < d; e++) {
+                                    ref += (double)q[j * d + e] * xh[r * d + e];
+                                    n2q += (double)q[j * d + e] * q[j * d + e];
+                                    n2k += (double)xh[r * d + e] * xh[r * d + e];
+                                }
+                                double er = fabs(S[j * rows + r] - ref) / (sqrt(n2q * n2k) + 1e-12);
+                                worst = er == er ? fmax(worst, er) : INFINITY;
+                            }
+                        CHECKF(worst < 1e-5, "%s keys %s d=%d nq=%d blocks=%d: score rel err %.3g", name,
+                               vq_isa_name((vq_isa)isa), d, nq, nb, worst);
+                    }
+            /* values: one row per block */
+            for (int r = 0; r < NR; r++) {
+                vs.codec->encode(&vs, x + (size_t)r * d, vb + r * vs.block_bytes);
+                vs.codec->decode(&vs, vb + r * vs.block_bytes, xh + (size_t)r * d);
+            }
+            for (int isa = VQ_ISA_AVX2; isa <= best; isa++)
+                for (size_t qi = 0; qi < VQ_ARRAY_LEN(nqs); qi++)
+                    for (size_t ri = 0; ri < VQ_ARRAY_LEN(nrs); ri++) {
+                        const int nq = nqs[qi], n = nrs[ri];
+                        memcpy(acc, acc0, sizeof(float) * (size_t)NQ * d);
+                        /* the weights of query j at w[j * n + r], as the store lays them out */
+                        CHECK(vq_ggl_acc_rows(gk, (vq_isa)isa, d, nq, w, vb, n, accp) == 1);
+                        double worst = 0;
+                        for (int j = 0; j < nq; j++) {
+                            double scale = fabs(acc0[j * d]);
+                            for (int e = 1; e < d; e++) scale = fmax(scale, fabs(acc0[j * d + e]));
+                            for (int r = 0; r < n; r++) {
+                                double n2 = 0;
+                                for (int e = 0; e < d; e++) n2 += (double)xh[r * d + e] * xh[r * d + e];
+                                scale += fabs(w[j * n + r]) * sqrt(n2);
+                            }
+                            for (int e = 0; e < d; e++) {
+                                double ref = acc0[j * d + e];
+                                for (int r = 0; r < n; r++) ref += (double)w[j * n + r] * xh[r * d + e];
+                                double er = fabs(acc[j * d + e] - ref) / (scale + 1e-12);
+                                worst = er == er ? fmax(worst, er) : INFINITY;
+                            }
+                        }
+                        CHECKF(worst < 1e-5, "%s values %s d=%d nq=%d rows=%d: sum rel err %.3g", name,
+                               vq_isa_name((vq_isa)isa), d, nq, n, worst);
+                    }
+            ks.codec->fini(&ks);
+            vs.codec->fini(&vs);
+            free(x); free(xh); free(q); free(S); free(w); free(acc); free(acc0); free(kb); free(vb);
+            vq_aligned_free(qs);
+        }
+}
+
 /* rotate=1: with one outlier channel per row, rotated q4_0 has lower error than plain q4_0
  * (the rotation spreads the outlier over all channels of the block) */
 static void test_rotate_premise(vq_rng *rng) {
@@ -269,6 +369,7 @@ int main(void) {
     vq_rng_seed(&rng, seed);
     test_ggml_bytes(&rng);
     test_lanes_bytes(&rng);
+    test_lanes_isa(&rng);
     test_rotate_premise(&rng);
     test_kivi(&rng);
     return vq_t_done();
