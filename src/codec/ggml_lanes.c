@@ -307,52 +307,91 @@ void vq_ggl_score(vq_ggl_kind k, vq_isa isa, int d, int nq, const void *const *q
 }
 
 /* ---------------- AVX2 values (one-row layout) ---------------- */
-/* m queries x coordinates 32g..32g+31 in 4m registers over rows r0..r1 */
+/* m queries x coordinates 32g..32g+31 over rows r0..r1. Each row's fp16 scale goes on its m
+ * weights once, 8 rows a vector, before the row loop, so there the row's weights are broadcasts
+ * from memory (loads: no multiply, no shuffle). q8_0 holds the 4m sums of the group (12 ymm + 3
+ * weights + 1 code at m = 3, no spill); q4_0 needs two more registers (mask, offset), so it takes
+ * the group in two halves of 16 coordinates (bytes 0..7: coordinates 0..7, 16..23; bytes 8..15:
+ * 8..15, 24..31), 2m sums a pass, rather than spill sums to the stack on every row. */
 T_AVX2 static INL void acc_256_m(vq_ggl_kind k, const int m, int d, const float *w, size_t wstride,
                                  const uint8_t *rows, int r0, int r1, float *const *acc, int g,
                                  int pf) {
     const size_t bb = vq_ggl_bb(k), rb = (size_t)(d / 32) * bb;
-    const __m256i m15 = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
-    __m256 a[QM][4];
+    const int n = r1 - r0;
+    uint16_t hs[VCH];
+    float ws[QM][VCH];   /* ws[j][i]: row r0 + i's weight for query j times its scale in group g */
+    for (int i = 0; i < n; i++) memcpy(hs + i, rows + (size_t)(r0 + i) * rb + (size_t)g * bb, 2);
+    int i8 = 0;
+    for (; i8 + 8 <= n; i8 += 8) {
+        const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + i8)));
 #pragma GCC unroll 3
-    for (int j = 0; j < m; j++)
+        for (int j = 0; j < m; j++)
+            _mm256_storeu_ps(ws[j] + i8, _mm256_mul_ps(s, _mm256_loadu_ps(w + (size_t)j * wstride + r0 + i8)));
+    }
+    for (; i8 < n; i8++) {
+        const float s = _cvtsh_ss(hs[i8]);
+#pragma GCC unroll 3
+        for (int j = 0; j < m; j++) ws[j][i8] = w[(size_t)j * wstride + r0 + i8] * s;
+    }
+    if (k == VQ_GGL_Q8) {
+        __m256 a[QM][4];
+#pragma GCC unroll 3
+        for (int j = 0; j < m; j++)
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) a[j][q] = _mm256_loadu_ps(acc[j] + 32 * g + 8 * q);
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *row = rows + (size_t)r * rb, *blk = row + (size_t)g * bb;
-        if (pf)   /* first pass over a chunk: fetch the next chunk's rows */
-            for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(row + VCH * rb + o), _MM_HINT_T0);
-        uint16_t h;
-        memcpy(&h, blk, 2);
-        const float s = _cvtsh_ss(h);
-        __m256 vw[QM];
+            for (int q = 0; q < 4; q++) a[j][q] = _mm256_loadu_ps(acc[j] + 32 * g + 8 * q);
+        for (int r = r0; r < r1; r++) {
+            const uint8_t *row = rows + (size_t)r * rb, *blk = row + (size_t)g * bb;
+            if (pf)   /* first pass over a chunk: fetch the next chunk's rows */
+                for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(row + VCH * rb + o), _MM_HINT_T0);
+            __m256 vw[QM];
 #pragma GCC unroll 3
-        for (int j = 0; j < m; j++) vw[j] = _mm256_set1_ps(w[(size_t)j * wstride + r] * s);
-        if (k == VQ_GGL_Q8) {
+            for (int j = 0; j < m; j++) vw[j] = _mm256_broadcast_ss(ws[j] + (r - r0));
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++) {
                 const __m256 c = i8x8(blk + 2 + 8 * q);
 #pragma GCC unroll 3
                 for (int j = 0; j < m; j++) a[j][q] = _mm256_fmadd_ps(c, vw[j], a[j][q]);
             }
-        } else {
-#pragma GCC unroll 2
-            for (int hf = 0; hf < 2; hf++) {   /* bytes 0..7: coords 0..7, 16..23; 8..15: 8..15, 24..31 */
-                const __m256i raw = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * hf)));
-                const __m256 lo = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(raw, m15), eight));
-                const __m256 hi = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(raw, 4), eight));
+        }
 #pragma GCC unroll 3
-                for (int j = 0; j < m; j++) {
-                    a[j][hf] = _mm256_fmadd_ps(lo, vw[j], a[j][hf]);
-                    a[j][2 + hf] = _mm256_fmadd_ps(hi, vw[j], a[j][2 + hf]);
-                }
+        for (int j = 0; j < m; j++)
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) _mm256_storeu_ps(acc[j] + 32 * g + 8 * q, a[j][q]);
+        return;
+    }
+    const __m256i m15 = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+#pragma GCC unroll 1
+    for (int hf = 0; hf < 2; hf++) {   /* sums a[j][0]: coordinates 8hf.., a[j][1]: 16 + 8hf.. */
+        float *o0[QM], *o1[QM];
+        __m256 a[QM][2];
+#pragma GCC unroll 3
+        for (int j = 0; j < m; j++) {
+            o0[j] = acc[j] + 32 * g + 8 * hf;
+            o1[j] = o0[j] + 16;
+            a[j][0] = _mm256_loadu_ps(o0[j]);
+            a[j][1] = _mm256_loadu_ps(o1[j]);
+        }
+        const int p = pf && hf == 0;
+        for (int r = r0; r < r1; r++) {
+            const uint8_t *row = rows + (size_t)r * rb, *blk = row + (size_t)g * bb;
+            if (p)   /* first pass over a chunk: fetch the next chunk's rows */
+                for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(row + VCH * rb + o), _MM_HINT_T0);
+            const __m256i raw = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * hf)));
+            const __m256 lo = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(raw, m15), eight));
+            const __m256 hi = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(raw, 4), eight));
+#pragma GCC unroll 3
+            for (int j = 0; j < m; j++) {
+                const __m256 vw = _mm256_broadcast_ss(ws[j] + (r - r0));
+                a[j][0] = _mm256_fmadd_ps(lo, vw, a[j][0]);
+                a[j][1] = _mm256_fmadd_ps(hi, vw, a[j][1]);
             }
         }
-    }
 #pragma GCC unroll 3
-    for (int j = 0; j < m; j++)
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) _mm256_storeu_ps(acc[j] + 32 * g + 8 * q, a[j][q]);
+        for (int j = 0; j < m; j++) {
+            _mm256_storeu_ps(o0[j], a[j][0]);
+            _mm256_storeu_ps(o1[j], a[j][1]);
+        }
+    }
 }
 
 #define ACC_KIND(K)                                                                              \
