@@ -308,30 +308,50 @@ void vq_ggl_score(vq_ggl_kind k, vq_isa isa, int d, int nq, const void *const *q
 
 /* ---------------- AVX2 values (one-row layout) ---------------- */
 /* m queries x coordinates 32g..32g+31 over rows r0..r1. Each row's fp16 scale goes on its m
- * weights once, 8 rows a vector, before the row loop, so there the row's weights are broadcasts
- * from memory (loads: no multiply, no shuffle). q8_0 holds the 4m sums of the group (12 ymm + 3
- * weights + 1 code at m = 3, no spill); q4_0 needs two more registers (mask, offset), so it takes
- * the group in two halves of 16 coordinates (bytes 0..7: coordinates 0..7, 16..23; bytes 8..15:
- * 8..15, 24..31), 2m sums a pass, rather than spill sums to the stack on every row. */
+ * weights once, 8 rows a vector, before the row loop, so in the row loop a row's weights are
+ * broadcasts from memory (loads: no multiply, no shuffle). q8_0 holds the group's 4m sums
+ * (12 ymm + 3 weights + 1 code at m = 3: no spill). q4_0 needs more registers for the nibbles,
+ * so it takes the group in two halves of 16 coordinates (bytes 0..7: coordinates 0..7, 16..23;
+ * bytes 8..15: 8..15, 24..31), 2m sums a pass, rather than spill sums to the stack on every
+ * row; its codes are taken as 0..15 and the -8 comes off once, through the sum of the weights x
+ * scales. */
 T_AVX2 static INL void acc_256_m(vq_ggl_kind k, const int m, int d, const float *w, size_t wstride,
                                  const uint8_t *rows, int r0, int r1, float *const *acc, int g,
                                  int pf) {
     const size_t bb = vq_ggl_bb(k), rb = (size_t)(d / 32) * bb;
     const int n = r1 - r0;
+    const uint8_t *b0 = rows + (size_t)r0 * rb + (size_t)g * bb;   /* row r0's block g */
+    const uint8_t *nx = rows + (size_t)(r0 + VCH) * rb;            /* the next chunk (prefetch) */
     uint16_t hs[VCH];
     float ws[QM][VCH];   /* ws[j][i]: row r0 + i's weight for query j times its scale in group g */
-    for (int i = 0; i < n; i++) memcpy(hs + i, rows + (size_t)(r0 + i) * rb + (size_t)g * bb, 2);
+    float wsum[QM];      /* sum over i of ws[j][i] (q4_0's -8; q8_0 leaves it unused) */
+    for (int i = 0; i < n; i++) memcpy(hs + i, b0 + (size_t)i * rb, 2);
+    __m256 vs[QM];
+#pragma GCC unroll 3
+    for (int j = 0; j < m; j++) vs[j] = _mm256_setzero_ps();
     int i8 = 0;
     for (; i8 + 8 <= n; i8 += 8) {
         const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + i8)));
 #pragma GCC unroll 3
-        for (int j = 0; j < m; j++)
-            _mm256_storeu_ps(ws[j] + i8, _mm256_mul_ps(s, _mm256_loadu_ps(w + (size_t)j * wstride + r0 + i8)));
+        for (int j = 0; j < m; j++) {
+            const __m256 p = _mm256_mul_ps(s, _mm256_loadu_ps(w + (size_t)j * wstride + r0 + i8));
+            _mm256_storeu_ps(ws[j] + i8, p);
+            if (k == VQ_GGL_Q4) vs[j] = _mm256_add_ps(vs[j], p);
+        }
+    }
+#pragma GCC unroll 3
+    for (int j = 0; j < m; j++) {
+        float t[8];
+        _mm256_storeu_ps(t, vs[j]);
+        wsum[j] = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
     }
     for (; i8 < n; i8++) {
         const float s = _cvtsh_ss(hs[i8]);
 #pragma GCC unroll 3
-        for (int j = 0; j < m; j++) ws[j][i8] = w[(size_t)j * wstride + r0 + i8] * s;
+        for (int j = 0; j < m; j++) {
+            ws[j][i8] = w[(size_t)j * wstride + r0 + i8] * s;
+            if (k == VQ_GGL_Q4) wsum[j] += ws[j][i8];
+        }
     }
     if (k == VQ_GGL_Q8) {
         __m256 a[QM][4];
@@ -339,16 +359,16 @@ T_AVX2 static INL void acc_256_m(vq_ggl_kind k, const int m, int d, const float 
         for (int j = 0; j < m; j++)
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++) a[j][q] = _mm256_loadu_ps(acc[j] + 32 * g + 8 * q);
-        for (int r = r0; r < r1; r++) {
-            const uint8_t *row = rows + (size_t)r * rb, *blk = row + (size_t)g * bb;
-            if (pf)   /* first pass over a chunk: fetch the next chunk's rows */
-                for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(row + VCH * rb + o), _MM_HINT_T0);
+        const uint8_t *blk = b0 + 2;
+        for (int i = 0; i < n; i++, blk += rb) {
+            if (pf)   /* first pass over a chunk: fetch the next chunk's rows, row by row */
+                for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(nx + (size_t)i * rb + o), _MM_HINT_T0);
             __m256 vw[QM];
 #pragma GCC unroll 3
-            for (int j = 0; j < m; j++) vw[j] = _mm256_broadcast_ss(ws[j] + (r - r0));
+            for (int j = 0; j < m; j++) vw[j] = _mm256_broadcast_ss(ws[j] + i);
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++) {
-                const __m256 c = i8x8(blk + 2 + 8 * q);
+                const __m256 c = i8x8(blk + 8 * q);
 #pragma GCC unroll 3
                 for (int j = 0; j < m; j++) a[j][q] = _mm256_fmadd_ps(c, vw[j], a[j][q]);
             }
@@ -359,7 +379,7 @@ T_AVX2 static INL void acc_256_m(vq_ggl_kind k, const int m, int d, const float 
             for (int q = 0; q < 4; q++) _mm256_storeu_ps(acc[j] + 32 * g + 8 * q, a[j][q]);
         return;
     }
-    const __m256i m15 = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+    const __m256i m15 = _mm256_set1_epi32(15);
 #pragma GCC unroll 1
     for (int hf = 0; hf < 2; hf++) {   /* sums a[j][0]: coordinates 8hf.., a[j][1]: 16 + 8hf.. */
         float *o0[QM], *o1[QM];
@@ -371,25 +391,26 @@ T_AVX2 static INL void acc_256_m(vq_ggl_kind k, const int m, int d, const float 
             a[j][0] = _mm256_loadu_ps(o0[j]);
             a[j][1] = _mm256_loadu_ps(o1[j]);
         }
+        const uint8_t *blk = b0 + 2 + 8 * hf;
         const int p = pf && hf == 0;
-        for (int r = r0; r < r1; r++) {
-            const uint8_t *row = rows + (size_t)r * rb, *blk = row + (size_t)g * bb;
-            if (p)   /* first pass over a chunk: fetch the next chunk's rows */
-                for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(row + VCH * rb + o), _MM_HINT_T0);
-            const __m256i raw = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * hf)));
-            const __m256 lo = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(raw, m15), eight));
-            const __m256 hi = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(raw, 4), eight));
+        for (int i = 0; i < n; i++, blk += rb) {
+            if (p)   /* first pass over a chunk: fetch the next chunk's rows, row by row */
+                for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(nx + (size_t)i * rb + o), _MM_HINT_T0);
+            const __m256i raw = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)blk));
+            const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(raw, m15));
+            const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(raw, 4));
 #pragma GCC unroll 3
             for (int j = 0; j < m; j++) {
-                const __m256 vw = _mm256_broadcast_ss(ws[j] + (r - r0));
+                const __m256 vw = _mm256_broadcast_ss(ws[j] + i);
                 a[j][0] = _mm256_fmadd_ps(lo, vw, a[j][0]);
                 a[j][1] = _mm256_fmadd_ps(hi, vw, a[j][1]);
             }
         }
 #pragma GCC unroll 3
         for (int j = 0; j < m; j++) {
-            _mm256_storeu_ps(o0[j], a[j][0]);
-            _mm256_storeu_ps(o1[j], a[j][1]);
+            const __m256 off = _mm256_set1_ps(-8.0f * wsum[j]);
+            _mm256_storeu_ps(o0[j], _mm256_add_ps(a[j][0], off));
+            _mm256_storeu_ps(o1[j], _mm256_add_ps(a[j][1], off));
         }
     }
 }
