@@ -20,7 +20,12 @@
  * Values keep the one-row layout (each row its d/32 llama.cpp blocks): what the sum needs is not a
  * new order but accumulators that stay in registers. The loop takes 64 rows at a time (they stay
  * in L1) and holds a few queries' sums over a few groups of 32 coordinates in registers across
- * the 64 rows, storing them once: AVX2, up to 3 queries x 1 group (12 ymm); AVX-512, up to 4
+ * the 64 rows, storing them once. AVX2: up to 3 queries x 1 group (q8_0: 12 ymm) or x half a
+ * group (q4_0: 6 ymm, two passes, so that its sums do not spill), the m weights x the group's
+ * scale computed for the chunk's rows 8 at a time before the row loop, which then only
+ * broadcasts them from memory (on AVX2 the broadcasts are loads, so this costs fewer arithmetic
+ * uops than scaling the codes, and the FMA and int->float ports are the limit); q4_0's codes
+ * taken as 0..15, the -8 taken off once through the sum of those products. AVX-512: up to 4
  * queries x 2 groups (16 zmm), the group's scale put on the codes (q4_0: on the table before the
  * permutes) so each row's weights are broadcast once per row, not weight x scale once per query
  * and group. It serves both key layouts' values (layout only changes keys). On AVX-512 it
