@@ -326,7 +326,7 @@ T_AVX2 static INL void acc_256_m(vq_ggl_kind k, const int m, int d, const float 
     const size_t bb = vq_ggl_bb(k), rb = (size_t)(d / 32) * bb;
     const int n = r1 - r0;
     const uint8_t *b0 = rows + (size_t)r0 * rb + (size_t)g * bb;   /* row r0's block g */
-    const uint8_t *nx = rows + (size_t)(r0 + VCH) * rb;            /* the next chunk (prefetch) */
+    const uint8_t *nx = pf ? rows + (size_t)(r0 + VCH) * rb : rows;   /* the next chunk (prefetch) */
     uint16_t hs[VCH];
     float ws[QM][VCH];   /* ws[j][i]: row r0 + i's weight for query j times its scale in group g */
     float wsum[QM];      /* sum over i of ws[j][i] (q4_0's -8; q8_0 leaves it unused) */
