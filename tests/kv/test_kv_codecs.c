@@ -74,7 +74,7 @@ static int run_all(uint64_t seed) {
     const int shapes[][3] = {{9, 3, 64}, {4, 4, 128}, {8, 2, 32}, {3, 1, 48}};
     for (int i = 0; vq_codec_at(i); i++) {
         const vq_codec *c = vq_codec_at(i);
-        char spec[160];
+        char spec[400];   /* name + ";window=7" + cal (300) */
         int ok = 0;
         for (size_t s = 0; s < VQ_ARRAY_LEN(shapes); s++) {
             char cal[300] = "";
