@@ -65,6 +65,12 @@ typedef struct vq_model vq_model;
 typedef struct vq_model_params {
     const char *tokenizer_path;   /* llama2.c checkpoints only: the tokenizer .bin (GGUF: NULL) */
     int n_threads;                /* OpenMP threads for all work; 0: leave the runtime's default */
+    /* Re-code the weights in memory at load ("TYPE[,CLASS=TYPE...]", as vq_quantize takes):
+     * for measuring weight formats on any model; the weights are then no longer used in place.
+     * NULL: as the file has them. */
+    const char *weights;
+    int copy_weights;             /* 1: read the file into memory instead of mapping it (the
+                                   * baseline of the sharing measurement); 0: map it */
 } vq_model_params;
 
 VQ_API vq_model_params vq_model_default_params(void);
@@ -82,6 +88,30 @@ typedef struct vq_model_info {
     int has_chat_template;
 } vq_model_info;
 VQ_API vq_model_info vq_model_get_info(const vq_model *m);
+
+/* Quantize a model's weights into a reservoir file (docs/reservoir-format.md): a GGUF or
+ * reservoir file in, every weight matrix re-coded by its class as `weights` says
+ * ("TYPE[,CLASS=TYPE...]": CLASS embd, output, attn, ffn or one matrix kind such as ffn_down;
+ * TYPE a weight type with a quantizer, e.g. q8_0, q4_0, or keep), norms and biases as they are;
+ * written atomically, every tensor page-aligned so that loads map it without copying.
+ * info (may be NULL) receives per-tensor figures; free them with vq_quantize_info_free. */
+typedef struct vq_quantize_tensor {
+    char name[96];
+    char src_type[16], dst_type[16];
+    uint64_t src_bytes, dst_bytes;
+    double rel_rms;               /* sqrt(sum (new - old)^2 / sum old^2) of the re-coded values; 0 kept */
+    const char *kept;             /* why a matrix the spec names stayed as it was; NULL otherwise */
+} vq_quantize_tensor;
+typedef struct vq_quantize_info {
+    int n_tensors, n_converted, n_kept;
+    uint64_t src_bytes, out_bytes, file_bytes;   /* tensor bytes in and out; the file's size */
+    double seconds;
+    char weights[256];            /* the normalized spec: class=type for every class */
+    vq_quantize_tensor *t;        /* n_tensors */
+} vq_quantize_info;
+VQ_API vq_status vq_quantize(const char *in, const char *out, const char *weights, vq_quantize_info *info,
+                             vq_err *err);
+VQ_API void vq_quantize_info_free(vq_quantize_info *info);
 VQ_API int         vq_model_n_layers(const vq_model *m);
 VQ_API int         vq_model_n_vocab(const vq_model *m);
 VQ_API int         vq_model_n_ctx_train(const vq_model *m);
@@ -456,6 +486,29 @@ typedef struct vq_calibrate_info {
 } vq_calibrate_info;
 VQ_API vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, const char *out_path,
                               vq_calibrate_info *info, vq_err *err);
+
+/* Sharing benchmark: n_procs processes each load model_path themselves and decode (1 thread,
+ * f16 cache); while all decode, each one's /proc/PID/smaps gives the Rss and Pss of the
+ * weights' mapping (the file's; with copy_weights the anonymous copy) and smaps_rollup its
+ * totals. The processes are stopped before this returns. */
+#define VQ_SHARE_MAX 16
+typedef struct vq_bench_share_params {
+    const char *model_path, *tokenizer_path;
+    int n_procs, n_decode;        /* decode steps before the measurement */
+    int copy_weights;
+} vq_bench_share_params;
+typedef struct vq_bench_share_proc {
+    int pid;
+    uint64_t map_rss_kb, map_pss_kb;   /* the weights' mapping */
+    uint64_t rss_kb, pss_kb;           /* the whole process */
+} vq_bench_share_proc;
+typedef struct vq_bench_share_result {
+    uint64_t file_bytes;
+    int n_procs;
+    vq_bench_share_proc proc[VQ_SHARE_MAX];
+    uint64_t total_map_pss_kb, total_pss_kb, total_rss_kb;
+} vq_bench_share_result;
+VQ_API vq_status vq_bench_share(const vq_bench_share_params *p, vq_bench_share_result *r, vq_err *err);
 
 /* Attention-kernel benchmark: one layer, one KV head, GQA group of 3, through the real store. */
 #define VQ_BK_GROUP_SIZE 3

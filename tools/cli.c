@@ -120,6 +120,8 @@ int common_opt(opts *o, int argc, char **argv, int *i) {
         return 1;
     }
     if (!strcmp(a, "--json")) { o->json = 1; return 1; }
+    if (!strcmp(a, "--weights")) { if (!v || !*v) die("%s needs a spec (e.g. q8_0 or q4_0,embd=q8_0)", a); o->weights = TAKE(); return 1; }
+    if (!strcmp(a, "--copy-weights")) { o->copy_weights = 1; return 1; }
     if (!strcmp(a, "--seed") || !strcmp(a, "-s")) { o->seed = (uint64_t)parse_long(a, TAKE(), 0, LONG_MAX); return 1; }
 #undef TAKE
     return 0;
@@ -215,6 +217,8 @@ vq_model *load_model(const opts *o) {
     vq_model_params p = vq_model_default_params();
     p.tokenizer_path = o->tokenizer;
     p.n_threads = o->threads;
+    p.weights = o->weights;
+    p.copy_weights = o->copy_weights;
     vq_err err;
     vq_model *m = vq_model_load(o->model, &p, &err);
     if (!m) die("%s", err.msg);

@@ -32,6 +32,8 @@ typedef struct opts {
     char kv_layers[1024];                 /* every --kv-layers value, each as "@LAYERS=SPEC" */
     char kv_full[CLI_MAX_ARMS][2048];     /* storage of kv_list when --kv-layers is given */
     int batch, threads, json;
+    const char *weights;                  /* --weights: re-code the weights at load */
+    int copy_weights;                     /* --copy-weights: read the file instead of mapping it */
     uint64_t seed;
     const char *command;                  /* argv[1] */
 } opts;

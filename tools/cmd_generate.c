@@ -17,6 +17,8 @@ static const char *generate_help =
     "Generate text from a prompt, streaming tokens to stdout.\n"
     "  -m, --model FILE      GGUF or llama2.c model (default " DEFAULT_MODEL ")\n"
     "      --tokenizer FILE  tokenizer for llama2.c checkpoints (tok512.bin)\n"
+    "      --weights SPEC    re-code the weights in memory at load (e.g. q4_0,embd=q8_0; see\n"
+    "                        veloxquant quantize --help); --copy-weights reads the file into memory\n"
     "  -p, --prompt TEXT     the prompt\n"
     "  -f, --file FILE       read the prompt from FILE ('-' = stdin)\n"
     "  -n, --n-predict N     tokens to generate (default 128)\n"

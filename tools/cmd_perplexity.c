@@ -18,6 +18,8 @@ static const char *ppl_help =
     "Perplexity of a text over non-overlapping windows.\n"
     "  -m, --model FILE      model (default " DEFAULT_MODEL ")\n"
     "      --tokenizer FILE  tokenizer for llama2.c checkpoints\n"
+    "      --weights SPEC    re-code the weights in memory at load (e.g. q4_0,embd=q8_0; see\n"
+    "                        veloxquant quantize --help); --copy-weights reads the file into memory\n"
     "  -f, --file FILE       the text ('-' = stdin)\n"
     "      --ctx N           window length in tokens (default 512)\n"
     "      --mode M          decode (one token at a time: every prediction reads the KV cache;\n"

@@ -36,4 +36,5 @@ vq_status vq_generate_spec(const vq_model *m, const vq_kv_spec *spec, const int 
 /* ---- perplexity: vq_perplexity / vq_perplexity_text (veloxquant.h, experimental) ---- */
 
 #include "eval/bench.h"   /* throughput, bandwidth, resident memory */
+/* vq_bench_share (bench_share.c) is declared in veloxquant.h's experimental section */
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -269,7 +270,7 @@ const char *vq_ggml_type_name(uint32_t type) {
 }
 
 /* ---- tensor infos ---- */
-static int parse_tensor(cursor *c, vq_gguf_tensor *t, uint64_t alignment) {
+static int parse_tensor(cursor *c, vq_gguf_tensor *t, uint64_t alignment, vq_gguf_layout_fn extra) {
     uint32_t nd;
     if (rd_u32(c, &nd, "n_dims")) return -1;
     if (nd < 1 || nd > GGUF_MAX_DIMS)
@@ -291,14 +292,15 @@ static int parse_tensor(cursor *c, vq_gguf_tensor *t, uint64_t alignment) {
     }
     if (rd_u32(c, &t->type, "type") || rd_u64(c, &t->offset, "offset")) return -1;
     uint32_t block, bytes;
-    if (!vq_ggml_type_layout(t->type, &block, &bytes))
-        return fail(c, VQ_ERR_UNSUPPORTED, "unknown tensor type %u", t->type);
+    char tn[24];
+    if (vq_ggml_type_layout(t->type, &block, &bytes)) snprintf(tn, sizeof tn, "%s", TYPES[t->type].name);
+    else if (extra && extra(t->type, &block, &bytes) && block && bytes) snprintf(tn, sizeof tn, "type %u", t->type);
+    else return fail(c, VQ_ERR_UNSUPPORTED, "unknown tensor type %u", t->type);
     if (t->ne[0] % block)
         return fail(c, VQ_ERR_FORMAT, "row length ne[0] = %llu is not a multiple of %s's block size %u",
-                    (unsigned long long)t->ne[0], TYPES[t->type].name, block);
+                    (unsigned long long)t->ne[0], tn, block);
     if (__builtin_mul_overflow(nel / block, (uint64_t)bytes, &t->nbytes))
-        return fail(c, VQ_ERR_FORMAT, "byte size overflows (%llu elements of %s)", (unsigned long long)nel,
-                    TYPES[t->type].name);
+        return fail(c, VQ_ERR_FORMAT, "byte size overflows (%llu elements of %s)", (unsigned long long)nel, tn);
     if (t->offset % alignment)
         return fail(c, VQ_ERR_FORMAT, "offset %llu is not a multiple of the alignment %llu",
                     (unsigned long long)t->offset, (unsigned long long)alignment);
@@ -382,6 +384,7 @@ static int parse_kvs(cursor *c, vq_gguf *g) {
     for (uint64_t i = 0; i < g->n_kv; i++) {
         vq_gguf_kv *kv = &g->kvs[i];
         snprintf(c->ctx, sizeof c->ctx, "kv %llu", (unsigned long long)i);
+        uint64_t start = c->pos;
         if (rd_str(c, &kv->key, "key", 0, 0)) return -1;
         if (kv->key.len == 0 || kv->key.len > GGUF_MAX_KEY)
             return fail(c, VQ_ERR_FORMAT, "key length %llu (must be 1..%u)", (unsigned long long)kv->key.len, GGUF_MAX_KEY);
@@ -392,6 +395,8 @@ static int parse_kvs(cursor *c, vq_gguf *g) {
         if (rd_u32(c, &t, "value type") || check_type(c, t, "value type")) return -1;
         kv->type = (vq_gguf_type)t;
         if (parse_value(c, kv)) return -1;
+        kv->raw = c->p + start;
+        kv->raw_len = c->pos - start;
     }
     c->ctx[0] = 0;
     const vq_gguf_kv *al = vq_gguf_find(g, "general.alignment");
@@ -422,7 +427,7 @@ static int parse_tensors(cursor *c, vq_gguf *g) {
         snprintf(c->ctx, sizeof c->ctx, "tensor '%s'", vq_gguf_show(t->name, nb, sizeof nb));
         int64_t dup = index_add(&g->t_index, t->name, i, vq_gguf_tensor_name, g->tensors);
         if (dup >= 0) return fail(c, VQ_ERR_FORMAT, "duplicate tensor name (also tensor %lld)", (long long)dup);
-        if (parse_tensor(c, t, g->alignment)) return -1;
+        if (parse_tensor(c, t, g->alignment, g->extra_layout)) return -1;
     }
     c->ctx[0] = 0;
     uint64_t end = c->pos;
@@ -446,7 +451,8 @@ static void free_parts(vq_gguf *g) {
     free(g->name);
 }
 
-static vq_gguf *parse(const uint8_t *p, uint64_t n, const char *name, vq_err *err) {
+static vq_gguf *parse(const uint8_t *p, uint64_t n, const char *name, vq_gguf_layout_fn extra,
+                      vq_err *err) {
     vq_gguf *g = calloc(1, sizeof *g);
     char *nm = strdup(name);
     if (!g || !nm) {
@@ -457,6 +463,7 @@ static vq_gguf *parse(const uint8_t *p, uint64_t n, const char *name, vq_err *er
     g->name = nm;
     g->base = p;
     g->size = n;
+    g->extra_layout = extra;
     cursor c = {.p = p, .n = n, .pos = 0, .name = nm, .err = err};
     c.ctx[0] = 0;
     if (parse_header(&c, g)) goto bad;
@@ -476,18 +483,33 @@ vq_gguf *vq_gguf_open_mem(const void *buf, size_t len, const char *name, vq_err 
     static const uint8_t empty[1];
     if (!name) name = "<memory>";
     vq_err_clear(err);
-    return parse(buf ? buf : empty, buf ? len : 0, name, err);
+    return parse(buf ? buf : empty, buf ? len : 0, name, NULL, err);
 }
 
-vq_gguf *vq_gguf_open(const char *path, vq_err *err) {
-    vq_err_clear(err);
+vq_gguf *vq_gguf_parse_mapped(const uint8_t *map, uint64_t map_size, uint64_t off, uint64_t len,
+                              const char *name, vq_gguf_layout_fn extra, int own, vq_err *err) {
+    if (off > map_size || len > map_size - off) {
+        vq_err_set(err, VQ_ERR_FORMAT, "%s: body of %llu bytes at %llu lies past the end (%llu bytes)",
+                   name, (unsigned long long)len, (unsigned long long)off, (unsigned long long)map_size);
+        return NULL;
+    }
+    vq_gguf *g = parse(map + off, len, name, extra, err);
+    if (!g) return NULL;
+    g->mapped = own;
+    g->map_base = map;
+    g->map_size = map_size;
+    return g;
+}
+
+const uint8_t *vq_gguf_map_file(const char *path, int copy, uint64_t min, const char *too_short,
+                                uint64_t *out_size, vq_err *err) {
     uint64_t size;
     int fd = vq_open_regular(path, &size, err);   /* never blocks on a FIFO; refuses directories */
     if (fd < 0) return NULL;
-    if (size < 4) {
+    if (size < min) {
         close(fd);
-        vq_err_set(err, VQ_ERR_FORMAT, "%s: file of %llu bytes is too short for the GGUF magic", path,
-                   (unsigned long long)size);
+        vq_err_set(err, VQ_ERR_FORMAT, "%s: file of %llu bytes is too short for %s", path,
+                   (unsigned long long)size, too_short);
         return NULL;
     }
     if (size > SIZE_MAX) {
@@ -495,19 +517,51 @@ vq_gguf *vq_gguf_open(const char *path, vq_err *err) {
         vq_err_set(err, VQ_ERR_RANGE, "%s: file of %llu bytes cannot be mapped", path, (unsigned long long)size);
         return NULL;
     }
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
+    void *m;
+    int e;
+    if (!copy) {
+        m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+        e = errno;
+    } else {   /* the baseline of the sharing measurement: a private copy of the whole file */
+        m = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        e = errno;
+        for (uint64_t o = 0; m != MAP_FAILED && o < size;) {
+            ssize_t k = pread(fd, (uint8_t *)m + o, (size_t)VQ_MIN(size - o, (uint64_t)1 << 30), (off_t)o);
+            if (k <= 0) { e = k < 0 ? errno : EIO; munmap(m, (size_t)size); m = MAP_FAILED; break; }
+            o += (uint64_t)k;
+        }
+        /* read-only from here on, as a mapped file is; that also keeps the kernel from merging it
+         * with neighbouring read-write memory, so /proc/PID/smaps shows it as a VMA of its own
+         * (the sharing measurement finds it there, by name where the kernel has VMA names) */
+        if (m != MAP_FAILED) {
+            mprotect(m, (size_t)size, PROT_READ);
+            prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, m, (size_t)size, "vq-weights-copy");
+        }
+    }
     close(fd);
-    if (m == MAP_FAILED) { vq_err_set(err, VQ_ERR_IO, "%s: mmap failed: %s", path, strerror(e)); return NULL; }
-    vq_gguf *g = parse(m, size, path, err);
-    if (!g) { munmap(m, (size_t)size); return NULL; }
-    g->mapped = 1;
+    if (m == MAP_FAILED) {
+        vq_err_set(err, VQ_ERR_IO, "%s: %s failed: %s", path, copy ? "reading" : "mmap", strerror(e));
+        return NULL;
+    }
+    *out_size = size;
+    return m;
+}
+
+vq_gguf *vq_gguf_open_ex(const char *path, int copy, vq_err *err) {
+    vq_err_clear(err);
+    uint64_t size;
+    const uint8_t *m = vq_gguf_map_file(path, copy, 4, "the GGUF magic", &size, err);
+    if (!m) return NULL;
+    vq_gguf *g = vq_gguf_parse_mapped(m, size, 0, size, path, NULL, 1, err);
+    if (!g) munmap((void *)m, (size_t)size);
     return g;
 }
 
+vq_gguf *vq_gguf_open(const char *path, vq_err *err) { return vq_gguf_open_ex(path, 0, err); }
+
 void vq_gguf_close(vq_gguf *g) {
     if (!g) return;
-    if (g->mapped) munmap((void *)g->base, g->size);
+    if (g->mapped) munmap((void *)g->map_base, g->map_size);
     free_parts(g);
     free(g);
 }

@@ -29,6 +29,10 @@ typedef struct vq_gguf_kv {
     const uint8_t *arr_data;
     /* string arrays only: arr_len strings, indexed at open (vq_gguf_arr_str reads this) */
     const vq_str *arr_str;
+    /* the entry's bytes as stored (key length through the end of the value), so that a writer
+     * can copy it verbatim (the reservoir writer copies a model's metadata this way) */
+    const uint8_t *raw;
+    uint64_t raw_len;
 } vq_gguf_kv;
 
 typedef struct vq_gguf_tensor {
@@ -48,6 +52,9 @@ typedef struct vq_gguf vq_gguf;
  * VQ_ERR_NOMEM. docs/formats.md lists every check. */
 vq_gguf *vq_gguf_open(const char *path, vq_err *err);                   /* mmap a file */
 vq_gguf *vq_gguf_open_mem(const void *buf, size_t len, const char *name, vq_err *err); /* borrow */
+/* copy = 1: read the file into private anonymous memory instead of mapping it (the baseline of
+ * the sharing measurement, as a loader that copies weights would hold them) */
+vq_gguf *vq_gguf_open_ex(const char *path, int copy, vq_err *err);
 void     vq_gguf_close(vq_gguf *g);
 
 uint32_t vq_gguf_version(const vq_gguf *g);
@@ -79,6 +86,11 @@ int vq_str_eq(vq_str s, const char *c);   /* 1 when equal */
 const char *vq_ggml_type_name(uint32_t type);                 /* "Q4_1"; NULL when unknown */
 int vq_ggml_type_layout(uint32_t type, uint32_t *block, uint32_t *bytes); /* 1 when known */
 const char *vq_gguf_type_name(vq_gguf_type t);               /* "uint32"; "?" when invalid */
+
+/* Layouts of tensor types that are not ggml's (VeloxQuant's own weight types, which only a
+ * reservoir file may hold: formats/reservoir.h). The caller (the model layer) answers from the
+ * weight-type table; 1 when known. */
+typedef int (*vq_gguf_layout_fn)(uint32_t type, uint32_t *block, uint32_t *bytes);
 
 uint64_t vq_gguf_alignment(const vq_gguf *g);     /* general.alignment, default 32 */
 uint64_t vq_gguf_data_offset(const vq_gguf *g);   /* file offset of the data section */

@@ -14,6 +14,8 @@ typedef struct vq_wtype {
     int block;                /* elements per block */
     size_t block_bytes;       /* bytes per block */
     void (*to_float)(const void *src, float *dst, int64_t n);   /* n multiple of block */
+    /* quantize n floats (a multiple of block) into n / block blocks; NULL: no quantizer */
+    void (*from_float)(const float *src, void *dst, int64_t n);
 } vq_wtype;
 
 const vq_wtype *vq_wtype_get(uint32_t type);        /* NULL when unsupported */

@@ -52,6 +52,55 @@ static void q4_1_to_float(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* ---- quantizers (round to nearest, as ggml's reference quantizers: d from the largest
+ * magnitude, codes rounded) ---- */
+static void f32_from_float(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
+static void f16_from_float(const float *src, void *dst, int64_t n) {
+    uint8_t *p = dst;
+    for (int64_t i = 0; i < n; i++) { vq_f16 h = vq_f32_to_f16(src[i]); memcpy(p + 2 * i, &h, 2); }
+}
+static void q8_0_from_float(const float *src, void *dst, int64_t n) {
+    vq_block_q8_0 *b = dst;
+    for (int64_t i = 0; i < n / VQ_QK; i++) {
+        const float *x = src + i * VQ_QK;
+        float amax = 0;
+        for (int j = 0; j < VQ_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        b[i].d = vq_f32_to_f16(d);
+        for (int j = 0; j < VQ_QK; j++) b[i].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+static void q4_0_from_float(const float *src, void *dst, int64_t n) {
+    vq_block_q4_0 *b = dst;
+    for (int64_t i = 0; i < n / VQ_QK; i++) {
+        const float *x = src + i * VQ_QK;
+        float amax = 0, max = 0;   /* the signed value of largest magnitude maps to -8 */
+        for (int j = 0; j < VQ_QK; j++)
+            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+        float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
+        b[i].d = vq_f32_to_f16(d);
+        for (int j = 0; j < VQ_QK / 2; j++) {
+            int q0 = (int)VQ_MIN(15.0f, x[j] * id + 8.5f), q1 = (int)VQ_MIN(15.0f, x[j + 16] * id + 8.5f);
+            b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+static void q4_1_from_float(const float *src, void *dst, int64_t n) {
+    vq_block_q4_1 *b = dst;
+    for (int64_t i = 0; i < n / VQ_QK; i++) {
+        const float *x = src + i * VQ_QK;
+        float lo = x[0], hi = x[0];
+        for (int j = 1; j < VQ_QK; j++) { lo = fminf(lo, x[j]); hi = fmaxf(hi, x[j]); }
+        float d = (hi - lo) / 15.0f, id = d ? 1.0f / d : 0.0f;
+        b[i].d = vq_f32_to_f16(d);
+        b[i].m = vq_f32_to_f16(lo);
+        for (int j = 0; j < VQ_QK / 2; j++) {
+            int q0 = (int)VQ_MIN(15.0f, (x[j] - lo) * id + 0.5f), q1 = (int)VQ_MIN(15.0f, (x[j + 16] - lo) * id + 0.5f);
+            b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
 /* the types read through vq_kdec: x = (d*sc)*q (+ dm*m), each product rounded to float as
  * gguf-py's numpy dequantize rounds it (float32 d*sc first), so the bits agree */
 static void kdec_to_float(vq_kdec_fn dec, int blk, size_t bb, const void *src, float *dst, int64_t n) {
@@ -81,21 +130,21 @@ KDEC_TO_FLOAT(q6_k, VQ_QKK, vq_block_q6_k)
 KDEC_TO_FLOAT(iq4_xs, VQ_QKK, vq_block_iq4_xs)
 
 static const vq_wtype wtypes[] = {
-    {VQ_TYPE_F32, "f32", 1, 4, f32_to_float},
-    {VQ_TYPE_F16, "f16", 1, 2, f16_to_float},
-    {VQ_TYPE_BF16, "bf16", 1, 2, bf16_to_float},
-    {VQ_TYPE_Q8_0, "q8_0", VQ_QK, sizeof(vq_block_q8_0), q8_0_to_float},
-    {VQ_TYPE_Q4_0, "q4_0", VQ_QK, sizeof(vq_block_q4_0), q4_0_to_float},
-    {VQ_TYPE_Q4_1, "q4_1", VQ_QK, sizeof(vq_block_q4_1), q4_1_to_float},
-    {VQ_TYPE_Q5_0, "q5_0", VQ_QK, sizeof(vq_block_q5_0), q5_0_to_float},
-    {VQ_TYPE_Q5_1, "q5_1", VQ_QK, sizeof(vq_block_q5_1), q5_1_to_float},
-    {VQ_TYPE_IQ4_NL, "iq4_nl", VQ_QK, sizeof(vq_block_iq4_nl), iq4_nl_to_float},
-    {VQ_TYPE_Q2_K, "q2_K", VQ_QKK, sizeof(vq_block_q2_k), q2_k_to_float},
-    {VQ_TYPE_Q3_K, "q3_K", VQ_QKK, sizeof(vq_block_q3_k), q3_k_to_float},
-    {VQ_TYPE_Q4_K, "q4_K", VQ_QKK, sizeof(vq_block_q4_k), q4_k_to_float},
-    {VQ_TYPE_Q5_K, "q5_K", VQ_QKK, sizeof(vq_block_q5_k), q5_k_to_float},
-    {VQ_TYPE_Q6_K, "q6_K", VQ_QKK, sizeof(vq_block_q6_k), q6_k_to_float},
-    {VQ_TYPE_IQ4_XS, "iq4_xs", VQ_QKK, sizeof(vq_block_iq4_xs), iq4_xs_to_float},
+    {VQ_TYPE_F32, "f32", 1, 4, f32_to_float, f32_from_float},
+    {VQ_TYPE_F16, "f16", 1, 2, f16_to_float, f16_from_float},
+    {VQ_TYPE_BF16, "bf16", 1, 2, bf16_to_float, NULL},
+    {VQ_TYPE_Q8_0, "q8_0", VQ_QK, sizeof(vq_block_q8_0), q8_0_to_float, q8_0_from_float},
+    {VQ_TYPE_Q4_0, "q4_0", VQ_QK, sizeof(vq_block_q4_0), q4_0_to_float, q4_0_from_float},
+    {VQ_TYPE_Q4_1, "q4_1", VQ_QK, sizeof(vq_block_q4_1), q4_1_to_float, q4_1_from_float},
+    {VQ_TYPE_Q5_0, "q5_0", VQ_QK, sizeof(vq_block_q5_0), q5_0_to_float, NULL},
+    {VQ_TYPE_Q5_1, "q5_1", VQ_QK, sizeof(vq_block_q5_1), q5_1_to_float, NULL},
+    {VQ_TYPE_IQ4_NL, "iq4_nl", VQ_QK, sizeof(vq_block_iq4_nl), iq4_nl_to_float, NULL},
+    {VQ_TYPE_Q2_K, "q2_K", VQ_QKK, sizeof(vq_block_q2_k), q2_k_to_float, NULL},
+    {VQ_TYPE_Q3_K, "q3_K", VQ_QKK, sizeof(vq_block_q3_k), q3_k_to_float, NULL},
+    {VQ_TYPE_Q4_K, "q4_K", VQ_QKK, sizeof(vq_block_q4_k), q4_k_to_float, NULL},
+    {VQ_TYPE_Q5_K, "q5_K", VQ_QKK, sizeof(vq_block_q5_k), q5_k_to_float, NULL},
+    {VQ_TYPE_Q6_K, "q6_K", VQ_QKK, sizeof(vq_block_q6_k), q6_k_to_float, NULL},
+    {VQ_TYPE_IQ4_XS, "iq4_xs", VQ_QKK, sizeof(vq_block_iq4_xs), iq4_xs_to_float, NULL},
 };
 
 const vq_wtype *vq_wtype_get(uint32_t type) {

@@ -11,6 +11,7 @@
 
 #include "formats/gguf.h"
 #include "formats/llama2c.h"
+#include "formats/reservoir.h"
 #include "kernels/kernels.h"
 #include "model/chat.h"
 
@@ -93,9 +94,11 @@ static vq_status get_f32_key(const vq_gguf *g, const char *arch, const char *suf
     return VQ_OK;
 }
 
-static vq_status load_gguf(vq_model *m, const char *path, vq_err *err) {
-    vq_gguf *g = vq_gguf_open(path, err);
+static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int copy, vq_err *err) {
+    vq_gguf *g = reservoir ? vq_reservoir_open(path, vq_model_layouts(), copy, err) : vq_gguf_open_ex(path, copy, err);
     if (!g) return err ? err->code : VQ_ERR_IO;
+    m->reservoir = reservoir;
+    m->copied = copy;
     m->gguf = g;
     vq_model_config *c = &m->cfg;
     vq_str arch;
@@ -243,6 +246,10 @@ static vq_status load_l2c(vq_model *m, const char *path, const char *tok_path, v
 }
 
 vq_model *vq_model_open(const char *path, const char *tok_path, vq_err *err) {
+    return vq_model_open_ex(path, tok_path, 0, err);
+}
+
+vq_model *vq_model_open_ex(const char *path, const char *tok_path, int copy, vq_err *err) {
     vq_model *m = calloc(1, sizeof *m);
     if (!m) { vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); return NULL; }
     snprintf(m->path, sizeof m->path, "%s", path);
@@ -250,12 +257,13 @@ vq_model *vq_model_open(const char *path, const char *tok_path, vq_err *err) {
     uint64_t sz;
     int fd = vq_open_regular(path, &sz, err);
     if (fd < 0) { free(m); return NULL; }
-    char magic[4] = {0};
-    ssize_t got = pread(fd, magic, 4, 0);
+    char magic[8] = {0};
+    ssize_t got = pread(fd, magic, 8, 0);
     close(fd);
     m->file_bytes = (size_t)sz;
     vq_status s;
-    if (got == 4 && memcmp(magic, "GGUF", 4) == 0) s = load_gguf(m, path, err);
+    if (got >= 4 && memcmp(magic, "GGUF", 4) == 0) s = load_gguf(m, path, 0, copy, err);
+    else if (got > 0 && vq_reservoir_sniff(magic, (size_t)got)) s = load_gguf(m, path, 1, copy, err);
     else if (ends_with(path, ".gguf")) s = vq_err_set(err, VQ_ERR_FORMAT, "%s: not a GGUF file (bad magic)", path);
     else s = load_l2c(m, path, tok_path, err);
     if (s) { vq_model_free(m); return NULL; }
@@ -267,6 +275,8 @@ void vq_model_free(vq_model *m) {
     if (m->tok) vq_tokenizer_free(m->tok);
     if (m->gguf) vq_gguf_close(m->gguf);
     if (m->l2c) vq_l2c_close(m->l2c);
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
     free(m->layers);
     free(m->span);
     free(m);

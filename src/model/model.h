@@ -46,11 +46,37 @@ typedef struct vq_model {
     size_t file_bytes;
     char path[1024];
     void *gguf, *l2c;                       /* the open file (one of them) */
+    int reservoir;                          /* the GGUF handle is a reservoir's body */
+    int copied;                             /* the file was read into memory, not mapped */
+    char weights[256];                      /* the --weights spec applied at load ("" none) */
+    void **owned; int n_owned;              /* weights re-quantized at load (freed with it) */
 } vq_model;
 
-/* Load a GGUF file, or a llama2.c checkpoint (tokenizer path required for those: tok_path). */
+/* Load a GGUF file, a reservoir (formats/reservoir.h), or a llama2.c checkpoint (tokenizer path
+ * required for those: tok_path). copy = 1: read the file into memory instead of mapping it (GGUF
+ * and reservoir files; the baseline of the sharing measurement). */
 vq_model *vq_model_open(const char *path, const char *tok_path, vq_err *err);
+vq_model *vq_model_open_ex(const char *path, const char *tok_path, int copy, vq_err *err);
 void      vq_model_free(vq_model *m);
+
+/* ---- weights re-coded by tensor class (quantize.c) ----
+ * A --weights spec: "TYPE[,CLASS=TYPE...]", CLASS one of embd, output, attn (attn_q, attn_k,
+ * attn_v, attn_output), ffn (ffn_gate, ffn_up, ffn_down); TYPE a weight type with a quantizer
+ * or "keep" (the source's bytes). Norms and biases are never re-coded; a matrix whose row length
+ * is not a multiple of the target's block stays as it is. */
+#define VQ_WCLASS_N 9
+#define VQ_WKEEP 0xffffffffu
+typedef struct vq_wspec {
+    uint32_t type[VQ_WCLASS_N];             /* per class: a weight type or VQ_WKEEP */
+    char text[256];                         /* normalized: every class=type */
+} vq_wspec;
+vq_status vq_wspec_parse(const char *s, vq_wspec *w, vq_err *err);
+/* Re-code the loaded model's matrices in memory (no longer zero-copy: for measurement). A tied
+ * output is untied when embd and output get different types. */
+vq_status vq_model_requantize(vq_model *m, const vq_wspec *w, vq_err *err);
+/* The layouts of every type in the weight-type table, for the reservoir reader. */
+#include "formats/gguf.h"
+vq_gguf_layout_fn vq_model_layouts(void);
 
 /* Scratch for a forward pass over up to max_batch tokens at once. */
 typedef struct vq_fwd vq_fwd;

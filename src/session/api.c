@@ -23,7 +23,11 @@ vq_model *vq_model_load(const char *path, const vq_model_params *p, vq_err *err)
         return NULL;
     }
     if (p->n_threads > 0) omp_set_num_threads(p->n_threads);
-    return vq_model_open(path, p->tokenizer_path, err);
+    vq_wspec ws;
+    if (p->weights && vq_wspec_parse(p->weights, &ws, err)) return NULL;
+    vq_model *m = vq_model_open_ex(path, p->tokenizer_path, p->copy_weights != 0, err);
+    if (m && p->weights && vq_model_requantize(m, &ws, err)) { vq_model_free(m); return NULL; }
+    return m;
 }
 
 vq_model_info vq_model_get_info(const vq_model *m) {
