@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# fuzz.sh: fuzz the model-file readers, the tokenizers, the kv state reader, the kv spec parser, the
-# calibration file reader and the server's request parser. Builds the libFuzzer targets (fuzz_gguf,
-# fuzz_l2c_vocab, fuzz_tokenizer, fuzz_kv_state, fuzz_kv_spec, fuzz_calib, fuzz_server) with
+# fuzz.sh: fuzz the model-file readers (GGUF, reservoir), the tokenizers, the kv state reader, the kv
+# spec parser, the calibration file reader and the server's request parser. Builds the libFuzzer
+# targets (fuzz_gguf, fuzz_l2c_vocab, fuzz_tokenizer, fuzz_kv_state, fuzz_kv_spec, fuzz_calib,
+# fuzz_server, fuzz_reservoir) with
 # clang + ASan/UBSan in build-fuzz, seeds their corpora with small valid files (written by
 # tests/fuzz/gen_fuzz_seeds.c; plus the first 4 KiB of the SmolLM2 model when it was fetched;
-# fuzz_kv_state writes its own valid kv streams when run with VQ_FUZZ_WRITE_SEEDS=DIR) and
+# fuzz_kv_state, fuzz_calib and fuzz_reservoir write their own valid inputs when run with
+# VQ_FUZZ_WRITE_SEEDS=DIR) and
 # runs each target for FUZZ_SECONDS (default 60).
 # Exit status is nonzero when the fuzzer finds a crash, a leak or a huge allocation; the input that
 # did it is kept in fuzz-corpus/crashes/ (reproduce: build-fuzz/fuzz_gguf <that file>).
@@ -20,11 +22,11 @@ crashes=fuzz-corpus/crashes
 command -v clang >/dev/null || { echo "fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
 CC=clang CXX=clang++ cmake -S . -B "$build" -DVQ_FUZZ=ON -DVQ_SANITIZE=ON \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="-g" >/dev/null
-cmake --build "$build" -j2 --target fuzz_gguf fuzz_l2c_vocab fuzz_tokenizer fuzz_kv_state fuzz_kv_spec fuzz_calib fuzz_server gen_fuzz_seeds
+cmake --build "$build" -j2 --target fuzz_gguf fuzz_l2c_vocab fuzz_tokenizer fuzz_kv_state fuzz_kv_spec fuzz_calib fuzz_server fuzz_reservoir gen_fuzz_seeds
 
-mkdir -p "$crashes" fuzz-corpus/gguf fuzz-corpus/vocab fuzz-corpus/tok fuzz-corpus/kvstate fuzz-corpus/kvspec fuzz-corpus/calib fuzz-corpus/server
-rm -rf fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab fuzz-corpus/seeds-tok fuzz-corpus/seeds-kvstate fuzz-corpus/seeds-kvspec fuzz-corpus/seeds-calib fuzz-corpus/seeds-server
-mkdir -p fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab fuzz-corpus/seeds-tok fuzz-corpus/seeds-kvstate fuzz-corpus/seeds-kvspec fuzz-corpus/seeds-calib fuzz-corpus/seeds-server
+mkdir -p "$crashes" fuzz-corpus/gguf fuzz-corpus/vocab fuzz-corpus/tok fuzz-corpus/kvstate fuzz-corpus/kvspec fuzz-corpus/calib fuzz-corpus/server fuzz-corpus/reservoir
+rm -rf fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab fuzz-corpus/seeds-tok fuzz-corpus/seeds-kvstate fuzz-corpus/seeds-kvspec fuzz-corpus/seeds-calib fuzz-corpus/seeds-server fuzz-corpus/seeds-reservoir
+mkdir -p fuzz-corpus/seeds-gguf fuzz-corpus/seeds-vocab fuzz-corpus/seeds-tok fuzz-corpus/seeds-kvstate fuzz-corpus/seeds-kvspec fuzz-corpus/seeds-calib fuzz-corpus/seeds-server fuzz-corpus/seeds-reservoir
 printf 'Hello, world! 12345 caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80\n\n  x' > fuzz-corpus/seeds-tok/mixed
 printf '<|im_start|>user\nWhat is 3.14?<|im_end|>\n' > fuzz-corpus/seeds-tok/chat
 printf '\xff\xfe\xc0\x80 broken \xe2\x82' > fuzz-corpus/seeds-tok/invalid
@@ -41,6 +43,7 @@ for sp in 'f16' 'turboquant_mse:k=4,v=4;evict=h2o,budget=0.5,every=2' 'kivi:bits
 done
 VQ_FUZZ_WRITE_SEEDS=fuzz-corpus/seeds-kvstate "$build/fuzz_kv_state"
 VQ_FUZZ_WRITE_SEEDS=fuzz-corpus/seeds-calib "$build/fuzz_calib"
+VQ_FUZZ_WRITE_SEEDS=fuzz-corpus/seeds-reservoir "$build/fuzz_reservoir"
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -r "$model" ]; then
     head -c 4096 "$model" > fuzz-corpus/seeds-gguf/smollm2_head4k.gguf
@@ -54,7 +57,8 @@ status=0
 for spec in "fuzz_gguf gguf seeds-gguf -max_len=8192 -dict=tests/fuzz/gguf.dict" \
             "fuzz_l2c_vocab vocab seeds-vocab -max_len=8192" "fuzz_tokenizer tok seeds-tok -max_len=8192" \
             "fuzz_kv_state kvstate seeds-kvstate -max_len=32768" "fuzz_kv_spec kvspec seeds-kvspec -max_len=600" \
-            "fuzz_calib calib seeds-calib -max_len=8192" "fuzz_server server seeds-server -max_len=4096"; do
+            "fuzz_calib calib seeds-calib -max_len=8192" "fuzz_server server seeds-server -max_len=4096" \
+            "fuzz_reservoir reservoir seeds-reservoir -max_len=20000 -dict=tests/fuzz/gguf.dict"; do
     set -- $spec
     target=$1; corpus=fuzz-corpus/$2; seeds=fuzz-corpus/$3; shift 3
     echo "fuzz.sh: fuzzing $target for ${secs}s with ${jobs} job(s)"
