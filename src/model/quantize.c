@@ -321,6 +321,6 @@ done:
     free(rt);
     vq_gguf_close(g);
     info->seconds = now_s() - t0;
-    if (s) vq_quantize_info_free(info);
+    if (s || info == &dummy) vq_quantize_info_free(info);   /* the caller asked for no report: nothing is kept */
     return s;
 }
