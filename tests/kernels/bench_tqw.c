@@ -4,7 +4,8 @@
  * Method (BENCHMARKING.md): arms interleaved within every repeat; each arm cycles through a pool
  * of distinct copies of its matrix larger than the last-level cache, so every call streams its
  * weights from memory as a decode step does; median, min and max over the repeats; the load
- * average printed before and after. Usage: bench_tqw [--reps N] [--json]; VQ_ISA as everywhere. */
+ * average printed before and after. Usage: bench_tqw [--reps N] [--pool-mib M] [--json]; VQ_ISA as
+ * everywhere. The pool (default 96 MiB, 3x a 32 MiB L3) must exceed the machine's last-level cache. */
 #include "kernels/kernels_impl.h"
 #include <omp.h>
 #include <stdio.h>
@@ -14,7 +15,6 @@
 
 static const uint32_t TYPES[] = {VQ_TYPE_Q4_0, VQ_TYPE_Q4_1, VQ_TYPE_TQW4, VQ_TYPE_TQW3, VQ_TYPE_TQW2, VQ_TYPE_Q8_0};
 enum { NT = 6, MAXREPS = 101 };
-#define POOL_BYTES (96u << 20)   /* 3x the 32 MiB L3 of the machine the figures came from */
 
 static double now(void) {
     struct timespec ts;
@@ -34,17 +34,20 @@ static void loadavg(const char *when) {
 }
 
 int main(int argc, char **argv) {
-    int reps = 9, json = 0;
+    int reps = 9, json = 0, pool_mib = 96;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--pool-mib") && i + 1 < argc) pool_mib = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = 1;
-        else { fprintf(stderr, "usage: bench_tqw [--reps N] [--json]\n"); return 2; }
+        else { fprintf(stderr, "usage: bench_tqw [--reps N] [--pool-mib M] [--json]\n"); return 2; }
     }
     if (reps < 1 || reps > MAXREPS) { fprintf(stderr, "--reps: 1..%d\n", MAXREPS); return 2; }
+    if (pool_mib < 1 || pool_mib > 65536) { fprintf(stderr, "--pool-mib: 1..65536\n"); return 2; }
+    const size_t POOL_BYTES = (size_t)pool_mib << 20;
     omp_set_num_threads(1);
     const uint64_t seed = 20261204;
-    printf("# bench_tqw: 1 thread, ISA %s, %d interleaved repeats, weight pool %u MiB per arm, seed %llu\n",
-           vq_isa_name(vq_kernels_isa()), reps, POOL_BYTES >> 20, (unsigned long long)seed);
+    printf("# bench_tqw: 1 thread, ISA %s, %d interleaved repeats, weight pool %d MiB per arm, seed %llu\n",
+           vq_isa_name(vq_kernels_isa()), reps, pool_mib, (unsigned long long)seed);
     loadavg("before");
     const int shapes[3][2] = {{1536, 576}, {576, 1536}, {49152, 576}};
     vq_rng rng;
