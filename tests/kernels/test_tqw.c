@@ -240,7 +240,7 @@ static void check_robust(vq_rng *rng) {
     for (int k = 0; k < 6; k++) {
         const vq_wtype *t = vq_wtype_get(types[k]);
         float x[128], y[128];
-        uint8_t blk[2 * 64];
+        uint8_t blk[4 * 64];   /* 128 elements: q8_0 needs 136 bytes */
         size_t nbytes = vq_wtype_row_bytes(types[k], 128);
         /* all zero: scale 0, output exactly 0 */
         memset(x, 0, sizeof x);
