@@ -14,7 +14,9 @@ typedef struct vq_wtype {
     int block;                /* elements per block */
     size_t block_bytes;       /* bytes per block */
     void (*to_float)(const void *src, float *dst, int64_t n);   /* n multiple of block */
-    /* quantize n floats (a multiple of block) into n / block blocks; NULL: no quantizer */
+    /* quantize n floats (n multiple of block) into n/block blocks; NULL where the type has no
+     * quantizer of ours. Non-finite inputs are coded as 0; scales saturate at fp16's largest
+     * finite value, so finite input never decodes to NaN or inf. */
     void (*from_float)(const float *src, void *dst, int64_t n);
 } vq_wtype;
 

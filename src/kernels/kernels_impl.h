@@ -41,6 +41,36 @@ _Static_assert(sizeof(vq_block_iq4_xs) == 136, "iq4_xs block must be 136 bytes (
 /* the 16 non-uniform levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl) */
 extern const int8_t vq_iq4_levels[16];
 
+/* ---- TurboQuant weight types (VeloxQuant's own; docs/weights-tqw.md) ----
+ * A block is 64 weights rotated by VQ_TQW_R = H·D/8 (D: fixed random signs, H: the 64-point
+ * Walsh-Hadamard matrix; orthogonal), then coded per 32-element group g (rotated elements 32g..)
+ * as y = d[g] * L[code] with L the type's int8 Lloyd-Max levels and d[g] an fp16 scale.
+ * tqw4: byte j of qs holds group 0's element j (low nibble) and group 1's element j (high).
+ * tqw2: byte j of qs holds element j + 16s of the block at bits 2s (s = 0..3).
+ * tqw3: the two low bits as tqw2 in ql; bit i of the little-endian 64-bit qh is element i's
+ *       third bit. */
+#define VQ_TQW_BLOCK 64
+typedef struct { vq_f16 d[2]; uint8_t qs[32]; } vq_block_tqw4;
+typedef struct { vq_f16 d[2]; uint8_t ql[16]; uint8_t qh[8]; } vq_block_tqw3;
+typedef struct { vq_f16 d[2]; uint8_t qs[16]; } vq_block_tqw2;
+_Static_assert(sizeof(vq_block_tqw4) == 36, "tqw4 block must be 36 bytes");
+_Static_assert(sizeof(vq_block_tqw3) == 28, "tqw3 block must be 28 bytes");
+_Static_assert(sizeof(vq_block_tqw2) == 20, "tqw2 block must be 20 bytes");
+/* the levels, padded to 16 entries (pshufb tables): Lloyd-Max centroids of N(0, 1) at 16, 8, 4
+ * levels, scaled so the outermost is 127 and rounded (see wtypes_tqw.c) */
+extern const int8_t vq_tqw4_levels[16], vq_tqw3_levels[16], vq_tqw2_levels[16];
+extern const uint64_t vq_tqw_signs;   /* bit i set: element i of a block is negated before H */
+/* x <- R x on every 64-block of x (n a multiple of 64): the activations' side of the product */
+void vq_tqw_rotate(float *x, int64_t n);
+/* the int8 levels of group g (0, 1) of one block of type VQ_TYPE_TQWb */
+void vq_tqw_group_codes(uint32_t type, const void *blk, int g, int8_t q[32]);
+void vq_tqw4_to_float(const void *src, float *dst, int64_t n);
+void vq_tqw3_to_float(const void *src, float *dst, int64_t n);
+void vq_tqw2_to_float(const void *src, float *dst, int64_t n);
+void vq_tqw4_from_float(const float *src, void *dst, int64_t n);
+void vq_tqw3_from_float(const float *src, void *dst, int64_t n);
+void vq_tqw2_from_float(const float *src, void *dst, int64_t n);
+
 /* A block of any of these types decoded to integers: element i is
  *   x_i = (d * sc[i/16]) * q[i]  (+ (dm * m[i/16]) when has_min)
  * with every integer exact. The scalar row kernels and to_float both go through it, so the
@@ -110,6 +140,9 @@ typedef struct vq_kern_row {
     int quantized;            /* 1: activations quantized to q8act first */
     vq_rows_fn rows[3];       /* per vq_isa; NULL where that ISA has no kernel of its own */
     vq_rows_fn vnni;          /* AVX-512 with VNNI (vpdpbusd): preferred to rows[2] when present */
+    int rotate_block;         /* > 0: the weights are stored rotated by vq_tqw_rotate on blocks
+                               * of this size; the activations are rotated alike before they are
+                               * quantized (w·x = Rw·Rx), so the kernel never undoes R */
 } vq_kern_row;
 
 #define VQ_TILE 4             /* tokens per pass over a weight row */
@@ -142,6 +175,10 @@ void vq_rows_q4_1_scalar(const uint8_t *, size_t, int, const void *, size_t, int
 VQ_DECL_KROWS(scalar)
 VQ_DECL_KROWS(avx2)
 VQ_DECL_KROWS(avx512vnni)
+#define VQ_DECL_TROWS(isa) VQ_DECL_ROWS(tqw4, isa) VQ_DECL_ROWS(tqw3, isa) VQ_DECL_ROWS(tqw2, isa)
+VQ_DECL_TROWS(scalar)
+VQ_DECL_TROWS(avx2)
+VQ_DECL_TROWS(avx512vnni)
 
 void vq_rows_f32_avx2(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_f16_avx2(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);

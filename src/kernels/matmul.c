@@ -152,21 +152,24 @@ void vq_rows_q4_1_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa,
 
 /* ---- dispatch ---- */
 static const vq_kern_row kern_rows[] = {
-    {VQ_TYPE_F32, 0, {vq_rows_f32_scalar, vq_rows_f32_avx2, vq_rows_f32_avx512}, NULL},
-    {VQ_TYPE_F16, 0, {vq_rows_f16_scalar, vq_rows_f16_avx2, vq_rows_f16_avx512}, NULL},
-    {VQ_TYPE_BF16, 0, {vq_rows_bf16_scalar, vq_rows_bf16_avx2, vq_rows_bf16_avx512}, NULL},
-    {VQ_TYPE_Q8_0, 1, {vq_rows_q8_0_scalar, vq_rows_q8_0_avx2, NULL}, vq_rows_q8_0_avx512vnni},
-    {VQ_TYPE_Q4_0, 1, {vq_rows_q4_0_scalar, vq_rows_q4_0_avx2, NULL}, vq_rows_q4_0_avx512vnni},
-    {VQ_TYPE_Q4_1, 1, {vq_rows_q4_1_scalar, vq_rows_q4_1_avx2, NULL}, vq_rows_q4_1_avx512vnni},
-    {VQ_TYPE_Q5_0, 1, {vq_rows_q5_0_scalar, vq_rows_q5_0_avx2, NULL}, vq_rows_q5_0_avx512vnni},
-    {VQ_TYPE_Q5_1, 1, {vq_rows_q5_1_scalar, vq_rows_q5_1_avx2, NULL}, vq_rows_q5_1_avx512vnni},
-    {VQ_TYPE_IQ4_NL, 1, {vq_rows_iq4_nl_scalar, vq_rows_iq4_nl_avx2, NULL}, vq_rows_iq4_nl_avx512vnni},
-    {VQ_TYPE_Q2_K, 1, {vq_rows_q2_k_scalar, vq_rows_q2_k_avx2, NULL}, vq_rows_q2_k_avx512vnni},
-    {VQ_TYPE_Q3_K, 1, {vq_rows_q3_k_scalar, vq_rows_q3_k_avx2, NULL}, vq_rows_q3_k_avx512vnni},
-    {VQ_TYPE_Q4_K, 1, {vq_rows_q4_k_scalar, vq_rows_q4_k_avx2, NULL}, vq_rows_q4_k_avx512vnni},
-    {VQ_TYPE_Q5_K, 1, {vq_rows_q5_k_scalar, vq_rows_q5_k_avx2, NULL}, vq_rows_q5_k_avx512vnni},
-    {VQ_TYPE_Q6_K, 1, {vq_rows_q6_k_scalar, vq_rows_q6_k_avx2, NULL}, vq_rows_q6_k_avx512vnni},
-    {VQ_TYPE_IQ4_XS, 1, {vq_rows_iq4_xs_scalar, vq_rows_iq4_xs_avx2, NULL}, vq_rows_iq4_xs_avx512vnni},
+    {VQ_TYPE_F32, 0, {vq_rows_f32_scalar, vq_rows_f32_avx2, vq_rows_f32_avx512}, NULL, 0},
+    {VQ_TYPE_F16, 0, {vq_rows_f16_scalar, vq_rows_f16_avx2, vq_rows_f16_avx512}, NULL, 0},
+    {VQ_TYPE_BF16, 0, {vq_rows_bf16_scalar, vq_rows_bf16_avx2, vq_rows_bf16_avx512}, NULL, 0},
+    {VQ_TYPE_Q8_0, 1, {vq_rows_q8_0_scalar, vq_rows_q8_0_avx2, NULL}, vq_rows_q8_0_avx512vnni, 0},
+    {VQ_TYPE_Q4_0, 1, {vq_rows_q4_0_scalar, vq_rows_q4_0_avx2, NULL}, vq_rows_q4_0_avx512vnni, 0},
+    {VQ_TYPE_Q4_1, 1, {vq_rows_q4_1_scalar, vq_rows_q4_1_avx2, NULL}, vq_rows_q4_1_avx512vnni, 0},
+    {VQ_TYPE_Q5_0, 1, {vq_rows_q5_0_scalar, vq_rows_q5_0_avx2, NULL}, vq_rows_q5_0_avx512vnni, 0},
+    {VQ_TYPE_Q5_1, 1, {vq_rows_q5_1_scalar, vq_rows_q5_1_avx2, NULL}, vq_rows_q5_1_avx512vnni, 0},
+    {VQ_TYPE_IQ4_NL, 1, {vq_rows_iq4_nl_scalar, vq_rows_iq4_nl_avx2, NULL}, vq_rows_iq4_nl_avx512vnni, 0},
+    {VQ_TYPE_Q2_K, 1, {vq_rows_q2_k_scalar, vq_rows_q2_k_avx2, NULL}, vq_rows_q2_k_avx512vnni, 0},
+    {VQ_TYPE_Q3_K, 1, {vq_rows_q3_k_scalar, vq_rows_q3_k_avx2, NULL}, vq_rows_q3_k_avx512vnni, 0},
+    {VQ_TYPE_Q4_K, 1, {vq_rows_q4_k_scalar, vq_rows_q4_k_avx2, NULL}, vq_rows_q4_k_avx512vnni, 0},
+    {VQ_TYPE_Q5_K, 1, {vq_rows_q5_k_scalar, vq_rows_q5_k_avx2, NULL}, vq_rows_q5_k_avx512vnni, 0},
+    {VQ_TYPE_Q6_K, 1, {vq_rows_q6_k_scalar, vq_rows_q6_k_avx2, NULL}, vq_rows_q6_k_avx512vnni, 0},
+    {VQ_TYPE_IQ4_XS, 1, {vq_rows_iq4_xs_scalar, vq_rows_iq4_xs_avx2, NULL}, vq_rows_iq4_xs_avx512vnni, 0},
+    {VQ_TYPE_TQW4, 1, {vq_rows_tqw4_scalar, vq_rows_tqw4_avx2, NULL}, vq_rows_tqw4_avx512vnni, VQ_TQW_BLOCK},
+    {VQ_TYPE_TQW3, 1, {vq_rows_tqw3_scalar, vq_rows_tqw3_avx2, NULL}, vq_rows_tqw3_avx512vnni, VQ_TQW_BLOCK},
+    {VQ_TYPE_TQW2, 1, {vq_rows_tqw2_scalar, vq_rows_tqw2_avx2, NULL}, vq_rows_tqw2_avx512vnni, VQ_TQW_BLOCK},
 };
 
 /* The best ISA the CPU has, or a lower one named by the environment variable VQ_ISA
@@ -214,6 +217,28 @@ int vq_matmul_supported(uint32_t type, int cols) {
     return 0;
 }
 
+typedef void (*quantize_fn)(const float *, int, void *);
+
+/* One row rotated (vq_tqw_rotate) and quantized, 64 elements at a time through a small buffer:
+ * the quantizers treat each 32-block on its own, so this gives the bytes quantizing a rotated
+ * copy of the whole row would, without a row-sized buffer. */
+static void quantize_rotated(quantize_fn quantize, const float *x, int cols, void *base) {
+    int nb = cols / VQ_QK;
+    int8_t *qs = base;
+    float *ds = (float *)vq_q8act_ds(base, nb);
+    int32_t *isum = (int32_t *)vq_q8act_isum(base, nb);
+    _Alignas(64) float v[VQ_TQW_BLOCK];
+    _Alignas(64) uint8_t tmp[128];
+    for (int c = 0; c < cols; c += VQ_TQW_BLOCK) {
+        memcpy(v, x + c, sizeof v);
+        vq_tqw_rotate(v, VQ_TQW_BLOCK);
+        quantize(v, VQ_TQW_BLOCK, tmp);
+        memcpy(qs + c, tmp, VQ_TQW_BLOCK);
+        memcpy(ds + c / 16, vq_q8act_ds(tmp, 2), 4 * sizeof(float));
+        memcpy(isum + c / 32, vq_q8act_isum(tmp, 2), 2 * sizeof(int32_t));
+    }
+}
+
 #define STACK_ACT 32768
 #define MAX_JOBS 16
 
@@ -230,8 +255,8 @@ static void run_jobs(vq_isa isa, const vq_matmul_job *jobs, int njobs, const flo
     int nthreads = omp_get_max_threads();
     vq_rows_fn fn[MAX_JOBS];
     size_t wstride[MAX_JOBS];
-    int quant[MAX_JOBS], ch[MAX_JOBS], first[MAX_JOBS + 1];
-    int any_quant = 0, nchunks = 0;
+    int quant[MAX_JOBS], rot[MAX_JOBS], ch[MAX_JOBS], first[MAX_JOBS + 1];
+    int any_quant = 0, any_rot = 0, nchunks = 0;
     for (int j = 0; j < njobs; j++) {
         const vq_kern_row *k = NULL;
         for (size_t i = 0; i < VQ_ARRAY_LEN(kern_rows); i++)
@@ -239,7 +264,7 @@ static void run_jobs(vq_isa isa, const vq_matmul_job *jobs, int njobs, const flo
         int rows = jobs[j].rows;
         wstride[j] = vq_wtype_row_bytes(jobs[j].type, cols);
         first[j] = nchunks;
-        fn[j] = NULL; quant[j] = 0; ch[j] = 1;
+        fn[j] = NULL; quant[j] = 0; rot[j] = 0; ch[j] = 1;
         if (rows <= 0) continue;
         if (!k || wstride[j] == 0 || cols <= 0) {   /* misuse: make it visible, never crash */
             for (size_t i = 0; i < (size_t)n * rows; i++) jobs[j].Y[i] = NAN;
@@ -247,7 +272,9 @@ static void run_jobs(vq_isa isa, const vq_matmul_job *jobs, int njobs, const flo
         }
         fn[j] = pick(k, isa);
         quant[j] = k->quantized;
-        any_quant |= k->quantized;
+        rot[j] = k->rotate_block > 0;   /* always VQ_TQW_BLOCK, which divides cols here */
+        any_quant |= k->quantized && !rot[j];   /* a plain quantized copy of X is needed */
+        any_rot |= rot[j];                      /* and / or a rotated one */
         int c = chunk_rows(rows, nthreads);
         if ((rows + c - 1) / c < nthreads && rows >= 2 * nthreads)   /* small: use every thread */
             c = (rows + nthreads - 1) / nthreads;
@@ -259,46 +286,55 @@ static void run_jobs(vq_isa isa, const vq_matmul_job *jobs, int njobs, const flo
 
     int nb = cols / VQ_QK;
     size_t qstride = vq_q8act_stride(nb);
-    _Alignas(64) uint8_t stack_buf[STACK_ACT];
-    void *heap = NULL;
-    uint8_t *qa = stack_buf;
-    if (any_quant && qstride * (size_t)n > sizeof stack_buf) {
-        heap = vq_aligned_alloc(qstride * (size_t)n);
-        if (!heap) {   /* out of memory: token by token with the stack buffer */
-            vq_matmul_job one[MAX_JOBS];
-            for (int t = 0; t < n; t++) {
-                for (int j = 0; j < njobs; j++) {
-                    one[j] = jobs[j];
-                    one[j].Y = jobs[j].Y + (size_t)t * jobs[j].rows;
-                }
-                run_jobs(isa, one, njobs, X + (size_t)t * cols, 1, cols);
+    /* jobs may mix types: one quantized copy of X for the plain types, one of the rotated X
+     * for the tqw types, each only when some job reads it */
+    _Alignas(64) uint8_t stack_buf[STACK_ACT], stack_rot[STACK_ACT];
+    void *heap = NULL, *heap_rot = NULL;
+    uint8_t *qa = stack_buf, *qr = stack_rot;
+    int big = qstride * (size_t)n > sizeof stack_buf;
+    if (big && any_quant) heap = vq_aligned_alloc(qstride * (size_t)n);
+    if (big && any_rot) heap_rot = vq_aligned_alloc(qstride * (size_t)n);
+    if (big && ((any_quant && !heap) || (any_rot && !heap_rot))) {
+        /* out of memory: token by token with the stack buffers */
+        vq_aligned_free(heap);
+        vq_aligned_free(heap_rot);
+        vq_matmul_job one[MAX_JOBS];
+        for (int t = 0; t < n; t++) {
+            for (int j = 0; j < njobs; j++) {
+                one[j] = jobs[j];
+                one[j].Y = jobs[j].Y + (size_t)t * jobs[j].rows;
             }
-            return;
+            run_jobs(isa, one, njobs, X + (size_t)t * cols, 1, cols);
         }
-        qa = heap;
+        return;
     }
-    void (*quantize)(const float *, int, void *) =
+    if (heap) qa = heap;
+    if (heap_rot) qr = heap_rot;
+    quantize_fn quantize =
         isa == VQ_ISA_AVX512 ? vq_q8act_quantize_avx512 :
         isa == VQ_ISA_AVX2 ? vq_q8act_quantize_avx2 : vq_q8act_quantize;
-    #pragma omp parallel if (nchunks > 1 || (any_quant && n > 8))
+    #pragma omp parallel if (nchunks > 1 || ((any_quant || any_rot) && n > 8))
     {
-        if (any_quant) {
+        if (any_quant || any_rot) {
             #pragma omp for schedule(static)
-            for (int t = 0; t < n; t++)
-                quantize(X + (size_t)t * cols, cols, qa + (size_t)t * qstride);
+            for (int t = 0; t < n; t++) {
+                if (any_quant) quantize(X + (size_t)t * cols, cols, qa + (size_t)t * qstride);
+                if (any_rot) quantize_rotated(quantize, X + (size_t)t * cols, cols, qr + (size_t)t * qstride);
+            }
         }
         #pragma omp for schedule(static)
         for (int c = 0; c < nchunks; c++) {
             int j = 0;
             while (c >= first[j + 1]) j++;
             int r0 = (c - first[j]) * ch[j], nr = VQ_MIN(ch[j], jobs[j].rows - r0);
-            const void *xa = quant[j] ? (const void *)qa : (const void *)X;
+            const void *xa = rot[j] ? (const void *)qr : quant[j] ? (const void *)qa : (const void *)X;
             size_t xs = quant[j] ? qstride : (size_t)cols * sizeof(float);
             fn[j]((const uint8_t *)jobs[j].W + (size_t)r0 * wstride[j], wstride[j], nr, xa, xs, n,
                   quant[j] ? nb : cols, jobs[j].Y + r0, jobs[j].rows);
         }
     }
     vq_aligned_free(heap);
+    vq_aligned_free(heap_rot);
 }
 
 void vq_matmul_isa(vq_isa isa, float *Y, const void *W, uint32_t type, const float *X,

@@ -1,6 +1,7 @@
 /* matmul_avx2.c: AVX2+FMA+F16C row kernels. Compiled for that target here only, so the library
  * builds without -march flags and matmul.c calls these only when the CPU has AVX2.
- * Float types: 8-wide FMA (F16 through F16C); int8 types: kq256.inc with maddubs+madd. */
+ * Float types: 8-wide FMA (F16 through F16C); int8 types: kq256.inc (and tqw256.inc for the
+ * tqw types) with maddubs+madd. */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
@@ -79,6 +80,7 @@ static inline __attribute__((always_inline)) __m256i dot_us_avx2(__m256i u, __m2
 #define KSUF(n) n##_avx2
 #define DOT_US(u, s) dot_us_avx2(u, s)
 #include "kq256.inc"
+#include "tqw256.inc"
 #define DOT_SC(u, s, sc16, sc32) ((void)(sc32), _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc16))
 #include "kquants256.inc"
 #undef DOT_SC

@@ -66,6 +66,7 @@ FROW(f16, 2, ld_f16)
 FROW(bf16, 2, ld_bf16)
 
 #include "kq512.inc"
+#include "tqw512.inc"
 /* the K-quants on 256-bit vectors with vpdpbusd (AVX512-VL + VNNI) */
 #define KSUF(n) n##_avx512vnni
 #define DOT_SC(u, s, sc16, sc32) ((void)(sc16), _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s), sc32))

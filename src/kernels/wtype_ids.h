@@ -11,5 +11,10 @@ typedef enum vq_ggml_type {
     VQ_TYPE_Q6_K = 14, VQ_TYPE_Q8_K = 15,
     VQ_TYPE_IQ4_NL = 20, VQ_TYPE_IQ4_XS = 23,
     VQ_TYPE_BF16 = 30,
+    /* VeloxQuant's own weight types (docs/weights-tqw.md): TurboQuant-style rotated Lloyd-Max
+     * codes. Numbered above ggml's range so they can never be mistaken for a ggml type; they
+     * exist only in memory (quantized from float by vq_wtype.from_float) and never appear in a
+     * GGUF file. */
+    VQ_TYPE_TQW4 = 0x10004, VQ_TYPE_TQW3 = 0x10003, VQ_TYPE_TQW2 = 0x10002,
 } vq_ggml_type;
 #endif

@@ -2,6 +2,7 @@
  * Adding a type is adding a row here and a row kernel in matmul*.c; nothing else switches on
  * the type. Block layouts are ggml's, asserted in kernels_impl.h. */
 #include "kernels/kernels_impl.h"
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -52,51 +53,62 @@ static void q4_1_to_float(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* ---- quantizers (round to nearest, as ggml's reference quantizers: d from the largest
- * magnitude, codes rounded) ---- */
+/* ---- from_float: ggml's reference quantizers (quantize_row_*_ref), round to nearest ----
+ * Same bytes as ggml and gguf-py for finite input (tests/kernels/test_quant_fixture.c checks
+ * gguf-py's); beyond that, non-finite elements are coded as 0 and a scale or min past fp16's
+ * range saturates at +-65504 instead of becoming inf, so nothing decodes to NaN. */
+static void finite_block(const float *x, float *v) {
+    for (int j = 0; j < VQ_QK; j++) v[j] = isfinite(x[j]) ? x[j] : 0.0f;
+}
+static vq_f16 f16_sat(float v) { return vq_f32_to_f16(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
+/* a float code in [lo, hi] (NaN -> lo) before the cast, so the cast is always defined */
+static float clampf(float v, float lo, float hi) { return v >= lo ? (v <= hi ? v : hi) : lo; }
+
 static void f32_from_float(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
 static void f16_from_float(const float *src, void *dst, int64_t n) {
     uint8_t *p = dst;
-    for (int64_t i = 0; i < n; i++) { vq_f16 h = vq_f32_to_f16(src[i]); memcpy(p + 2 * i, &h, 2); }
+    for (int64_t i = 0; i < n; i++) { vq_f16 h = f16_sat(isfinite(src[i]) ? src[i] : 0.0f); memcpy(p + 2 * i, &h, 2); }
 }
 static void q8_0_from_float(const float *src, void *dst, int64_t n) {
     vq_block_q8_0 *b = dst;
     for (int64_t i = 0; i < n / VQ_QK; i++) {
-        const float *x = src + i * VQ_QK;
-        float amax = 0;
-        for (int j = 0; j < VQ_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-        b[i].d = vq_f32_to_f16(d);
-        for (int j = 0; j < VQ_QK; j++) b[i].qs[j] = (int8_t)roundf(x[j] * id);
+        float v[VQ_QK], amax = 0.0f;
+        finite_block(src + i * VQ_QK, v);
+        for (int j = 0; j < VQ_QK; j++) amax = fmaxf(amax, fabsf(v[j]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = f16_sat(d);
+        for (int j = 0; j < VQ_QK; j++) b[i].qs[j] = (int8_t)clampf(roundf(v[j] * id), -127.0f, 127.0f);
     }
 }
 static void q4_0_from_float(const float *src, void *dst, int64_t n) {
     vq_block_q4_0 *b = dst;
     for (int64_t i = 0; i < n / VQ_QK; i++) {
-        const float *x = src + i * VQ_QK;
-        float amax = 0, max = 0;   /* the signed value of largest magnitude maps to -8 */
+        float v[VQ_QK], amax = 0.0f, mx = 0.0f;
+        finite_block(src + i * VQ_QK, v);
         for (int j = 0; j < VQ_QK; j++)
-            if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
-        float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
-        b[i].d = vq_f32_to_f16(d);
+            if (amax < fabsf(v[j])) { amax = fabsf(v[j]); mx = v[j]; }   /* first of the largest */
+        float d = mx / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = f16_sat(d);
         for (int j = 0; j < VQ_QK / 2; j++) {
-            int q0 = (int)VQ_MIN(15.0f, x[j] * id + 8.5f), q1 = (int)VQ_MIN(15.0f, x[j + 16] * id + 8.5f);
-            b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+            int a = (int)clampf(v[j] * id + 8.5f, 0.0f, 15.0f);   /* truncation, as ggml's cast */
+            int c = (int)clampf(v[j + VQ_QK / 2] * id + 8.5f, 0.0f, 15.0f);
+            b[i].qs[j] = (uint8_t)(a | (c << 4));
         }
     }
 }
 static void q4_1_from_float(const float *src, void *dst, int64_t n) {
     vq_block_q4_1 *b = dst;
     for (int64_t i = 0; i < n / VQ_QK; i++) {
-        const float *x = src + i * VQ_QK;
-        float lo = x[0], hi = x[0];
-        for (int j = 1; j < VQ_QK; j++) { lo = fminf(lo, x[j]); hi = fmaxf(hi, x[j]); }
-        float d = (hi - lo) / 15.0f, id = d ? 1.0f / d : 0.0f;
-        b[i].d = vq_f32_to_f16(d);
-        b[i].m = vq_f32_to_f16(lo);
+        float v[VQ_QK], mn = FLT_MAX, mx = -FLT_MAX;
+        finite_block(src + i * VQ_QK, v);
+        for (int j = 0; j < VQ_QK; j++) { mn = fminf(mn, v[j]); mx = fmaxf(mx, v[j]); }
+        float d = (mx - mn) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = f16_sat(d);
+        b[i].m = f16_sat(mn);
         for (int j = 0; j < VQ_QK / 2; j++) {
-            int q0 = (int)VQ_MIN(15.0f, (x[j] - lo) * id + 0.5f), q1 = (int)VQ_MIN(15.0f, (x[j + 16] - lo) * id + 0.5f);
-            b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+            int a = (int)clampf((v[j] - mn) * id + 0.5f, 0.0f, 15.0f);
+            int c = (int)clampf((v[j + VQ_QK / 2] - mn) * id + 0.5f, 0.0f, 15.0f);
+            b[i].qs[j] = (uint8_t)(a | (c << 4));
         }
     }
 }
@@ -130,8 +142,8 @@ KDEC_TO_FLOAT(q6_k, VQ_QKK, vq_block_q6_k)
 KDEC_TO_FLOAT(iq4_xs, VQ_QKK, vq_block_iq4_xs)
 
 static const vq_wtype wtypes[] = {
-    {VQ_TYPE_F32, "f32", 1, 4, f32_to_float, f32_from_float},
-    {VQ_TYPE_F16, "f16", 1, 2, f16_to_float, f16_from_float},
+    {VQ_TYPE_F32, "f32", 1, 4, f32_to_float, NULL},
+    {VQ_TYPE_F16, "f16", 1, 2, f16_to_float, NULL},
     {VQ_TYPE_BF16, "bf16", 1, 2, bf16_to_float, NULL},
     {VQ_TYPE_Q8_0, "q8_0", VQ_QK, sizeof(vq_block_q8_0), q8_0_to_float, q8_0_from_float},
     {VQ_TYPE_Q4_0, "q4_0", VQ_QK, sizeof(vq_block_q4_0), q4_0_to_float, q4_0_from_float},

@@ -11,7 +11,9 @@
 
 static const uint32_t TYPES[] = {VQ_TYPE_F32, VQ_TYPE_F16, VQ_TYPE_BF16, VQ_TYPE_Q8_0, VQ_TYPE_Q4_0, VQ_TYPE_Q4_1,
                                  VQ_TYPE_Q5_0, VQ_TYPE_Q5_1, VQ_TYPE_IQ4_NL, VQ_TYPE_Q2_K, VQ_TYPE_Q3_K,
-                                 VQ_TYPE_Q4_K, VQ_TYPE_Q5_K, VQ_TYPE_Q6_K, VQ_TYPE_IQ4_XS};
+                                 VQ_TYPE_Q4_K, VQ_TYPE_Q5_K, VQ_TYPE_Q6_K, VQ_TYPE_IQ4_XS,
+                                 VQ_TYPE_TQW4, VQ_TYPE_TQW3, VQ_TYPE_TQW2};
+static int is_tqw(uint32_t t) { return t == VQ_TYPE_TQW4 || t == VQ_TYPE_TQW3 || t == VQ_TYPE_TQW2; }
 
 /* Types tested on random blocks rather than quantized floats: every code and scale value is
  * reachable that way. Byte offsets of each type's fp16 fields (d, and dmin / m where present). */
@@ -26,6 +28,7 @@ static const rnd_type RND[] = {
     {VQ_TYPE_Q4_K, {0, 2}, {{4, 12, 0x03, 0}}}, {VQ_TYPE_Q5_K, {0, 2}, {{4, 12, 0x03, 0}}},
     {VQ_TYPE_Q6_K, {208, -1}, {{192, 16, 0x03, 0}}},
     {VQ_TYPE_IQ4_XS, {0, -1}, {{2, 2, 0, 0xAA}, {4, 4, 0x33, 0}}},
+    {VQ_TYPE_TQW4, {0, 2}, {{0}}}, {VQ_TYPE_TQW3, {0, 2}, {{0}}}, {VQ_TYPE_TQW2, {0, 2}, {{0}}},
 };
 static const rnd_type *rnd_type_of(uint32_t type) {
     for (size_t i = 0; i < VQ_ARRAY_LEN(RND); i++) if (RND[i].type == type) return &RND[i];
@@ -40,7 +43,7 @@ static void random_blocks(vq_rng *rng, const rnd_type *rt, int nb, uint8_t *dst,
         for (int f = 0; f < 2; f++) {
             if (rt->f16_at[f] < 0) continue;
             float v = exact ? ldexpf(1.0f, -(int)(vq_rng_u64(rng) % 5) - 4)
-                            : 0.002f * exp2f(4.0f * vq_rng_uniformf(rng) - 2.0f) * (f ? 0.1f : 1.0f);
+                            : 0.002f * exp2f(4.0f * vq_rng_uniformf(rng) - 2.0f) * (f && !is_tqw(rt->type) ? 0.1f : 1.0f);
             vq_f16 h = vq_f32_to_f16(v);
             memcpy(dst + bb * b + rt->f16_at[f], &h, 2);
         }
@@ -101,7 +104,10 @@ static void check_case(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
     float *Y0 = malloc(sizeof(float) * n * rows), *Y1 = malloc(sizeof(float) * n * rows);
     const rnd_type *rt = rnd_type_of(type);
     for (int r = 0; r < rows; r++) {
-        if (rt) {
+        if (is_tqw(type) && (r & 1)) {   /* odd rows: the library's from_float of float weights */
+            for (int c = 0; c < cols; c++) tmp[c] = (float)vq_rng_gauss(rng) * 0.05f + (c % 7 == 0 ? 0.02f : 0.0f);
+            wt->from_float(tmp, W + rb * r, cols);
+        } else if (rt) {
             random_blocks(rng, rt, cols / wt->block, W + rb * r, 0);
         } else {
             for (int c = 0; c < cols; c++) tmp[c] = (float)vq_rng_gauss(rng) * 0.05f + (c % 7 == 0 ? 0.02f : 0.0f);
@@ -111,6 +117,12 @@ static void check_case(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
     }
     for (int i = 0; i < n * cols; i++) X[i] = (float)vq_rng_gauss(rng) * (i % 13 == 0 ? 3.0f : 1.0f);
 
+    float *WR = NULL, *XR = NULL;   /* tqw: R applied to the float weights and activations */
+    if (is_tqw(type)) {
+        WR = malloc(sizeof(float) * rows * cols); XR = malloc(sizeof(float) * n * cols);
+        memcpy(WR, Wf, sizeof(float) * rows * cols); vq_tqw_rotate(WR, (int64_t)rows * cols);
+        memcpy(XR, X, sizeof(float) * n * cols); vq_tqw_rotate(XR, (int64_t)n * cols);
+    }
     vq_matmul_isa(VQ_ISA_SCALAR, Y0, W, type, X, n, rows, cols);
     int quant = wt->block > 1;
     int bad_ref = 0, bad_isa = 0;
@@ -120,6 +132,14 @@ static void check_case(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
             const float *w = Wf + (size_t)r * cols, *x = X + (size_t)t * cols;
             double ref = 0, mag = 0, qbound = 0;
             for (int c = 0; c < cols; c++) { ref += (double)w[c] * x[c]; mag += fabs((double)w[c] * x[c]); }
+            /* tqw: the activations are quantized after the rotation, so the bound is in the rotated
+             * domain, on Rx and Rw (w.x = Rw.Rx), and the kernel's float sums run over Rw*Rx */
+            if (is_tqw(type)) {
+                w = WR + (size_t)r * cols; x = XR + (size_t)t * cols;
+                double mr = 0;
+                for (int c = 0; c < cols; c++) mr += fabs((double)w[c] * x[c]);
+                mag = fmax(mag, mr);
+            }
             if (quant)
                 for (int b = 0; b < cols / 32; b++) {
                     double amax = 0, sw = 0;
@@ -154,6 +174,12 @@ static void check_case(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
                 double mag = 0;
                 /* scalar and SIMD see the same quantized activations; bound by sum|w*x| */
                 for (int c = 0; c < cols; c++) mag += fabs((double)w[c] * x[c]);
+                if (is_tqw(type)) {   /* tqw kernels sum over the rotated domain */
+                    w = WR + (size_t)r * cols; x = XR + (size_t)t * cols;
+                    double mr = 0;
+                    for (int c = 0; c < cols; c++) mr += fabs((double)w[c] * x[c]);
+                    mag = fmax(mag, mr);
+                }
                 double e = fabs((double)Y1[(size_t)t * rows + r] - Y0[(size_t)t * rows + r]);
                 double tol = 1e-5 * mag * (quant ? 1.1 : 1.0) + 1e-30;
                 if (e > tol) bad_isa++;
@@ -168,7 +194,7 @@ static void check_case(vq_rng *rng, uint32_t type, int rows, int cols, int n) {
     omp_set_num_threads(2);
     vq_matmul(Y1, W, type, X, n, rows, cols);
     CHECKF(memcmp(Y0, Y1, sizeof(float) * n * rows) == 0, "%s %dx%d n=%d: 1 and 2 threads differ", wt->name, rows, cols, n);
-    free(W); free(Wf); free(X); free(tmp); free(Y0); free(Y1);
+    free(W); free(Wf); free(X); free(tmp); free(WR); free(XR); free(Y0); free(Y1);
 }
 
 /* exact case: all float arithmetic exact, so every ISA gives the integer result bit for bit */
@@ -265,25 +291,28 @@ static void check_quantizers(vq_rng *rng) {
     vq_aligned_free(ref); vq_aligned_free(got);
 }
 
-/* vq_matmul_many gives each job exactly vq_matmul's bits, mixed types, misuse per job */
+/* vq_matmul_many gives each job exactly vq_matmul's bits, mixed types (plain and rotated
+ * activations in one call), misuse per job */
 static void check_many(vq_rng *rng) {
     const int cols = 576;
-    const uint32_t types[5] = {VQ_TYPE_Q4_1, VQ_TYPE_Q4_1, VQ_TYPE_Q8_0, VQ_TYPE_F32, 12345};
-    const int rows[5] = {200, 67, 33, 19, 5};
-    void *W[5]; float *Ya[5], *Yb[5];
-    const int n = 17;
+    enum { NJ = 7, BAD = 6 };   /* job BAD has an unknown type */
+    const uint32_t types[NJ] = {VQ_TYPE_Q4_1, VQ_TYPE_TQW4, VQ_TYPE_Q4_1, VQ_TYPE_Q8_0, VQ_TYPE_F32,
+                                VQ_TYPE_TQW2, 12345};
+    const int rows[NJ] = {200, 150, 67, 33, 19, 41, 5};
+    void *W[NJ]; float *Ya[NJ], *Yb[NJ];
+    const int n = 41;   /* 41 tokens' activations outgrow the stack buffer: the heap copies too */
     float *X = malloc(sizeof(float) * n * cols);
     for (int i = 0; i < n * cols; i++) X[i] = (float)vq_rng_gauss(rng);
-    vq_matmul_job jobs[6];
-    for (int j = 0; j < 5; j++) {
-        size_t rb = j < 4 ? vq_wtype_row_bytes(types[j], cols) : 64;
+    vq_matmul_job jobs[NJ + 1];
+    for (int j = 0; j < NJ; j++) {
+        size_t rb = j < BAD ? vq_wtype_row_bytes(types[j], cols) : 64;
         W[j] = malloc(rb * rows[j]);
         for (size_t i = 0; i < rb * rows[j]; i++) ((uint8_t *)W[j])[i] = (uint8_t)vq_rng_u64(rng);
-        if (types[j] != VQ_TYPE_F32 && j < 4)   /* finite, modest scales */
+        if (types[j] != VQ_TYPE_F32 && j < BAD)   /* finite, modest scales */
             for (size_t o = 0; o < rb * rows[j]; o += vq_wtype_get(types[j])->block_bytes) {
                 vq_f16 h = vq_f32_to_f16(0.01f);
                 memcpy((uint8_t *)W[j] + o, &h, 2);
-                if (types[j] == VQ_TYPE_Q4_1) memcpy((uint8_t *)W[j] + o + 2, &h, 2);
+                if (types[j] == VQ_TYPE_Q4_1 || is_tqw(types[j])) memcpy((uint8_t *)W[j] + o + 2, &h, 2);
             }
         if (types[j] == VQ_TYPE_F32)
             for (int i = 0; i < rows[j] * cols; i++) ((float *)W[j])[i] = (float)vq_rng_gauss(rng);
@@ -291,19 +320,19 @@ static void check_many(vq_rng *rng) {
         Yb[j] = malloc(sizeof(float) * n * rows[j]);
         jobs[j] = (vq_matmul_job){Yb[j], W[j], types[j], rows[j]};
     }
-    jobs[5] = (vq_matmul_job){NULL, NULL, VQ_TYPE_Q4_1, 0};   /* empty job: ignored */
+    jobs[NJ] = (vq_matmul_job){NULL, NULL, VQ_TYPE_Q4_1, 0};   /* empty job: ignored */
     for (int th = 1; th <= 2; th++)
-        for (int nn = 1; nn <= n; nn += 8) {
+        for (int nn = 1; nn <= n; nn += 20) {
             omp_set_num_threads(th);
-            for (int j = 0; j < 5; j++) vq_matmul(Ya[j], W[j], types[j], X, nn, rows[j], cols);
-            vq_matmul_many(jobs, 6, X, nn, cols);
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < NJ; j++) vq_matmul(Ya[j], W[j], types[j], X, nn, rows[j], cols);
+            vq_matmul_many(jobs, NJ + 1, X, nn, cols);
+            for (int j = 0; j < BAD; j++)
                 CHECKF(memcmp(Ya[j], Yb[j], sizeof(float) * nn * rows[j]) == 0,
                        "matmul_many job %d (%s) n=%d threads=%d differs from vq_matmul", j,
                        vq_wtype_get(types[j])->name, nn, th);
-            CHECK(isnan(Yb[4][0]) && isnan(Yb[4][nn * rows[4] - 1]));
+            CHECK(isnan(Yb[BAD][0]) && isnan(Yb[BAD][nn * rows[BAD] - 1]));
         }
-    for (int j = 0; j < 5; j++) { free(W[j]); free(Ya[j]); free(Yb[j]); }
+    for (int j = 0; j < NJ; j++) { free(W[j]); free(Ya[j]); free(Yb[j]); }
     free(X);
 }
 
@@ -325,8 +354,8 @@ int main(void) {
         uint32_t type = TYPES[ti];
         int blk = vq_wtype_get(type)->block, quant = blk > 1;
         const int qcols[] = {32, 64, 96, 576, 1536}, fcols[] = {1, 7, 16, 37, 100, 576};
-        const int kcols[] = {256, 768, 2304}, rcols[] = {32, 96, 576};
-        const int *cols = blk == 256 ? kcols : rnd_type_of(type) ? rcols : quant ? qcols : fcols;
+        const int kcols[] = {256, 768, 2304}, rcols[] = {32, 96, 576}, tcols[] = {64, 192, 640};
+        const int *cols = blk == 256 ? kcols : blk == 64 ? tcols : rnd_type_of(type) ? rcols : quant ? qcols : fcols;
         int ncols = rnd_type_of(type) ? 3 : quant ? 5 : 6;
         for (int ci = 0; ci < ncols; ci++)
             for (size_t ni = 0; ni < VQ_ARRAY_LEN(ns); ni++) {
@@ -334,7 +363,7 @@ int main(void) {
                 if (ci == 0) rows = 1;
                 check_case(&rng, type, rows, cols[ci], ns[ni]);
             }
-        if (quant) {
+        if (quant && !is_tqw(type)) {   /* tqw's exact case: test_tqw.c, on the row kernels */
             check_exact(&rng, type, 37, blk == 256 ? 512 : 576, 5);
             check_exact(&rng, type, 3, blk, 1);
             check_exact(&rng, type, 130, blk == 256 ? 768 : 96, 17);
@@ -346,5 +375,7 @@ int main(void) {
     /* larger and threaded: SmolLM2 FFN shape at 2 threads, rows not a multiple of the chunk */
     check_case(&rng, VQ_TYPE_Q4_1, 1536 + 5, 576, 3);
     check_case(&rng, VQ_TYPE_Q8_0, 1001, 576, 1);
+    check_case(&rng, VQ_TYPE_TQW4, 1536 + 5, 576, 3);
+    check_case(&rng, VQ_TYPE_TQW4, 576, 1536, 1);
     return vq_t_done();
 }
