@@ -142,8 +142,8 @@ KDEC_TO_FLOAT(q6_k, VQ_QKK, vq_block_q6_k)
 KDEC_TO_FLOAT(iq4_xs, VQ_QKK, vq_block_iq4_xs)
 
 static const vq_wtype wtypes[] = {
-    {VQ_TYPE_F32, "f32", 1, 4, f32_to_float, NULL},
-    {VQ_TYPE_F16, "f16", 1, 2, f16_to_float, NULL},
+    {VQ_TYPE_F32, "f32", 1, 4, f32_to_float, f32_from_float},
+    {VQ_TYPE_F16, "f16", 1, 2, f16_to_float, f16_from_float},
     {VQ_TYPE_BF16, "bf16", 1, 2, bf16_to_float, NULL},
     {VQ_TYPE_Q8_0, "q8_0", VQ_QK, sizeof(vq_block_q8_0), q8_0_to_float, q8_0_from_float},
     {VQ_TYPE_Q4_0, "q4_0", VQ_QK, sizeof(vq_block_q4_0), q4_0_to_float, q4_0_from_float},
@@ -157,6 +157,9 @@ static const vq_wtype wtypes[] = {
     {VQ_TYPE_Q5_K, "q5_K", VQ_QKK, sizeof(vq_block_q5_k), q5_k_to_float, NULL},
     {VQ_TYPE_Q6_K, "q6_K", VQ_QKK, sizeof(vq_block_q6_k), q6_k_to_float, NULL},
     {VQ_TYPE_IQ4_XS, "iq4_xs", VQ_QKK, sizeof(vq_block_iq4_xs), iq4_xs_to_float, NULL},
+    {VQ_TYPE_TQW4, "tqw4", VQ_TQW_BLOCK, sizeof(vq_block_tqw4), vq_tqw4_to_float, vq_tqw4_from_float},
+    {VQ_TYPE_TQW3, "tqw3", VQ_TQW_BLOCK, sizeof(vq_block_tqw3), vq_tqw3_to_float, vq_tqw3_from_float},
+    {VQ_TYPE_TQW2, "tqw2", VQ_TQW_BLOCK, sizeof(vq_block_tqw2), vq_tqw2_to_float, vq_tqw2_from_float},
 };
 
 const vq_wtype *vq_wtype_get(uint32_t type) {
