@@ -138,6 +138,21 @@ static void ptab(const vq_tq *t, int n, float *tb) {
     for (int i = 0; i < n; i++) tb[i] = t->cent1[i % (1 << t->bits)];
 }
 
+/* a value row's norm without a call: a call per row would make the compiler spill every
+ * accumulator around it (all vector registers are caller-saved); fp16 -> f32 is exact either way */
+T_AVX2 static INL float vnorm_256(const vq_tq *t, const uint8_t *blk) {
+    if (t->norm32) { float f; memcpy(&f, blk, 4); return f; }
+    uint16_t hb;
+    memcpy(&hb, blk, 2);
+    return _cvtsh_ss(hb);
+}
+T_AVX512 static INL float vnorm_512(const vq_tq *t, const uint8_t *blk) {
+    if (t->norm32) { float f; memcpy(&f, blk, 4); return f; }
+    uint16_t hb;
+    memcpy(&hb, blk, 2);
+    return _cvtsh_ss(hb);
+}
+
 /* ---------------- AVX-512 ---------------- */
 /* one coordinate (code at bit sh of every lane of x) into the m queries' sums */
 #define K512(X, SH, I, A)                                                                  \
@@ -247,7 +262,7 @@ T_AVX512 static INL void acc_512_m(const vq_tq *t, const int bits, const int m, 
     for (int r = 0; r < n_rows; r++) {
         const uint8_t *blk = blocks + (size_t)r * bb, *c = blk + h + (size_t)g0 * gbytes;
         _mm_prefetch((const char *)(blk + 16 * bb), _MM_HINT_T0);
-        float nrm = vq_tq_get_norm(t, blk);
+        float nrm = vnorm_512(t, blk);
         __m512 vw[4];
 #pragma GCC unroll 4
         for (int j = 0; j < m; j++) vw[j] = _mm512_set1_ps(w[(size_t)j * wstride + r] * nrm);
@@ -406,7 +421,7 @@ T_AVX2 static INL void acc_256_m(const vq_tq *t, const int bits, const int m, co
     for (int r = 0; r < n_rows; r++) {
         const uint8_t *blk = blocks + (size_t)r * bb, *c = blk + h + (size_t)g * gbytes;
         _mm_prefetch((const char *)(blk + 16 * bb), _MM_HINT_T0);
-        float nrm = vq_tq_get_norm(t, blk);
+        float nrm = vnorm_256(t, blk);
         __m256 vw[3];
 #pragma GCC unroll 3
         for (int j = 0; j < m; j++) vw[j] = _mm256_set1_ps(w[(size_t)j * wstride + r] * nrm);
