@@ -3,9 +3,10 @@
  * coordinate; x̂ = ‖x‖·Πᵀc[idx]. Attention never rebuilds x̂: q·x̂ = ‖x‖·(Πq)·c[idx], and values
  * are summed as Σ w‖v‖c[idx] in the rotated domain, rotated back once per head in finish.
  * Block: [‖x‖: fp16 (or f32 with norm=f32)] [d codes, b bits each, packed (bitpack.h)].
- * At 4 bits with d % 32 == 0 (head_dim 32/64/128...) the lanes layout of tq_lanes.c is used
- * instead (same codes and bytes per row; keys in blocks of 16 rows): attention is several times
- * faster there. layout=packed forces the general layout (tests, comparisons). */
+ * At 2, 3 and 4 bits with d % 32 == 0 (head_dim 32/64/128...) the lanes layout of tq_lanes.c /
+ * tq_lanes_lo.c is used instead (same codes and bytes per row; keys in blocks of 16 rows):
+ * attention is several times faster there. layout=packed forces the general layout (tests,
+ * comparisons, and the state files of earlier builds at 2 and 3 bits). */
 #include <stdio.h>
 #include <string.h>
 #include "codec/tq.h"
@@ -23,8 +24,8 @@ static vq_status mse_init(vq_codec_state *st, int d, int side, const vq_codec_pa
         return vq_err_set(err, VQ_ERR_ARG, "codec %s: layout=%s is not auto, lanes or packed (%s)",
                           st->codec->name, lay, st->codec->params_help);
     if (lay && !strcmp(lay, "lanes") && !vq_tql_supported(t->bits, d))
-        return vq_err_set(err, VQ_ERR_ARG, "codec %s: layout=lanes needs bits=4 and head_dim a "
-                          "multiple of 32 (got bits=%d, d=%d)", st->codec->name, t->bits, d);
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: layout=lanes needs bits=2, 3 or 4 and head_dim "
+                          "a multiple of 32 (got bits=%d, d=%d)", st->codec->name, t->bits, d);
     t->side = side;
     t->lanes = vq_tql_supported(t->bits, d) && !(lay && !strcmp(lay, "packed"));
     if (t->lanes) {
@@ -116,7 +117,8 @@ static void mse_finish(const vq_codec_state *st, const float *acc, float *out) {
 const vq_codec vq_codec_turboquant_mse = {
     .name = "turboquant_mse",
     .params_help = "bits=1..8 (default 4), norm=f16|f32 (default f16; f16 saturates at 65504), "
-                   "layout=auto|lanes|packed (default auto: lanes at 4 bits with head_dim % 32 == 0)",
+                   "layout=auto|lanes|packed (default auto: lanes at 2, 3 and 4 bits with head_dim "
+                   "% 32 == 0)",
     .init = mse_init, .fini = vq_tq_fini, .encode = mse_encode, .decode = mse_decode,
     .prep_query = mse_prep, .score = mse_score, .accumulate = mse_accumulate, .finish = mse_finish,
 };

@@ -19,7 +19,7 @@ typedef struct vq_tq {
     int b1;                   /* bits of the Lloyd-Max stage on the rotated unit vector (0: none) */
     int norm32;               /* row norm stored as f32 (else fp16, saturating at 65504) */
     vq_isa isa;               /* expand kernel variant, chosen once in init */
-    int lanes;                /* turboquant_mse: the lanes layout of tq_lanes.c (4 bits, d % 32 == 0) */
+    int lanes;                /* turboquant_mse: the lanes layout (tq_lanes.c: 2-4 bits, d % 32 == 0) */
     int side;                 /* VQ_SIDE_K / VQ_SIDE_V, as init was given it */
     vq_rotation *rot;
     vq_codebook cb1;          /* sphere law, dimension d, b1 bits */

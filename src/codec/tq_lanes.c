@@ -19,11 +19,14 @@
 #define T_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define INL inline __attribute__((always_inline))
 
-int vq_tql_supported(int bits, int d) { return bits == 4 && d % 32 == 0 && d <= VQ_TQ_MAX_D; }
+int vq_tql_supported(int bits, int d) {
+    return bits >= 2 && bits <= 4 && d % 32 == 0 && d <= VQ_TQ_MAX_D;
+}
 
+/* the packed layout's bytes per row at every width: norm + d * bits / 8 (d % 32 == 0: whole bytes) */
 size_t vq_tql_block_bytes(const vq_tq *t, int side) {
-    size_t nb = t->norm32 ? 4 : 2;
-    return side == VQ_SIDE_K ? VQ_TQL_ROWS * nb + (size_t)VQ_TQL_ROWS * t->d / 2 : nb + (size_t)t->d / 2;
+    size_t nb = t->norm32 ? 4 : 2, cb = (size_t)t->d * (size_t)t->bits / 8;
+    return side == VQ_SIDE_K ? VQ_TQL_ROWS * (nb + cb) : nb + cb;
 }
 
 static size_t hdr(const vq_tq *t, int side) { return (t->norm32 ? 4 : 2) * (side == VQ_SIDE_K ? VQ_TQL_ROWS : 1); }
@@ -38,6 +41,7 @@ static uint8_t vcode(const uint8_t *codes, int i) {
 
 /* ---------------- encode / decode ---------------- */
 void vq_tql_encode(const vq_tq *t, int side, const float *x, uint8_t *block) {
+    if (t->bits != 4) { vq_tqll_encode(t, side, x, block); return; }
     const int d = t->d, nr = side == VQ_SIDE_K ? VQ_TQL_ROWS : 1;
     const size_t nb = t->norm32 ? 4 : 2;
     uint8_t *codes = block + hdr(t, side);
@@ -59,6 +63,7 @@ void vq_tql_encode(const vq_tq *t, int side, const float *x, uint8_t *block) {
 }
 
 void vq_tql_decode(const vq_tq *t, int side, const uint8_t *block, float *x) {
+    if (t->bits != 4) { vq_tqll_decode(t, side, block, x); return; }
     const int d = t->d, nr = side == VQ_SIDE_K ? VQ_TQL_ROWS : 1;
     const size_t nb = t->norm32 ? 4 : 2;
     const uint8_t *codes = block + hdr(t, side);
@@ -338,14 +343,16 @@ T_AVX2 static void acc_256(const vq_tq *t, int nq, const float *w, const uint8_t
  * (tests do it), which the scalar code serves. */
 void vq_tql_score(const vq_tq *t, int side, int nq, const float *const *q, const uint8_t *blocks,
                   int n_blocks, size_t bb, float *scores) {
-    if (side == VQ_SIDE_K && t->isa == VQ_ISA_AVX512) score_512(t, nq, q, blocks, n_blocks, bb, scores);
+    if (t->bits != 4) vq_tqll_score(t, side, nq, q, blocks, n_blocks, bb, scores);
+    else if (side == VQ_SIDE_K && t->isa == VQ_ISA_AVX512) score_512(t, nq, q, blocks, n_blocks, bb, scores);
     else if (side == VQ_SIDE_K && t->isa == VQ_ISA_AVX2) score_256(t, nq, q, blocks, n_blocks, bb, scores);
     else score_scalar(t, side, nq, q, blocks, n_blocks, bb, scores);
 }
 
 void vq_tql_accumulate(const vq_tq *t, int side, int nq, const float *w, const uint8_t *blocks,
                        int n_blocks, size_t bb, float *const *acc) {
-    if (side == VQ_SIDE_V && t->isa == VQ_ISA_AVX512) acc_512(t, nq, w, blocks, n_blocks, bb, acc);
+    if (t->bits != 4) vq_tqll_accumulate(t, side, nq, w, blocks, n_blocks, bb, acc);
+    else if (side == VQ_SIDE_V && t->isa == VQ_ISA_AVX512) acc_512(t, nq, w, blocks, n_blocks, bb, acc);
     else if (side == VQ_SIDE_V && t->isa == VQ_ISA_AVX2) acc_256(t, nq, w, blocks, n_blocks, bb, acc);
     else acc_scalar(t, side, nq, w, blocks, n_blocks, bb, acc);
 }

@@ -1,6 +1,7 @@
-/* tq_lanes.h: turboquant_mse's fast layout at 4 bits (d % 32 == 0): keys 16 rows per block with
- * codes interleaved by coordinate (lanes = rows), values one row per block with codes grouped by
- * 32 coordinates (lanes = coordinates). tq_lanes.c says why; codec_turboquant_mse.c uses it. */
+/* tq_lanes.h: turboquant_mse's fast layout at 2, 3 and 4 bits (d % 32 == 0): keys 16 rows per
+ * block with codes interleaved by coordinate (lanes = rows), values one row per block with codes
+ * grouped by 32 coordinates (lanes = coordinates). tq_lanes.c (4 bits) and tq_lanes_lo.c (2 and
+ * 3 bits) say why; codec_turboquant_mse.c uses it through the vq_tql_ functions. */
 #ifndef VQ_TQ_LANES_H
 #define VQ_TQ_LANES_H
 #include "codec/tq.h"
@@ -17,4 +18,11 @@ void   vq_tql_score(const vq_tq *t, int side, int nq, const float *const *q, con
 /* acc[j][i] += sum_r w[j * n_rows + r] * ‖v_r‖ c[code_ri] (rotated domain); SIMD for values */
 void   vq_tql_accumulate(const vq_tq *t, int side, int nq, const float *w, const uint8_t *blocks,
                          int n_blocks, size_t bb, float *const *acc);
+/* 2 and 3 bits (tq_lanes_lo.c); the vq_tql_ functions pass such states on to these */
+void   vq_tqll_encode(const vq_tq *t, int side, const float *x, uint8_t *block);
+void   vq_tqll_decode(const vq_tq *t, int side, const uint8_t *block, float *x);
+void   vq_tqll_score(const vq_tq *t, int side, int nq, const float *const *q, const uint8_t *blocks,
+                     int n_blocks, size_t bb, float *scores);
+void   vq_tqll_accumulate(const vq_tq *t, int side, int nq, const float *w, const uint8_t *blocks,
+                          int n_blocks, size_t bb, float *const *acc);
 #endif

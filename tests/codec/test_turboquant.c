@@ -31,8 +31,8 @@ static vq_status mk(vq_codec_state *st, const vq_codec *c, int d, const char *sp
         np++;
     }
     vq_err_clear(err);
-    /* the value side: one row per block in every layout (turboquant_mse's 4-bit key blocks hold
-     * 16 rows; test_codecs_attention covers them, both sides, every ISA) */
+    /* the value side: one row per block in every layout (turboquant_mse's lanes key blocks, at
+     * 2-4 bits, hold 16 rows; test_codecs_attention and test_tq_lanes cover them, every ISA) */
     vq_status s = c->init(st, d, VQ_SIDE_V, p, np, seed, err);
     if (s) c->fini(st);
     return s;

@@ -95,7 +95,11 @@ static int run_all(uint64_t seed) {
                            "kivi:bits=4,group=16,residual=0", "kivi:k=2,v=4,group=64,residual=40",
                            "k=kivi:bits=2,group=32,residual=0;v=f16", "k=f16;v=kivi:bits=2,group=32",
                            "kivi:bits=2,group=16,residual=5;page=20",
-                           "k=kivi:bits=4,group=8,residual=3;v=q8_0;page=20"};
+                           "k=kivi:bits=4,group=8,residual=3;v=q8_0;page=20",
+                           /* turboquant_mse's lanes at 2 and 3 bits (16-row keys), packed, mixed */
+                           "turboquant_mse:bits=3", "turboquant_mse:bits=2;window=5,sink=3",
+                           "turboquant_mse:k=2,v=3,norm=f32;page=20", "turboquant_mse:bits=3,layout=packed",
+                           "k=turboquant_mse:bits=2;v=turboquant_mse:bits=4,layout=packed"};
     for (size_t s = 0; s < VQ_ARRAY_LEN(extra); s++) {
         if (!vq_codec_find("kivi") && strstr(extra[s], "kivi")) continue;
         run_spec(&rng, extra[s], 9, 3, 64, 1);

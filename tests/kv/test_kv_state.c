@@ -98,6 +98,24 @@ static void refusals(void) {
     CHECK(vq_kv_state_read(other, m.p, m.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "layout=lanes") &&
           strstr(e.msg, "layout=rows"));
     vq_kv_destroy(other);
+    /* turboquant_mse at 2 and 3 bits likewise (lanes since issue 12; packed before it and with
+     * layout=packed): a stream of either layout is refused by the other, naming both */
+    const char *tq[][2] = { { "turboquant_mse:k=3,v=3;page=32", "turboquant_mse:k=3,v=3,layout=packed;page=32" },
+                            { "turboquant_mse:bits=2,layout=packed", "turboquant_mse:bits=2" } };
+    for (int i = 0; i < 2; i++) {
+        vq_kv *w = vq_kv_create_str(tq[i][0], &D, 3, &e), *rd = vq_kv_create_str(tq[i][1], &D, 3, &e);
+        CHECKF(w && rd, "%s: %s", tq[i][1], e.msg);
+        if (!w || !rd) break;
+        fill(w, &D, 0, 45, seed0 + 5);
+        mem t = { 0 };
+        CHECK(vq_kv_state_write(w, mem_put, &t, &e) == VQ_OK);
+        CHECKF(vq_kv_state_read(rd, t.p, t.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "layout=lanes") &&
+               strstr(e.msg, "layout=packed"), "%s read by %s: %s", tq[i][0], tq[i][1], e.msg);
+        CHECK(vq_kv_rows(rd, 0) == 0);
+        free(t.p);
+        vq_kv_destroy(w);
+        vq_kv_destroy(rd);
+    }
     other = vq_kv_create_str(spec, &D, 4, &e);
     CHECK(vq_kv_state_read(other, m.p, m.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "seed"));
     vq_kv_destroy(other);
@@ -184,7 +202,9 @@ int main(void) {
     const char *specs[] = { "f16", "f32", "q4_0:rotate=1;window=8", "turboquant_mse:k=4,v=4", "kivi",
                             "f16;sink=4", "turboquant_mse:k=4,v=4@0,-1=f16", "q4_0;window=4,sink=2,page=32",
                             "k=q8_0;v=q4_0;wprec=32,window=5,page=16", "q8_0:rotate=1",
-                            "k=q4_0:layout=rows;v=q8_0;page=16" };
+                            "k=q4_0:layout=rows;v=q8_0;page=16", "turboquant_mse:k=3,v=2;window=3",
+                            "turboquant_mse:k=2,v=3,norm=f32;sink=2,page=32",
+                            "turboquant_mse:bits=3,layout=packed" };
     const int rows[] = { 0, 1, 3, 37, 70, 87 };
     for (size_t i = 0; i < VQ_ARRAY_LEN(specs); i++)
         for (size_t j = 0; j < VQ_ARRAY_LEN(rows); j++)
