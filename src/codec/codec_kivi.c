@@ -19,19 +19,25 @@ typedef struct kivi {
     int bits, G, d;
     int row_bytes;   /* packed codes of one row: d * bits / 8 */
     int hdr;         /* bytes before the codes: K: 4*d (per-channel scale, min); V: 4*d/G */
+    int lanes;       /* keys in the lanes layout (layout=lanes, the default): see kcode_off */
 } kivi;
 
 static vq_status kivi_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
                            uint64_t seed, vq_err *err) {
     const vq_codec *c = st->codec;
     int bits = 2, G = 32, R = 128;
-    vq_status s = vq_codec_params_check(c, p, np, "bits,group,residual", err);
+    vq_status s = vq_codec_params_check(c, p, np, "bits,group,residual,layout", err);
     if (!s) s = vq_codec_param_int(c, p, np, "bits", 2, 4, 2, &bits, err);
     if (!s && bits == 3)
         s = vq_err_set(err, VQ_ERR_ARG, "codec kivi: bits=3 not supported (2 or 4; %s)", c->params_help);
     if (!s) s = vq_codec_param_int(c, p, np, "group", 1, 4096, 32, &G, err);
     if (!s) s = vq_codec_param_int(c, p, np, "residual", 0, 1048576, 128, &R, err);
     if (s) return s;
+    const char *lay = vq_codec_param_get(p, np, "layout");
+    if (lay && strcmp(lay, "lanes") && strcmp(lay, "rows"))
+        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: layout=%s is not lanes or rows (%s)", lay,
+                          c->params_help);
+    const int lanes = !lay || !strcmp(lay, "lanes");
     const int chunk = 16 * 8 / bits;   /* elements per 16-byte chunk */
     if (d > 4096)
         return vq_err_set(err, VQ_ERR_ARG, "codec kivi: head_dim %d above 4096", d);
@@ -43,7 +49,7 @@ static vq_status kivi_init(vq_codec_state *st, int d, int side, const vq_codec_p
                           "divide head_dim %d and be a multiple of 16", G, d);
     kivi *k = calloc(1, sizeof *k);
     if (!k) return vq_err_set(err, VQ_ERR_NOMEM, "codec kivi: out of memory");
-    k->bits = bits; k->G = G; k->d = d;
+    k->bits = bits; k->G = G; k->d = d; k->lanes = lanes;
     k->row_bytes = d * bits / 8;
     k->hdr = side == VQ_SIDE_K ? 4 * d : 4 * (d / G);
     st->impl = k;
@@ -55,7 +61,8 @@ static vq_status kivi_init(vq_codec_state *st, int d, int side, const vq_codec_p
     st->qstate_bytes = (size_t)d * sizeof(float);
     st->acc_floats = d;
     st->fp_window = R;
-    snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d", bits, G, R);
+    snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d,layout=%s", bits, G, R,
+             lanes ? "lanes" : "rows");
     return VQ_OK;
 }
 static void kivi_fini(vq_codec_state *st) { free(st->impl); st->impl = NULL; }
@@ -70,6 +77,28 @@ static inline void code_put(uint8_t *row, int b, int i, int v) {
     const int per = 8 / b, E = 16 * per;
     const int ch = i / E, r = i % E;
     row[ch * 16 + r % 16] |= (uint8_t)(v << (b * (r / 16)));
+}
+/* Lanes layout of a key block's codes (after the same header: fp16 scale[d], fp16 min[d]). The G
+ * tokens are cut into tiles of 16 (the last one shorter, w = G % 16 tokens, when 16 does not
+ * divide G); the channels into groups of per = 8/bits. Tile T holds, for each channel group cg in
+ * order, w bytes: byte j = token 16T+j's codes of channels per*cg .. per*cg+per-1 at shifts 0, b,
+ * 2b, ... So one 16-byte load gives 16 tokens (SIMD lanes) of per channels; the bytes are the
+ * row layout's G*d*b/8, reordered. */
+static inline size_t kcode_off(const kivi *k, int t, int c, int *shift) {
+    const int per = 8 / k->bits, ncg = k->d / per, T = t / 16, full = k->G / 16;
+    const int w = T < full ? 16 : k->G % 16;
+    *shift = k->bits * (c % per);
+    return (size_t)T * 16 * ncg + (size_t)(c / per) * w + (size_t)(t % 16);
+}
+static inline int kcode_get(const kivi *k, const uint8_t *codes, int t, int c) {
+    int sh;
+    size_t o = kcode_off(k, t, c, &sh);
+    return (codes[o] >> sh) & ((1 << k->bits) - 1);
+}
+static inline void kcode_put(const kivi *k, uint8_t *codes, int t, int c, int v) {
+    int sh;
+    size_t o = kcode_off(k, t, c, &sh);
+    codes[o] |= (uint8_t)(v << sh);
 }
 static inline float h2f(const uint8_t *p) { vq_f16 h; memcpy(&h, p, 2); return vq_f16_to_f32(h); }
 T2 static inline float h2f_hw(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }
@@ -101,7 +130,8 @@ static void kivi_encode(const vq_codec_state *st, const float *x, uint8_t *block
             float sc, mn;
             minmax(x + c, k->G, d, b, block + 2 * c, block + 2 * d + 2 * c, &sc, &mn);
             for (int r = 0; r < k->G; r++)
-                code_put(codes + (size_t)r * k->row_bytes, b, c, qcode(x[(size_t)r * d + c], sc, mn, b));
+                if (k->lanes) kcode_put(k, codes, r, c, qcode(x[(size_t)r * d + c], sc, mn, b));
+                else code_put(codes + (size_t)r * k->row_bytes, b, c, qcode(x[(size_t)r * d + c], sc, mn, b));
         }
     } else {                       /* per token, groups of G channels: header = (scale, min)[d/G] */
         for (int g = 0; g < d / k->G; g++) {
@@ -114,6 +144,8 @@ static void kivi_encode(const vq_codec_state *st, const float *x, uint8_t *block
 }
 /* element (r, c) of a block, decoded */
 static inline float kval(const kivi *k, int side, const uint8_t *block, int r, int c) {
+    if (side == VQ_SIDE_K && k->lanes)
+        return h2f(block + 2 * k->d + 2 * c) + h2f(block + 2 * c) * (float)kcode_get(k, block + k->hdr, r, c);
     if (side == VQ_SIDE_K)
         return h2f(block + 2 * k->d + 2 * c) +
                h2f(block + 2 * c) * (float)code_get(block + k->hdr + (size_t)r * k->row_bytes, k->bits, c);
@@ -213,6 +245,107 @@ T5 static void dot16_codes_512(const float *qs, const uint8_t *rows, int row_byt
     _mm512_storeu_ps(out, vq_hsum16x16_512(a));
 }
 
+/* ---- lanes keys: one block's G scores for one query from the folded query qs (qs = q*scale)
+ * and qm = q.min; SIMD lanes run across 16 tokens of a tile, sums stay in registers ---- */
+static void klanes_scalar(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
+    const int b = k->bits, per = 8 / b, ncg = k->d / per, m = (1 << b) - 1;
+    for (int T = 0; T * 16 < k->G; T++) {
+        const int w = VQ_MIN(16, k->G - 16 * T);
+        const uint8_t *p = codes + (size_t)T * 16 * ncg;
+        float a[16] = {0};
+        for (int cg = 0; cg < ncg; cg++, p += w)
+            for (int kk = 0; kk < per; kk++) {
+                const float qv = qs[cg * per + kk];
+                for (int j = 0; j < w; j++) a[j] += qv * (float)((p[j] >> (b * kk)) & m);
+            }
+        for (int j = 0; j < w; j++) out[16 * T + j] = qm + a[j];
+    }
+}
+/* AVX-512: the codes become floats by one vpermps on the table i & (2^b - 1), i = 0..15 (the
+ * permute reads only the index's low 4 bits, so no mask or conversion); two tiles per pass, two
+ * sums per tile (even / odd channels of a group) */
+T5 static inline void klanes_512_b(const float *qs, __m512 vqm, const uint8_t *codes, int ntile,
+                                   int ncg, int b, float *out) {
+    const int per = 8 / b;
+    const __m512 tab = _mm512_cvtepi32_ps(_mm512_and_si512(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((1 << b) - 1)));
+    int T = 0;
+    for (; T + 2 <= ntile; T += 2) {
+        const uint8_t *p0 = codes + (size_t)T * 16 * ncg, *p1 = p0 + 16 * ncg;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0;
+        for (int cg = 0; cg < ncg; cg++) {
+            const __m512i x0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + 16 * cg)));
+            const __m512i x1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p1 + 16 * cg)));
+            const float *q = qs + cg * per;
+            for (int kk = 0; kk < per; kk += 2) {
+                const __m512 qa = _mm512_set1_ps(q[kk]), qb = _mm512_set1_ps(q[kk + 1]);
+                a0 = _mm512_fmadd_ps(qa, _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * kk), tab), a0);
+                a1 = _mm512_fmadd_ps(qa, _mm512_permutexvar_ps(_mm512_srli_epi32(x1, b * kk), tab), a1);
+                c0 = _mm512_fmadd_ps(qb, _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * (kk + 1)), tab), c0);
+                c1 = _mm512_fmadd_ps(qb, _mm512_permutexvar_ps(_mm512_srli_epi32(x1, b * (kk + 1)), tab), c1);
+            }
+        }
+        _mm512_storeu_ps(out + 16 * T, _mm512_add_ps(_mm512_add_ps(a0, c0), vqm));
+        _mm512_storeu_ps(out + 16 * T + 16, _mm512_add_ps(_mm512_add_ps(a1, c1), vqm));
+    }
+    for (; T < ntile; T++) {
+        const uint8_t *p0 = codes + (size_t)T * 16 * ncg;
+        __m512 a0 = _mm512_setzero_ps(), c0 = a0;
+        for (int cg = 0; cg < ncg; cg++) {
+            const __m512i x0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + 16 * cg)));
+            const float *q = qs + cg * per;
+            for (int kk = 0; kk < per; kk += 2) {
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[kk]), _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * kk), tab), a0);
+                c0 = _mm512_fmadd_ps(_mm512_set1_ps(q[kk + 1]), _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * (kk + 1)), tab), c0);
+            }
+        }
+        _mm512_storeu_ps(out + 16 * T, _mm512_add_ps(_mm512_add_ps(a0, c0), vqm));
+    }
+}
+T5 static void klanes_512(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
+    const __m512 vqm = _mm512_set1_ps(qm);
+    const int ntile = k->G / 16;
+    if (k->bits == 2) klanes_512_b(qs, vqm, codes, ntile, k->d / 4, 2, out);   /* constant b: */
+    else klanes_512_b(qs, vqm, codes, ntile, k->d / 2, 4, out);                /* immediate shifts */
+}
+/* AVX2: a tile's 16 tokens as two ymm halves (bytes 0-7, 8-15), codes masked and converted */
+T2 static inline void klanes_256_b(const float *qs, float qm, const uint8_t *codes, int ntile,
+                                   int ncg, int b, float *out) {
+    const int per = 8 / b;
+    const __m256i m = _mm256_set1_epi32((1 << b) - 1);
+    const __m256 vqm = _mm256_set1_ps(qm);
+    for (int T = 0; T < ntile; T++) {
+        const uint8_t *p0 = codes + (size_t)T * 16 * ncg;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, c0 = a0, c1 = a0;
+        for (int cg = 0; cg < ncg; cg++) {
+            const __m256i x0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p0 + 16 * cg)));
+            const __m256i x1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p0 + 16 * cg + 8)));
+            const float *q = qs + cg * per;
+            for (int kk = 0; kk < per; kk += 2) {
+                const __m256 qa = _mm256_set1_ps(q[kk]), qb = _mm256_set1_ps(q[kk + 1]);
+                a0 = _mm256_fmadd_ps(qa, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x0, b * kk), m)), a0);
+                a1 = _mm256_fmadd_ps(qa, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x1, b * kk), m)), a1);
+                c0 = _mm256_fmadd_ps(qb, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x0, b * (kk + 1)), m)), c0);
+                c1 = _mm256_fmadd_ps(qb, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x1, b * (kk + 1)), m)), c1);
+            }
+        }
+        _mm256_storeu_ps(out + 16 * T, _mm256_add_ps(_mm256_add_ps(a0, c0), vqm));
+        _mm256_storeu_ps(out + 16 * T + 8, _mm256_add_ps(_mm256_add_ps(a1, c1), vqm));
+    }
+}
+T2 static void klanes_256(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
+    if (k->bits == 2) klanes_256_b(qs, qm, codes, k->G / 16, k->d / 4, 2, out);
+    else klanes_256_b(qs, qm, codes, k->G / 16, k->d / 2, 4, out);
+}
+/* the last tile of a block when 16 does not divide G (w < 16 tokens): scalar */
+static void klanes_tail(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
+    for (int t = k->G / 16 * 16; t < k->G; t++) {
+        float a = 0;
+        for (int c = 0; c < k->d; c++) a += qs[c] * (float)kcode_get(k, codes, t, c);
+        out[t] = qm + a;
+    }
+}
+
 static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst,
                        const uint8_t *blocks, int n_blocks, float *scores) {
     const kivi *k = st->impl;
@@ -231,6 +364,13 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                 continue;
             }
             float qm = isa == VQ_ISA_SCALAR ? fold_scalar(q, B, d, qs) : fold_f16c(q, B, d, qs);
+            if (k->lanes) {
+                if (isa == VQ_ISA_AVX512) klanes_512(k, qs, qm, B + k->hdr, out);
+                else if (isa == VQ_ISA_AVX2) klanes_256(k, qs, qm, B + k->hdr, out);
+                if (isa == VQ_ISA_SCALAR) klanes_scalar(k, qs, qm, B + k->hdr, out);
+                else klanes_tail(k, qs, qm, B + k->hdr, out);
+                continue;
+            }
             int r0 = 0;
             if (isa == VQ_ISA_AVX512)
                 for (; r0 + 16 <= rpb; r0 += 16) {
@@ -370,7 +510,8 @@ static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
 const vq_codec vq_codec_kivi = {
     .name = "kivi",
     .params_help = "bits=2|4 (default 2), group=G tokens per key group / channels per value group "
-                   "(default 32), residual=R fp16 recent rows (default 128); head_dim multiple of "
+                   "(default 32), residual=R fp16 recent rows (default 128), layout=lanes|rows (default lanes: "
+                   "key codes token-interleaved per channel group); head_dim multiple of "
                    "64 (bits=2) or 32 (bits=4)",
     .init = kivi_init, .fini = kivi_fini, .encode = kivi_encode, .decode = kivi_decode,
     .prep_query = kivi_prep, .score = kivi_score, .accumulate = kivi_accumulate,

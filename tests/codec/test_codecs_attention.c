@@ -169,6 +169,12 @@ static int run_all(uint64_t seed) {
         for (int side = 0; side < 2; side++) {
             check_codec(&rng, vq_codec_find("kivi"), "group", "16", 64, side);
             check_codec(&rng, vq_codec_find("kivi"), "group", "64", 128, side);
+            /* bits=4 lanes keys, the old row layout, and (keys) a group with a short last tile */
+            check_codec(&rng, vq_codec_find("kivi"), "bits", "4", 64, side);
+            check_codec(&rng, vq_codec_find("kivi"), "bits", "4", 128, side);
+            check_codec(&rng, vq_codec_find("kivi"), "layout", "rows", 64, side);
+            check_codec(&rng, vq_codec_find("kivi"), "layout", "rows", 128, side);
+            if (side == VQ_SIDE_K) check_codec(&rng, vq_codec_find("kivi"), "group", "24", 128, side);
         }
     if (vq_codec_find("tq_split")) {   /* its widths and splits (2.5, 3 and 3.5 bits at d=64) */
         const char *pv[][2] = {{"hi", "3"}, {"lo", "1"}, {"frac", "0.125"}, {"pairs", "12"}, {"hi", "8"}, {"lo", "3"}};

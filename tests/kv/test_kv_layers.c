@@ -50,8 +50,8 @@ static void test_grammar(void) {
     /* a window below the codec's own (kivi asks for its residual) is said, or a reparse restores it
      * (found by fuzz_kv_spec: 'kivi;window=0' normalized to a spec with window 128) */
     const char *kv6[6] = {"kivi", "kivi", "kivi", "kivi", "kivi", "kivi"};
-    spec_ok("kivi;window=0", "kivi:bits=2,group=32,residual=128;window=0,wprec=16,page=256", kv6, kv6);
-    spec_ok("kivi", "kivi:bits=2,group=32,residual=128;window=128,wprec=16,page=256", kv6, kv6);
+    spec_ok("kivi;window=0", "kivi:bits=2,group=32,residual=128,layout=lanes;window=0,wprec=16,page=256", kv6, kv6);
+    spec_ok("kivi", "kivi:bits=2,group=32,residual=128,layout=lanes;window=128,wprec=16,page=256", kv6, kv6);
     spec_ok("q8_0@0,-1=f16", "q8_0:rotate=0,layout=lanes@0,5=f16", a, a);
     spec_ok("q8_0@ 5 , 0 =f16", "q8_0:rotate=0,layout=lanes@0,5=f16", a, a);
     /* several overrides, ranges, negative ranges, per-side and store keys inside an override */
@@ -64,7 +64,7 @@ static void test_grammar(void) {
     spec_ok("q4_0:rotate=1@0..5=f16", "q4_0:rotate=1,layout=lanes@0..5=f16", f, f);
     /* a multi-row-block codec (KIVI keys: G rows) with its fp window inside an override */
     const char *kk[6] = {"f16", "f16", "kivi", "f16", "f16", "f16"};
-    spec_ok("f16@2=kivi:residual=16;page=64", "f16@2=kivi:bits=2,group=32,residual=16;window=16,wprec=16,page=64",
+    spec_ok("f16@2=kivi:residual=16;page=64", "f16@2=kivi:bits=2,group=32,residual=16,layout=lanes;window=16,wprec=16,page=64",
             kk, kk);
 
     spec_bad("q8_0@", "layer override '@'", "no '='");

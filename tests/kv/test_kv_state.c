@@ -116,6 +116,24 @@ static void refusals(void) {
         vq_kv_destroy(w);
         vq_kv_destroy(rd);
     }
+    /* kivi's key layouts likewise (lanes since issue 12, the default; rows before it and with
+     * layout=rows; a stream from before has no layout= in its spec and is refused as well) */
+    const char *kv2[][2] = { { "kivi:residual=0;page=64", "kivi:residual=0,layout=rows;page=64" },
+                             { "kivi:bits=4,layout=rows;page=64", "kivi:bits=4;page=64" } };
+    for (int i = 0; i < 2; i++) {
+        vq_kv *w = vq_kv_create_str(kv2[i][0], &D, 3, &e), *rd = vq_kv_create_str(kv2[i][1], &D, 3, &e);
+        CHECKF(w && rd, "%s: %s", kv2[i][1], e.msg);
+        if (!w || !rd) break;
+        fill(w, &D, 0, 60, seed0 + 6);
+        mem t = { 0 };
+        CHECK(vq_kv_state_write(w, mem_put, &t, &e) == VQ_OK);
+        CHECKF(vq_kv_state_read(rd, t.p, t.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "layout=lanes") &&
+               strstr(e.msg, "layout=rows"), "%s read by %s: %s", kv2[i][0], kv2[i][1], e.msg);
+        CHECK(vq_kv_rows(rd, 0) == 0);
+        free(t.p);
+        vq_kv_destroy(w);
+        vq_kv_destroy(rd);
+    }
     other = vq_kv_create_str(spec, &D, 4, &e);
     CHECK(vq_kv_state_read(other, m.p, m.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "seed"));
     vq_kv_destroy(other);

@@ -36,9 +36,9 @@ static void test_specs(void) {
     spec_ok("f32", "f32");
     spec_ok("q8_0", "q8_0:rotate=0,layout=lanes");
     spec_ok("q4_0:rotate=1", "q4_0:rotate=1,layout=lanes");
-    spec_ok("kivi", "kivi:bits=2,group=32,residual=128;window=128,wprec=16,page=256");
-    spec_ok("kivi:k=2,v=4", "k=kivi:bits=2,group=32,residual=128;v=kivi:bits=4,group=32,residual=128;window=128,wprec=16,page=256");
-    spec_ok("kivi:bits=4,k=2", "k=kivi:bits=2,group=32,residual=128;v=kivi:bits=4,group=32,residual=128;window=128,wprec=16,page=256");
+    spec_ok("kivi", "kivi:bits=2,group=32,residual=128,layout=lanes;window=128,wprec=16,page=256");
+    spec_ok("kivi:k=2,v=4", "k=kivi:bits=2,group=32,residual=128,layout=lanes;v=kivi:bits=4,group=32,residual=128,layout=lanes;window=128,wprec=16,page=256");
+    spec_ok("kivi:bits=4,k=2", "k=kivi:bits=2,group=32,residual=128,layout=lanes;v=kivi:bits=4,group=32,residual=128,layout=lanes;window=128,wprec=16,page=256");
     spec_ok("k=q8_0:rotate=1;v=f16", "k=q8_0:rotate=1,layout=lanes;v=f16");
     spec_ok("v=f16;k=q4_0", "k=q4_0:rotate=0,layout=lanes;v=f16");
     spec_ok("f16:window=64", "f16;window=64,wprec=16,page=256");
