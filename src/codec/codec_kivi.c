@@ -129,9 +129,11 @@ static void kivi_encode(const vq_codec_state *st, const float *x, uint8_t *block
         for (int c = 0; c < d; c++) {
             float sc, mn;
             minmax(x + c, k->G, d, b, block + 2 * c, block + 2 * d + 2 * c, &sc, &mn);
-            for (int r = 0; r < k->G; r++)
-                if (k->lanes) kcode_put(k, codes, r, c, qcode(x[(size_t)r * d + c], sc, mn, b));
-                else code_put(codes + (size_t)r * k->row_bytes, b, c, qcode(x[(size_t)r * d + c], sc, mn, b));
+            for (int r = 0; r < k->G; r++) {
+                const int q = qcode(x[(size_t)r * d + c], sc, mn, b);
+                if (k->lanes) kcode_put(k, codes, r, c, q);
+                else code_put(codes + (size_t)r * k->row_bytes, b, c, q);
+            }
         }
     } else {                       /* per token, groups of G channels: header = (scale, min)[d/G] */
         for (int g = 0; g < d / k->G; g++) {
@@ -144,11 +146,11 @@ static void kivi_encode(const vq_codec_state *st, const float *x, uint8_t *block
 }
 /* element (r, c) of a block, decoded */
 static inline float kval(const kivi *k, int side, const uint8_t *block, int r, int c) {
-    if (side == VQ_SIDE_K && k->lanes)
-        return h2f(block + 2 * k->d + 2 * c) + h2f(block + 2 * c) * (float)kcode_get(k, block + k->hdr, r, c);
-    if (side == VQ_SIDE_K)
-        return h2f(block + 2 * k->d + 2 * c) +
-               h2f(block + 2 * c) * (float)code_get(block + k->hdr + (size_t)r * k->row_bytes, k->bits, c);
+    if (side == VQ_SIDE_K) {
+        const int q = k->lanes ? kcode_get(k, block + k->hdr, r, c)
+                               : code_get(block + k->hdr + (size_t)r * k->row_bytes, k->bits, c);
+        return h2f(block + 2 * k->d + 2 * c) + h2f(block + 2 * c) * (float)q;
+    }
     int g = c / k->G;
     return h2f(block + 4 * g + 2) + h2f(block + 4 * g) * (float)code_get(block + k->hdr, k->bits, c);
 }

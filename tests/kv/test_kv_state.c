@@ -98,37 +98,24 @@ static void refusals(void) {
     CHECK(vq_kv_state_read(other, m.p, m.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "layout=lanes") &&
           strstr(e.msg, "layout=rows"));
     vq_kv_destroy(other);
-    /* turboquant_mse at 2 and 3 bits likewise (lanes since issue 12; packed before it and with
-     * layout=packed): a stream of either layout is refused by the other, naming both */
-    const char *tq[][2] = { { "turboquant_mse:k=3,v=3;page=32", "turboquant_mse:k=3,v=3,layout=packed;page=32" },
-                            { "turboquant_mse:bits=2,layout=packed", "turboquant_mse:bits=2" } };
-    for (int i = 0; i < 2; i++) {
-        vq_kv *w = vq_kv_create_str(tq[i][0], &D, 3, &e), *rd = vq_kv_create_str(tq[i][1], &D, 3, &e);
-        CHECKF(w && rd, "%s: %s", tq[i][1], e.msg);
+    /* turboquant_mse at 2 and 3 bits (lanes since issue 12; packed before it and with
+     * layout=packed) and kivi's keys (lanes since issue 12, the default; rows before it and with
+     * layout=rows) likewise: a stream of either layout is refused by the other, naming both */
+    const struct { const char *w, *rd, *old; int rows; } lay[] = {
+        { "turboquant_mse:k=3,v=3;page=32", "turboquant_mse:k=3,v=3,layout=packed;page=32", "layout=packed", 45 },
+        { "turboquant_mse:bits=2,layout=packed", "turboquant_mse:bits=2", "layout=packed", 45 },
+        { "kivi:residual=0;page=64", "kivi:residual=0,layout=rows;page=64", "layout=rows", 60 },
+        { "kivi:bits=4,layout=rows;page=64", "kivi:bits=4;page=64", "layout=rows", 60 },
+    };
+    for (int i = 0; i < (int)(sizeof lay / sizeof lay[0]); i++) {
+        vq_kv *w = vq_kv_create_str(lay[i].w, &D, 3, &e), *rd = vq_kv_create_str(lay[i].rd, &D, 3, &e);
+        CHECKF(w && rd, "%s: %s", lay[i].rd, e.msg);
         if (!w || !rd) break;
-        fill(w, &D, 0, 45, seed0 + 5);
+        fill(w, &D, 0, lay[i].rows, seed0 + 5 + i / 2);
         mem t = { 0 };
         CHECK(vq_kv_state_write(w, mem_put, &t, &e) == VQ_OK);
         CHECKF(vq_kv_state_read(rd, t.p, t.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "layout=lanes") &&
-               strstr(e.msg, "layout=packed"), "%s read by %s: %s", tq[i][0], tq[i][1], e.msg);
-        CHECK(vq_kv_rows(rd, 0) == 0);
-        free(t.p);
-        vq_kv_destroy(w);
-        vq_kv_destroy(rd);
-    }
-    /* kivi's key layouts likewise (lanes since issue 12, the default; rows before it and with
-     * layout=rows; a stream from before has no layout= in its spec and is refused as well) */
-    const char *kv2[][2] = { { "kivi:residual=0;page=64", "kivi:residual=0,layout=rows;page=64" },
-                             { "kivi:bits=4,layout=rows;page=64", "kivi:bits=4;page=64" } };
-    for (int i = 0; i < 2; i++) {
-        vq_kv *w = vq_kv_create_str(kv2[i][0], &D, 3, &e), *rd = vq_kv_create_str(kv2[i][1], &D, 3, &e);
-        CHECKF(w && rd, "%s: %s", kv2[i][1], e.msg);
-        if (!w || !rd) break;
-        fill(w, &D, 0, 60, seed0 + 6);
-        mem t = { 0 };
-        CHECK(vq_kv_state_write(w, mem_put, &t, &e) == VQ_OK);
-        CHECKF(vq_kv_state_read(rd, t.p, t.n, -1, &e) == VQ_ERR_STATE && strstr(e.msg, "layout=lanes") &&
-               strstr(e.msg, "layout=rows"), "%s read by %s: %s", kv2[i][0], kv2[i][1], e.msg);
+               strstr(e.msg, lay[i].old), "%s read by %s: %s", lay[i].w, lay[i].rd, e.msg);
         CHECK(vq_kv_rows(rd, 0) == 0);
         free(t.p);
         vq_kv_destroy(w);
