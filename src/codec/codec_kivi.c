@@ -263,82 +263,103 @@ static void klanes_scalar(const kivi *k, const float *qs, float qm, const uint8_
         for (int j = 0; j < w; j++) out[16 * T + j] = qm + a[j];
     }
 }
-/* AVX-512: the codes become floats by one vpermps on the table i & (2^b - 1), i = 0..15 (the
- * permute reads only the index's low 4 bits, so no mask or conversion); two tiles per pass, two
- * sums per tile (even / odd channels of a group) */
-T5 static inline void klanes_512_b(const float *qs, __m512 vqm, const uint8_t *codes, int ntile,
-                                   int ncg, int b, float *out) {
+/* AVX-512, m queries (a constant after inlining, <= 4) in one pass over a block: each code
+ * vector is expanded once and used by every query, one tile (16 tokens, lanes = tokens) at a
+ * time with two sums per query (even / odd channels); qs[j] are the folded queries, qm[j] their
+ * q.min. A code becomes a float by one vpermps on the table i & (2^b - 1), i = 0..15 (the
+ * permute reads only the index's low 4 bits, so after the shift no mask or conversion). The GQA
+ * group's queries share the block: the expansion is not repeated per query. */
+T5 static inline __attribute__((always_inline)) void klanes_512_m(const int m, const float *const *qs, const float *qm,
+                                   const uint8_t *codes, int ntile, int ncg, const int b,
+                                   float *const *out) {
     const int per = 8 / b;
     const __m512 tab = _mm512_cvtepi32_ps(_mm512_and_si512(
         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((1 << b) - 1)));
-    int T = 0;
-    for (; T + 2 <= ntile; T += 2) {
-        const uint8_t *p0 = codes + (size_t)T * 16 * ncg, *p1 = p0 + 16 * ncg;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0;
-        for (int cg = 0; cg < ncg; cg++) {
-            const __m512i x0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + 16 * cg)));
-            const __m512i x1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p1 + 16 * cg)));
-            const float *q = qs + cg * per;
-            for (int kk = 0; kk < per; kk += 2) {
-                const __m512 qa = _mm512_set1_ps(q[kk]), qb = _mm512_set1_ps(q[kk + 1]);
-                a0 = _mm512_fmadd_ps(qa, _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * kk), tab), a0);
-                a1 = _mm512_fmadd_ps(qa, _mm512_permutexvar_ps(_mm512_srli_epi32(x1, b * kk), tab), a1);
-                c0 = _mm512_fmadd_ps(qb, _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * (kk + 1)), tab), c0);
-                c1 = _mm512_fmadd_ps(qb, _mm512_permutexvar_ps(_mm512_srli_epi32(x1, b * (kk + 1)), tab), c1);
-            }
-        }
-        _mm512_storeu_ps(out + 16 * T, _mm512_add_ps(_mm512_add_ps(a0, c0), vqm));
-        _mm512_storeu_ps(out + 16 * T + 16, _mm512_add_ps(_mm512_add_ps(a1, c1), vqm));
-    }
-    for (; T < ntile; T++) {
-        const uint8_t *p0 = codes + (size_t)T * 16 * ncg;
-        __m512 a0 = _mm512_setzero_ps(), c0 = a0;
-        for (int cg = 0; cg < ncg; cg++) {
-            const __m512i x0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + 16 * cg)));
-            const float *q = qs + cg * per;
-            for (int kk = 0; kk < per; kk += 2) {
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[kk]), _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * kk), tab), a0);
-                c0 = _mm512_fmadd_ps(_mm512_set1_ps(q[kk + 1]), _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * (kk + 1)), tab), c0);
-            }
-        }
-        _mm512_storeu_ps(out + 16 * T, _mm512_add_ps(_mm512_add_ps(a0, c0), vqm));
-    }
-}
-T5 static void klanes_512(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
-    const __m512 vqm = _mm512_set1_ps(qm);
-    const int ntile = k->G / 16;
-    if (k->bits == 2) klanes_512_b(qs, vqm, codes, ntile, k->d / 4, 2, out);   /* constant b: */
-    else klanes_512_b(qs, vqm, codes, ntile, k->d / 2, 4, out);                /* immediate shifts */
-}
-/* AVX2: a tile's 16 tokens as two ymm halves (bytes 0-7, 8-15), codes masked and converted */
-T2 static inline void klanes_256_b(const float *qs, float qm, const uint8_t *codes, int ntile,
-                                   int ncg, int b, float *out) {
-    const int per = 8 / b;
-    const __m256i m = _mm256_set1_epi32((1 << b) - 1);
-    const __m256 vqm = _mm256_set1_ps(qm);
     for (int T = 0; T < ntile; T++) {
         const uint8_t *p0 = codes + (size_t)T * 16 * ncg;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, c0 = a0, c1 = a0;
+        __m512 a[4][2];
+#pragma GCC unroll 4
+        for (int j = 0; j < m; j++) a[j][0] = a[j][1] = _mm512_setzero_ps();
+        for (int cg = 0; cg < ncg; cg++) {
+            const __m512i x0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + 16 * cg)));
+#pragma GCC unroll 4
+            for (int kk = 0; kk < per; kk++) {
+                const __m512 c = _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * kk), tab);
+#pragma GCC unroll 4
+                for (int j = 0; j < m; j++)
+                    a[j][kk & 1] = _mm512_fmadd_ps(_mm512_set1_ps(qs[j][cg * per + kk]), c, a[j][kk & 1]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < m; j++)
+            _mm512_storeu_ps(out[j] + 16 * T, _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]), _mm512_set1_ps(qm[j])));
+    }
+}
+#define KL512_M(M)                                                                              \
+    do {                                                                                        \
+        if (k->bits == 2) klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);          \
+        else klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 2, 4, out);                       \
+    } while (0)
+T5 static void klanes_512_q(const kivi *k, int m, const float *const *qs, const float *qm,
+                            const uint8_t *codes, float *const *out) {
+    switch (m) {
+    case 1: KL512_M(1); break;
+    case 2: KL512_M(2); break;
+    case 3: KL512_M(3); break;
+    default: KL512_M(4); break;
+    }
+}
+#undef KL512_M
+/* AVX2, m queries (<= 3) in one pass over a block, as klanes_512_m: a tile's two halves' codes
+ * are expanded once per channel and used by every query (one sum per query and half) */
+T2 static inline __attribute__((always_inline)) void klanes_256_m(const int m, const float *const *qs,
+                                                                 const float *qm, const uint8_t *codes,
+                                                                 int ntile, int ncg, const int b,
+                                                                 float *const *out) {
+    const int per = 8 / b;
+    const __m256i mk = _mm256_set1_epi32((1 << b) - 1);
+    for (int T = 0; T < ntile; T++) {
+        const uint8_t *p0 = codes + (size_t)T * 16 * ncg;
+        __m256 a[3][2];
+#pragma GCC unroll 3
+        for (int j = 0; j < m; j++) a[j][0] = a[j][1] = _mm256_setzero_ps();
         for (int cg = 0; cg < ncg; cg++) {
             const __m256i x0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p0 + 16 * cg)));
             const __m256i x1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p0 + 16 * cg + 8)));
-            const float *q = qs + cg * per;
-            for (int kk = 0; kk < per; kk += 2) {
-                const __m256 qa = _mm256_set1_ps(q[kk]), qb = _mm256_set1_ps(q[kk + 1]);
-                a0 = _mm256_fmadd_ps(qa, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x0, b * kk), m)), a0);
-                a1 = _mm256_fmadd_ps(qa, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x1, b * kk), m)), a1);
-                c0 = _mm256_fmadd_ps(qb, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x0, b * (kk + 1)), m)), c0);
-                c1 = _mm256_fmadd_ps(qb, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x1, b * (kk + 1)), m)), c1);
+#pragma GCC unroll 4
+            for (int kk = 0; kk < per; kk++) {
+                const __m256 c0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x0, b * kk), mk));
+                const __m256 c1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x1, b * kk), mk));
+#pragma GCC unroll 3
+                for (int j = 0; j < m; j++) {
+                    const __m256 qv = _mm256_broadcast_ss(qs[j] + cg * per + kk);
+                    a[j][0] = _mm256_fmadd_ps(qv, c0, a[j][0]);
+                    a[j][1] = _mm256_fmadd_ps(qv, c1, a[j][1]);
+                }
             }
         }
-        _mm256_storeu_ps(out + 16 * T, _mm256_add_ps(_mm256_add_ps(a0, c0), vqm));
-        _mm256_storeu_ps(out + 16 * T + 8, _mm256_add_ps(_mm256_add_ps(a1, c1), vqm));
+#pragma GCC unroll 3
+        for (int j = 0; j < m; j++) {
+            const __m256 vqm = _mm256_set1_ps(qm[j]);
+            _mm256_storeu_ps(out[j] + 16 * T, _mm256_add_ps(a[j][0], vqm));
+            _mm256_storeu_ps(out[j] + 16 * T + 8, _mm256_add_ps(a[j][1], vqm));
+        }
     }
 }
-T2 static void klanes_256(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
-    if (k->bits == 2) klanes_256_b(qs, qm, codes, k->G / 16, k->d / 4, 2, out);
-    else klanes_256_b(qs, qm, codes, k->G / 16, k->d / 2, 4, out);
+#define KL256_M(M)                                                                              \
+    do {                                                                                        \
+        if (k->bits == 2) klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);          \
+        else klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 2, 4, out);                       \
+    } while (0)
+T2 static void klanes_256_q(const kivi *k, int m, const float *const *qs, const float *qm,
+                            const uint8_t *codes, float *const *out) {
+    switch (m) {
+    case 1: KL256_M(1); break;
+    case 2: KL256_M(2); break;
+    default: KL256_M(3); break;
+    }
 }
+#undef KL256_M
 /* the last tile of a block when 16 does not divide G (w < 16 tokens): scalar */
 static void klanes_tail(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
     for (int t = k->G / 16 * 16; t < k->G; t++) {
@@ -354,6 +375,28 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
     const int d = k->d, b = k->bits, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
     const vq_isa isa = vq_cvec_isa();
     float qs[4096];   /* the query folded with one block's scales (d <= 4096, checked at init) */
+    if (st->side == VQ_SIDE_K && k->lanes && isa >= VQ_ISA_AVX2 && d <= 1024) {
+        /* several queries per pass over a block (the GQA group shares the code expansion):
+         * 4 with AVX-512, 3 with AVX2 (16 ymm) */
+        float qs4[4][1024], qm4[4];
+        const float *qp[4] = {qs4[0], qs4[1], qs4[2], qs4[3]};
+        const int mq = isa == VQ_ISA_AVX512 ? 4 : 3;
+        for (int blk = 0; blk < n_blocks; blk++) {
+            const uint8_t *B = blocks + (size_t)blk * st->block_bytes;
+            for (int j0 = 0; j0 < n_q; j0 += mq) {
+                const int m = VQ_MIN(mq, n_q - j0);
+                float *out[4];
+                for (int j = 0; j < m; j++) {
+                    qm4[j] = fold_f16c(qst[j0 + j], B, d, qs4[j]);
+                    out[j] = scores + (size_t)(j0 + j) * n_rows + (size_t)blk * rpb;
+                }
+                if (isa == VQ_ISA_AVX512) klanes_512_q(k, m, qp, qm4, B + k->hdr, out);
+                else klanes_256_q(k, m, qp, qm4, B + k->hdr, out);
+                for (int j = 0; j < m; j++) klanes_tail(k, qs4[j], qm4[j], B + k->hdr, out[j]);
+            }
+        }
+        return;
+    }
     for (int blk = 0; blk < n_blocks; blk++) {
         const uint8_t *B = blocks + (size_t)blk * st->block_bytes;
         for (int j = 0; j < n_q; j++) {
@@ -367,8 +410,9 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
             }
             float qm = isa == VQ_ISA_SCALAR ? fold_scalar(q, B, d, qs) : fold_f16c(q, B, d, qs);
             if (k->lanes) {
-                if (isa == VQ_ISA_AVX512) klanes_512(k, qs, qm, B + k->hdr, out);
-                else if (isa == VQ_ISA_AVX2) klanes_256(k, qs, qm, B + k->hdr, out);
+                const float *qsp = qs;   /* d > 1024: one query a pass */
+                if (isa == VQ_ISA_AVX512) klanes_512_q(k, 1, &qsp, &qm, B + k->hdr, &out);
+                else if (isa == VQ_ISA_AVX2) klanes_256_q(k, 1, &qsp, &qm, B + k->hdr, &out);
                 if (isa == VQ_ISA_SCALAR) klanes_scalar(k, qs, qm, B + k->hdr, out);
                 else klanes_tail(k, qs, qm, B + k->hdr, out);
                 continue;
@@ -410,74 +454,194 @@ T5 static void vacc_512(const kivi *k, const uint8_t *B, int n_q, const float *w
         }
     }
 }
-T2 static void vacc_256(const kivi *k, const uint8_t *B, int n_q, const float *w, size_t wstride,
-                        float *const *acc) {
-    const int b = k->bits, per = 8 / b, E = 16 * per, d = k->d;
-    const __m256i m = _mm256_set1_epi32((1 << b) - 1);
-    for (int ch = 0; ch < d / E; ch++)
-        for (int hlf = 0; hlf < 2; hlf++) {
-            __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(B + k->hdr + 16 * ch + 8 * hlf)));
-            for (int t = 0; t < per; t++) {
-                const int c0 = ch * E + 16 * t + 8 * hlf, g = c0 / k->G;
-                __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x, b * t), m)),
-                                           _mm256_set1_ps(h2f_hw(B + 4 * g)), _mm256_set1_ps(h2f_hw(B + 4 * g + 2)));
-                for (int j = 0; j < n_q; j++) {
-                    const float wj = w[(size_t)j * wstride];
-                    if (wj == 0.0f) continue;
-                    _mm256_storeu_ps(acc[j] + c0, _mm256_fmadd_ps(_mm256_set1_ps(wj), v, _mm256_loadu_ps(acc[j] + c0)));
-                }
+/* AVX-512 values, d % 64 == 0, the scale folded into the weights: with v_c = m_g + s_g code_c
+ * (g = c / G), sum_r w_r v_rc = sum_r (w_r s_rg) code_rc + sum_r w_r m_rg. For each 16-row chunk
+ * the (scale, min) pairs of the rows are read once (one dword per row and group), ws = w * s is
+ * stored for the row loop and the min term summed in vectors; the row loop then only expands the
+ * codes (shift, one vpermps on the table i & (2^b - 1)) and does one FMA per query and 16
+ * channels with the broadcast ws: no per-row fp16 conversion, no value FMA. A row of weight 0
+ * contributes nothing (masked, so a non-finite pair is never multiplied by 0). Up to 4 queries x
+ * 64 channels (16 zmm) stay in registers across the rows; the min terms are added at the end. */
+T5 static inline __attribute__((always_inline)) void vfold64_m(const kivi *k, const int m, const int b,
+                                                              const uint8_t *blocks, size_t bb,
+                                                              const float *w, int n_rows,
+                                                              float *const *acc, int c0) {
+    const int per = 8 / b, E = 16 * per, G = k->G;
+    const __m512 tab = _mm512_cvtepi32_ps(_mm512_and_si512(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((1 << b) - 1)));
+    const int g0 = c0 / G, ng = (c0 + 63) / G - g0 + 1;   /* groups met by channels c0..c0+63 */
+    int gt[4];
+    for (int t = 0; t < 4; t++) gt[t] = (c0 + 16 * t) / G - g0;
+    __m512 a[4][4], mt[4][4];
+    float ws[4][4][16];
+#pragma GCC unroll 4
+    for (int j = 0; j < m; j++)
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) a[j][t] = _mm512_loadu_ps(acc[j] + c0 + 16 * t);
+    for (int j = 0; j < m; j++)
+        for (int g = 0; g < ng; g++) mt[j][g] = _mm512_setzero_ps();
+    for (int r0 = 0; r0 < n_rows; r0 += 16) {
+        const int nr = VQ_MIN(16, n_rows - r0);
+        const __mmask16 live = (__mmask16)((1u << nr) - 1);
+        const uint8_t *base = blocks + (size_t)r0 * bb;
+        __m512 wv[4];
+        __mmask16 nz[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < m; j++) {
+            wv[j] = _mm512_maskz_loadu_ps(live, w + (size_t)j * n_rows + r0);
+            nz[j] = _mm512_cmp_ps_mask(wv[j], _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        }
+        for (int g = 0; g < ng; g++) {   /* the rows' fp16 (scale, min) of group g0 + g: one dword each */
+            uint32_t pr[16];   /* scalar loads, one vector load: a zmm gather is slower (Zen 4) */
+            for (int r = 0; r < 16; r++) pr[r] = 0;
+            for (int r = 0; r < nr; r++) memcpy(&pr[r], base + (size_t)r * bb + 4 * (g0 + g), 4);
+            const __m512i sm = _mm512_loadu_si512((const void *)pr);
+            const __m512 sc = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(sm));
+            const __m512 mn = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(sm, 16)));
+#pragma GCC unroll 4
+            for (int j = 0; j < m; j++) {
+                _mm512_storeu_ps(ws[j][g], _mm512_maskz_mul_ps(nz[j], wv[j], sc));
+                mt[j][g] = _mm512_mask3_fmadd_ps(wv[j], mn, mt[j][g], nz[j]);
             }
         }
-}
-/* AVX-512 values, d % 64 == 0: for up to 4 queries at once, 64 output lanes per query stay in
- * registers across all rows; each row's 64 values are expanded once and used by the 4 queries */
-T5 static void vacc64_512(const kivi *k, const uint8_t *blocks, size_t bb, int n_q, const float *w,
-                          int n_rows, float *const *acc) {
-    const int b = k->bits, per = 8 / b, E = 16 * per;
-    const __m512i m = _mm512_set1_epi32((1 << b) - 1);
-    for (int j0 = 0; j0 < n_q; j0 += 4) {
-        const int nj = VQ_MIN(4, n_q - j0);
-        for (int c0 = 0; c0 < k->d; c0 += 64) {
-            __m512 a[4][4];
-            int chs[4], shs[4], gs[4];
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *codes = base + (size_t)r * bb + k->hdr;
+            __m512 c[4];
+#pragma GCC unroll 4
             for (int t = 0; t < 4; t++) {
-                const int c = c0 + 16 * t;
-                chs[t] = c / E; shs[t] = b * ((c % E) / 16); gs[t] = c / k->G;
+                const int cc = c0 + 16 * t, ch = cc / E, sh = b * ((cc % E) / 16);
+                const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + 16 * ch)));
+                c[t] = _mm512_permutexvar_ps(_mm512_srli_epi32(x, sh), tab);
             }
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < m; j++)
 #pragma GCC unroll 4
                 for (int t = 0; t < 4; t++)
-                    a[j][t] = j < nj ? _mm512_loadu_ps(acc[j0 + j] + c0 + 16 * t) : _mm512_setzero_ps();
-            for (int r = 0; r < n_rows; r++) {
-                float wr[4];
-                int any = 0;
-                for (int j = 0; j < 4; j++) {
-                    wr[j] = j < nj ? w[(size_t)(j0 + j) * n_rows + r] : 0.0f;
-                    any |= wr[j] != 0.0f;
-                }
-                if (!any) continue;
-                const uint8_t *B = blocks + (size_t)r * bb;
-                __m512 v[4];
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; t++) {
-                    const int ch = chs[t], sh = shs[t], g = gs[t];
-                    __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + k->hdr + 16 * ch)));
-                    v[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, sh), m)),
-                                           _mm512_set1_ps(h2f_hw(B + 4 * g)), _mm512_set1_ps(h2f_hw(B + 4 * g + 2)));
-                }
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) {
-                    const __m512 vw = _mm512_set1_ps(wr[j]);
-#pragma GCC unroll 4
-                    for (int t = 0; t < 4; t++) a[j][t] = _mm512_fmadd_ps(vw, v[t], a[j][t]);
-                }
-            }
-            for (int j = 0; j < nj; j++)
-                for (int t = 0; t < 4; t++) _mm512_storeu_ps(acc[j0 + j] + c0 + 16 * t, a[j][t]);
+                    a[j][t] = _mm512_fmadd_ps(_mm512_set1_ps(ws[j][gt[t]][r]), c[t], a[j][t]);
         }
     }
+#pragma GCC unroll 4
+    for (int j = 0; j < m; j++) {
+        float mg[4];
+        for (int g = 0; g < ng; g++) mg[g] = _mm512_reduce_add_ps(mt[j][g]);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            _mm512_storeu_ps(acc[j] + c0 + 16 * t, _mm512_add_ps(a[j][t], _mm512_set1_ps(mg[gt[t]])));
+    }
 }
+#define VF64(M)                                                                         \
+    do {                                                                                \
+        if (k->bits == 2) vfold64_m(k, M, 2, blocks, bb, wj, n_rows, aj, c0);           \
+        else vfold64_m(k, M, 4, blocks, bb, wj, n_rows, aj, c0);                        \
+    } while (0)
+T5 static void vfold64_512(const kivi *k, const uint8_t *blocks, size_t bb, int n_q, const float *w,
+                           int n_rows, float *const *acc) {
+    for (int j0 = 0; j0 < n_q; j0 += 4) {
+        const float *wj = w + (size_t)j0 * n_rows;
+        float *const *aj = acc + j0;
+        for (int c0 = 0; c0 < k->d; c0 += 64) switch (VQ_MIN(4, n_q - j0)) {
+            case 1: VF64(1); break;
+            case 2: VF64(2); break;
+            case 3: VF64(3); break;
+            default: VF64(4); break;
+            }
+    }
+}
+#undef VF64
+
+/* AVX2 values, the same fold as vfold64_m: up to 3 queries x 32 channels (12 ymm) in registers
+ * across the rows, 8-row chunks: the rows' fp16 scales and mins read into two short arrays and
+ * converted 8 at a time; the row loop expands 4 x 8 codes (shift, mask, int->float) and does one
+ * FMA per query and 8 channels with the broadcast w*s */
+T2 static inline __attribute__((always_inline)) void vfold32_m(const kivi *k, const int m, const int b,
+                                                              const uint8_t *blocks, size_t bb,
+                                                              const float *w, int n_rows,
+                                                              float *const *acc, int c0) {
+    const int per = 8 / b, E = 16 * per, G = k->G;
+    const __m256i mk = _mm256_set1_epi32((1 << b) - 1);
+    const int g0 = c0 / G, ng = (c0 + 31) / G - g0 + 1;   /* 1 or 2 (G >= 16) */
+    int gt[4], off[4], sh[4];
+    for (int u = 0; u < 4; u++) {
+        const int cc = c0 + 8 * u, e = cc % E;
+        gt[u] = cc / G - g0;
+        off[u] = 16 * (cc / E) + e % 16;
+        sh[u] = b * (e / 16);
+    }
+    __m256 a[3][4], mt[3][2];
+    float ws[3][2][8];
+#pragma GCC unroll 3
+    for (int j = 0; j < m; j++)
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) a[j][u] = _mm256_loadu_ps(acc[j] + c0 + 8 * u);
+    for (int j = 0; j < m; j++) mt[j][0] = mt[j][1] = _mm256_setzero_ps();
+    for (int r0 = 0; r0 < n_rows; r0 += 8) {
+        const int nr = VQ_MIN(8, n_rows - r0);
+        const uint8_t *base = blocks + (size_t)r0 * bb;
+        float wr[3][8];
+        for (int j = 0; j < m; j++)
+            for (int r = 0; r < 8; r++) wr[j][r] = r < nr ? w[(size_t)j * n_rows + r0 + r] : 0.0f;
+        for (int g = 0; g < ng; g++) {
+            uint16_t ps[8] = {0}, pm[8] = {0};
+            for (int r = 0; r < nr; r++) {
+                memcpy(&ps[r], base + (size_t)r * bb + 4 * (g0 + g), 2);
+                memcpy(&pm[r], base + (size_t)r * bb + 4 * (g0 + g) + 2, 2);
+            }
+            const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)ps));
+            const __m256 mn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pm));
+#pragma GCC unroll 3
+            for (int j = 0; j < m; j++) {   /* rows of weight 0 are masked out (no 0 x inf) */
+                const __m256 wv = _mm256_loadu_ps(wr[j]);
+                const __m256 nz = _mm256_cmp_ps(wv, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+                _mm256_storeu_ps(ws[j][g], _mm256_and_ps(nz, _mm256_mul_ps(wv, sc)));
+                mt[j][g] = _mm256_add_ps(mt[j][g], _mm256_and_ps(nz, _mm256_mul_ps(wv, mn)));
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *codes = base + (size_t)r * bb + k->hdr;
+            __m256 c[4];
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + off[u])));
+                c[u] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(x, _mm_cvtsi32_si128(sh[u])), mk));
+            }
+#pragma GCC unroll 3
+            for (int j = 0; j < m; j++)
+#pragma GCC unroll 4
+                for (int u = 0; u < 4; u++)
+                    a[j][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&ws[j][gt[u]][r]), c[u], a[j][u]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int j = 0; j < m; j++) {
+        float mg[2];
+        for (int g = 0; g < ng; g++) {
+            float t[8];
+            _mm256_storeu_ps(t, mt[j][g]);
+            mg[g] = ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            _mm256_storeu_ps(acc[j] + c0 + 8 * u, _mm256_add_ps(a[j][u], _mm256_set1_ps(mg[gt[u]])));
+    }
+}
+#define VF32(M)                                                                         \
+    do {                                                                                \
+        if (k->bits == 2) vfold32_m(k, M, 2, blocks, bb, wj, n_rows, aj, c0);           \
+        else vfold32_m(k, M, 4, blocks, bb, wj, n_rows, aj, c0);                        \
+    } while (0)
+T2 static void vfold32_256(const kivi *k, const uint8_t *blocks, size_t bb, int n_q, const float *w,
+                           int n_rows, float *const *acc) {
+    for (int j0 = 0; j0 < n_q; j0 += 3) {
+        const float *wj = w + (size_t)j0 * n_rows;
+        float *const *aj = acc + j0;
+        for (int c0 = 0; c0 < k->d; c0 += 32) switch (VQ_MIN(3, n_q - j0)) {
+            case 1: VF32(1); break;
+            case 2: VF32(2); break;
+            default: VF32(3); break;
+            }
+    }
+}
+#undef VF32
 
 static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
                             const uint8_t *blocks, int n_blocks, float *const *acc) {
@@ -485,7 +649,11 @@ static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
     const int d = k->d, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
     const vq_isa isa = vq_cvec_isa();
     if (st->side == VQ_SIDE_V && isa == VQ_ISA_AVX512 && d % 64 == 0) {
-        vacc64_512(k, blocks, st->block_bytes, n_q, w, n_rows, acc);
+        vfold64_512(k, blocks, st->block_bytes, n_q, w, n_rows, acc);
+        return;
+    }
+    if (st->side == VQ_SIDE_V && isa == VQ_ISA_AVX2) {   /* d % 32 == 0 always (init) */
+        vfold32_256(k, blocks, st->block_bytes, n_q, w, n_rows, acc);
         return;
     }
     for (int blk = 0; blk < n_blocks; blk++) {
@@ -497,8 +665,6 @@ static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
             if (!any) continue;
             if (st->side == VQ_SIDE_V && isa == VQ_ISA_AVX512) {
                 vacc_512(k, B, n_q, w + row, (size_t)n_rows, acc);
-            } else if (st->side == VQ_SIDE_V && isa == VQ_ISA_AVX2) {
-                vacc_256(k, B, n_q, w + row, (size_t)n_rows, acc);
             } else {
                 for (int c = 0; c < d; c++) {
                     const float v = kval(k, st->side, B, r, c);

@@ -39,7 +39,9 @@ static void check_codec(vq_rng *rng, const vq_codec *c, const char *pk, const ch
     }
     CHECKF(st.d == d && st.rows_per_block >= 1 && st.block_bytes > 0 && st.acc_floats >= 1,
            "%s: state d=%d rpb=%d bytes=%zu acc=%d", c->name, st.d, st.rows_per_block, st.block_bytes, st.acc_floats);
-    const int rpb = st.rows_per_block, nb = 3, rows = nb * rpb, nq = 5;
+    /* one-row blocks: 37 of them, so a value loop that takes 16 rows at a time meets full chunks and
+     * a short one; nq = 5: a pass of 4 queries and one of 1 */
+    const int rpb = st.rows_per_block, nb = rpb == 1 ? 37 : 3, rows = nb * rpb, nq = 5;
     const size_t bb = st.block_bytes;
     float *x = malloc(sizeof(float) * (size_t)rows * d), *xh = malloc(sizeof(float) * (size_t)rows * d);
     uint8_t *b1 = malloc(bb * nb), *b2 = malloc(bb * nb);
@@ -175,6 +177,8 @@ static int run_all(uint64_t seed) {
             check_codec(&rng, vq_codec_find("kivi"), "layout", "rows", 64, side);
             check_codec(&rng, vq_codec_find("kivi"), "layout", "rows", 128, side);
             if (side == VQ_SIDE_K) check_codec(&rng, vq_codec_find("kivi"), "group", "24", 128, side);
+            /* head_dim above 1024: the lanes keys take their one-query-a-pass path */
+            if (side == VQ_SIDE_K) check_codec(&rng, vq_codec_find("kivi"), "group", "32", 2048, side);
         }
     if (vq_codec_find("tq_split")) {   /* its widths and splits (2.5, 3 and 3.5 bits at d=64) */
         const char *pv[][2] = {{"hi", "3"}, {"lo", "1"}, {"frac", "0.125"}, {"pairs", "12"}, {"hi", "8"}, {"lo", "3"}};
