@@ -73,7 +73,7 @@ static inline int code_get(const uint8_t *row, int b, int i) {
     const int ch = i / E, r = i % E;
     return (row[ch * 16 + r % 16] >> (b * (r / 16))) & ((1 << b) - 1);
 }
-static inline void code_put(uint8_t *row, int b, int i, int v) {
+static inline __attribute__((always_inline)) void code_put(uint8_t *row, int b, int i, int v) {
     const int per = 8 / b, E = 16 * per;
     const int ch = i / E, r = i % E;
     row[ch * 16 + r % 16] |= (uint8_t)(v << (b * (r / 16)));
@@ -84,58 +84,71 @@ static inline void code_put(uint8_t *row, int b, int i, int v) {
  * order, w bytes: byte j = token 16T+j's codes of channels per*cg .. per*cg+per-1 at shifts 0, b,
  * 2b, ... So one 16-byte load gives 16 tokens (SIMD lanes) of per channels; the bytes are the
  * row layout's G*d*b/8, reordered. */
-static inline size_t kcode_off(const kivi *k, int t, int c, int *shift) {
-    const int per = 8 / k->bits, ncg = k->d / per, T = t / 16, full = k->G / 16;
+static inline __attribute__((always_inline)) size_t kcode_off_b(const kivi *k, const int b, int t, int c,
+                                                                int *shift) {
+    const int per = 8 / b, ncg = k->d / per, T = t / 16, full = k->G / 16;
     const int w = T < full ? 16 : k->G % 16;
-    *shift = k->bits * (c % per);
+    *shift = b * (c % per);
     return (size_t)T * 16 * ncg + (size_t)(c / per) * w + (size_t)(t % 16);
+}
+static inline size_t kcode_off(const kivi *k, int t, int c, int *shift) {
+    return kcode_off_b(k, k->bits, t, c, shift);
 }
 static inline int kcode_get(const kivi *k, const uint8_t *codes, int t, int c) {
     int sh;
     size_t o = kcode_off(k, t, c, &sh);
     return (codes[o] >> sh) & ((1 << k->bits) - 1);
 }
-static inline void kcode_put(const kivi *k, uint8_t *codes, int t, int c, int v) {
-    int sh;
-    size_t o = kcode_off(k, t, c, &sh);
-    codes[o] |= (uint8_t)(v << sh);
-}
 static inline float h2f(const uint8_t *p) { vq_f16 h; memcpy(&h, p, 2); return vq_f16_to_f32(h); }
 T2 static inline float h2f_hw(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }
 static inline void f2h(uint8_t *p, float f) { vq_f16 h = vq_f32_to_f16(f); memcpy(p, &h, 2); }
 
-/* min/max over n values at stride; stores fp16 scale and min; returns them rounded */
+/* min/max over n values at stride; stores fp16 scale and min; returns them rounded. The
+ * comparisons are fminf / fmaxf's (a NaN operand gives the other one) without the libm calls. */
+static inline float fmin_nan(float a, float v) { return (v < a || a != a) ? v : a; }
+static inline float fmax_nan(float a, float v) { return (v > a || a != a) ? v : a; }
 static void minmax(const float *x, int n, int stride, int bits, uint8_t *hs, uint8_t *hm,
                    float *sc, float *mn) {
     float lo = x[0], hi = x[0];
-    for (int i = 1; i < n; i++) { float v = x[(size_t)i * stride]; lo = fminf(lo, v); hi = fmaxf(hi, v); }
+    for (int i = 1; i < n; i++) { float v = x[(size_t)i * stride]; lo = fmin_nan(lo, v); hi = fmax_nan(hi, v); }
     f2h(hs, (hi - lo) / (float)((1 << bits) - 1));
     f2h(hm, lo);
     *sc = h2f(hs);
     *mn = h2f(hm);
 }
-static inline int qcode(float x, float sc, float mn, int bits) {
+/* the code of x: roundf((x - mn) / sc) clamped to [0, 2^bits - 1], a NaN to 0, computed without
+ * libm: c <= 0 (or NaN) gives 0 and c >= top gives top, as the clamp of roundf(c) does; between,
+ * c - floor(c) is exact, so "round half away from zero" is floor + (frac >= 0.5) */
+static inline __attribute__((always_inline)) int qcode(float x, float sc, float mn, const int bits) {
     if (!(sc > 0)) return 0;
-    float c = roundf((x - mn) / sc);
-    return (int)fminf((float)((1 << bits) - 1), fmaxf(0.0f, c));
+    const float c = (x - mn) / sc, top = (float)((1 << bits) - 1);
+    if (!(c > 0.0f)) return 0;
+    if (c >= top) return (1 << bits) - 1;
+    const int r = (int)c;
+    return r + (c - (float)r >= 0.5f);
 }
 
-static void kivi_encode(const vq_codec_state *st, const float *x, uint8_t *block) {
-    const kivi *k = st->impl;
-    const int d = k->d, b = k->bits;
-    memset(block, 0, st->block_bytes);
-    if (st->side == VQ_SIDE_K) {   /* per channel over G rows: header = scale[d], min[d] */
+/* bits a constant (2 or 4) after inlining, so the packing's divisions are shifts */
+static inline __attribute__((always_inline)) void encode_b(const kivi *k, int side, const int b,
+                                                           const float *x, uint8_t *block) {
+    const int d = k->d;
+    if (side == VQ_SIDE_K) {   /* per channel over G rows: header = scale[d], min[d] */
         uint8_t *codes = block + k->hdr;
         for (int c = 0; c < d; c++) {
             float sc, mn;
             minmax(x + c, k->G, d, b, block + 2 * c, block + 2 * d + 2 * c, &sc, &mn);
-            for (int r = 0; r < k->G; r++) {
-                const int q = qcode(x[(size_t)r * d + c], sc, mn, b);
-                if (k->lanes) kcode_put(k, codes, r, c, q);
-                else code_put(codes + (size_t)r * k->row_bytes, b, c, q);
+            if (k->lanes) {
+                for (int r = 0; r < k->G; r++) {
+                    int sh;
+                    const size_t o = kcode_off_b(k, b, r, c, &sh);
+                    codes[o] |= (uint8_t)(qcode(x[(size_t)r * d + c], sc, mn, b) << sh);
+                }
+            } else {
+                for (int r = 0; r < k->G; r++)
+                    code_put(codes + (size_t)r * k->row_bytes, b, c, qcode(x[(size_t)r * d + c], sc, mn, b));
             }
         }
-    } else {                       /* per token, groups of G channels: header = (scale, min)[d/G] */
+    } else {                   /* per token, groups of G channels: header = (scale, min)[d/G] */
         for (int g = 0; g < d / k->G; g++) {
             float sc, mn;
             minmax(x + g * k->G, k->G, 1, b, block + 4 * g, block + 4 * g + 2, &sc, &mn);
@@ -143,6 +156,12 @@ static void kivi_encode(const vq_codec_state *st, const float *x, uint8_t *block
                 code_put(block + k->hdr, b, c, qcode(x[c], sc, mn, b));
         }
     }
+}
+static void kivi_encode(const vq_codec_state *st, const float *x, uint8_t *block) {
+    const kivi *k = st->impl;
+    memset(block, 0, st->block_bytes);
+    if (k->bits == 2) encode_b(k, st->side, 2, x, block);
+    else encode_b(k, st->side, 4, x, block);
 }
 /* element (r, c) of a block, decoded */
 static inline float kval(const kivi *k, int side, const uint8_t *block, int r, int c) {
