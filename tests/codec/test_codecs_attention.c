@@ -177,6 +177,9 @@ static int run_all(uint64_t seed) {
             check_codec(&rng, vq_codec_find("kivi"), "layout", "rows", 64, side);
             check_codec(&rng, vq_codec_find("kivi"), "layout", "rows", 128, side);
             if (side == VQ_SIDE_K) check_codec(&rng, vq_codec_find("kivi"), "group", "24", 128, side);
+            /* head_dim 96 at 4 bits: not a multiple of 64, so AVX-512 values take the per-row
+             * loop (vacc_512); AVX2 makes three 32-channel passes */
+            check_codec(&rng, vq_codec_find("kivi"), "bits", "4", 96, side);
             /* head_dim above 1024: the lanes keys take their one-query-a-pass path */
             if (side == VQ_SIDE_K) check_codec(&rng, vq_codec_find("kivi"), "group", "32", 2048, side);
         }
