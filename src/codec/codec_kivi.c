@@ -266,8 +266,9 @@ T5 static void dot16_codes_512(const float *qs, const uint8_t *rows, int row_byt
     _mm512_storeu_ps(out, vq_hsum16x16_512(a));
 }
 
-/* ---- lanes keys: one block's G scores for one query from the folded query qs (qs = q*scale)
- * and qm = q.min; SIMD lanes run across 16 tokens of a tile, sums stay in registers ---- */
+/* ---- lanes keys: one block's G scores from the folded query qs (qs = q*scale) and qm = q.min
+ * (scalar: one query a call; SIMD: up to 4 / 3 queries a pass); SIMD lanes run across the 16
+ * tokens of a tile, sums stay in registers ---- */
 static void klanes_scalar(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
     const int b = k->bits, per = 8 / b, ncg = k->d / per, m = (1 << b) - 1;
     for (int T = 0; T * 16 < k->G; T++) {
