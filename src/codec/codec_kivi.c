@@ -394,25 +394,26 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
     const kivi *k = st->impl;
     const int d = k->d, b = k->bits, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
     const vq_isa isa = vq_cvec_isa();
-    float qs[4096];   /* the query folded with one block's scales (d <= 4096, checked at init) */
-    if (st->side == VQ_SIDE_K && k->lanes && isa >= VQ_ISA_AVX2 && d <= 1024) {
+    float qs[4096];   /* folded queries, d floats each (d <= 4096, checked at init) */
+    if (st->side == VQ_SIDE_K && k->lanes && isa >= VQ_ISA_AVX2) {
         /* several queries per pass over a block (the GQA group shares the code expansion):
-         * 4 with AVX-512, 3 with AVX2 (16 ymm) */
-        float qs4[4][1024], qm4[4];
-        const float *qp[4] = {qs4[0], qs4[1], qs4[2], qs4[3]};
-        const int mq = isa == VQ_ISA_AVX512 ? 4 : 3;
+         * 4 with AVX-512, 3 with AVX2 (16 ymm), fewer when their folds do not fit in qs */
+        const int mq = VQ_MIN(isa == VQ_ISA_AVX512 ? 4 : 3, 4096 / d);
+        const float *qp[4];
+        float qm[4];
+        for (int j = 0; j < mq; j++) qp[j] = qs + (size_t)j * d;
         for (int blk = 0; blk < n_blocks; blk++) {
             const uint8_t *B = blocks + (size_t)blk * st->block_bytes;
             for (int j0 = 0; j0 < n_q; j0 += mq) {
                 const int m = VQ_MIN(mq, n_q - j0);
                 float *out[4];
                 for (int j = 0; j < m; j++) {
-                    qm4[j] = fold_f16c(qst[j0 + j], B, d, qs4[j]);
+                    qm[j] = fold_f16c(qst[j0 + j], B, d, qs + (size_t)j * d);
                     out[j] = scores + (size_t)(j0 + j) * n_rows + (size_t)blk * rpb;
                 }
-                if (isa == VQ_ISA_AVX512) klanes_512_q(k, m, qp, qm4, B + k->hdr, out);
-                else klanes_256_q(k, m, qp, qm4, B + k->hdr, out);
-                for (int j = 0; j < m; j++) klanes_tail(k, qs4[j], qm4[j], B + k->hdr, out[j]);
+                if (isa == VQ_ISA_AVX512) klanes_512_q(k, m, qp, qm, B + k->hdr, out);
+                else klanes_256_q(k, m, qp, qm, B + k->hdr, out);
+                for (int j = 0; j < m; j++) klanes_tail(k, qp[j], qm[j], B + k->hdr, out[j]);
             }
         }
         return;
@@ -429,12 +430,8 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                 continue;
             }
             float qm = isa == VQ_ISA_SCALAR ? fold_scalar(q, B, d, qs) : fold_f16c(q, B, d, qs);
-            if (k->lanes) {
-                const float *qsp = qs;   /* d > 1024: one query a pass */
-                if (isa == VQ_ISA_AVX512) klanes_512_q(k, 1, &qsp, &qm, B + k->hdr, &out);
-                else if (isa == VQ_ISA_AVX2) klanes_256_q(k, 1, &qsp, &qm, B + k->hdr, &out);
-                if (isa == VQ_ISA_SCALAR) klanes_scalar(k, qs, qm, B + k->hdr, out);
-                else klanes_tail(k, qs, qm, B + k->hdr, out);
+            if (k->lanes) {   /* scalar here: the SIMD lanes path returned above */
+                klanes_scalar(k, qs, qm, B + k->hdr, out);
                 continue;
             }
             int r0 = 0;

@@ -180,7 +180,7 @@ static int run_all(uint64_t seed) {
             /* head_dim 96 at 4 bits: not a multiple of 64, so AVX-512 values take the per-row
              * loop (vacc_512); AVX2 makes three 32-channel passes */
             check_codec(&rng, vq_codec_find("kivi"), "bits", "4", 96, side);
-            /* head_dim above 1024: the lanes keys take their one-query-a-pass path */
+            /* head_dim 2048: the lanes keys fold 2 queries a pass (their folds fill the buffer) */
             if (side == VQ_SIDE_K) check_codec(&rng, vq_codec_find("kivi"), "group", "32", 2048, side);
         }
     if (vq_codec_find("tq_split")) {   /* its widths and splits (2.5, 3 and 3.5 bits at d=64) */
