@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Builds docs/results.md (and the PNG plots beside the JSON) from what scripts/report.sh wrote into
 RESULTS/<stage>/: quality (ppl/*.json), memory (memory/summary.json + one JSON per arm), throughput
-(throughput/bench.json, llama.cpp arms when present), needle (needle/needle.json) and bench-kernels.
+(throughput/bench.json, llama.cpp arms when present), needle (needle/needle.json), eviction (eviction/:
+bench/report_evict.py's files) and bench-kernels.
 Each stage's stamp.json gives the commit, date, machine and exact command. A stage without JSON is
 reported as "not run". Standard library only; plots need gnuplot (skipped with a note without it).
 
@@ -51,8 +52,9 @@ def nominal_bits(arm, bpe):
     return int(round(bpe)) if bpe else None
 
 
-def gnuplot(out_png, series, xlabel, ylabel, title, logx=False, points=False):
-    """series: [(name, [(x, y), ...])]; one PNG. Returns None or the reason it was not made."""
+def gnuplot(out_png, series, xlabel, ylabel, title, logx=False, points=False, logy=False, styles=None):
+    """series: [(name, [(x, y), ...])]; one PNG; styles: {name: gnuplot style} overrides the default.
+    Returns None or the reason it was not made."""
     if not shutil.which("gnuplot"):
         return "gnuplot absent (scripts/setup-deps.sh installs gnuplot-nox)"
     series = [(n, pts) for n, pts in series if pts]
@@ -65,13 +67,15 @@ def gnuplot(out_png, series, xlabel, ylabel, title, logx=False, points=False):
             with open(f, "w") as fh:
                 for x, y in sorted(pts):
                     fh.write(f"{x} {y}\n")
-            style = "points pt 7 ps 1.5" if points else "linespoints pt 7"
+            style = (styles or {}).get(name) or ("points pt 7 ps 1.5" if points else "linespoints pt 7")
             plots.append(f"'{f}' using 1:2 with {style} title '{name.replace(chr(39), '')}'")
         g = [f"set terminal pngcairo noenhanced size 900,560 font ',10'", f"set output '{out_png}'",
              f"set title '{title}'", f"set xlabel '{xlabel}'", f"set ylabel '{ylabel}'", "set grid",
              "set key outside right"]
         if logx:
             g.append("set logscale x 2")
+        if logy:
+            g.append("set logscale y")
         g.append("plot " + ", ".join(plots))
         r = subprocess.run(["gnuplot"], input="\n".join(g) + "\n", capture_output=True, text=True)
         if r.returncode != 0:
@@ -101,7 +105,7 @@ def gnuplot_labels(out_png, pts, xlabel, ylabel, title):
 
 
 def machine_section(results):
-    for st in ("throughput", "memory", "ppl", "needle", "bench-kernels"):
+    for st in ("throughput", "memory", "ppl", "needle", "eviction", "bench-kernels"):
         s = load(os.path.join(results, st, "stamp.json"))
         if s and "machine" in s:
             m = s["machine"]
@@ -284,6 +288,193 @@ def needle(results, md):
     md.append("")
 
 
+EVICT_RE = re.compile(r"^(?P<codec>.*?);evict=(?P<policy>\w+),budget=(?P<keep>[0-9.]+)")
+
+
+def evict_arms(d):
+    """Every arm of the eviction stage's perplexity files: dicts with codec, policy (None: no eviction),
+    keep, ppl, dppl (vs the file's f16 arm), kl, bpt (KV bytes per token of context), kv."""
+    out, ctx, scored = [], None, None
+    for f in sorted(glob.glob(os.path.join(d, "ppl_*.json"))):
+        j = load(f)
+        if not j or not j.get("arms"):
+            continue
+        ctx = j.get("ctx", ctx)
+        base = next((a for a in j["arms"] if a["kv"] == "f16"), None)
+        if not base:
+            continue
+        scored = base.get("scored", scored)
+        for a in j["arms"]:
+            m = EVICT_RE.match(a["kv"])
+            e = {"kv": a["kv"], "ppl": a["ppl"], "dppl": 100 * (a["ppl"] / base["ppl"] - 1),
+                 "kl": a.get("kl_vs_first"), "bpt": a.get("kv_bytes", 0) / ctx, "kv_bytes": a.get("kv_bytes", 0)}
+            if m:
+                e.update(codec=m["codec"], policy=m["policy"], keep=float(m["keep"]))
+            else:
+                e.update(codec=a["kv"], policy=None, keep=1.0)
+            if not any(x["kv"] == e["kv"] for x in out):
+                out.append(e)
+    return out, ctx, scored
+
+
+def eviction(results, md, plots):
+    d = os.path.join(results, "eviction")
+    md.append("## Eviction: fewer tokens, alone and on top of a codec\n")
+    arms, ctx, scored = evict_arms(d)
+    if not arms:
+        md.append("not run\n")
+        return
+    st, _ = stamp_line(d)
+    md.append(st + "\n")
+    if os.path.exists(os.path.join(d, "commands.json")):
+        md.append("Every process's exact command line: `eviction/commands.json`.\n")
+    md.append(f"Decode-mode WikiText-2 perplexity, ctx {ctx}, {scored} scored tokens; one `perplexity` process per "
+              "(codec, kept ratio) with its arms batched; ΔPPL and KL against the f16 arm of the same process "
+              "(every process scores the same tokens). Kept = `budget=R` of the positions seen, sinks 4, recent 32, "
+              "an eviction step every 16 decode steps (docs/eviction.md); codecs with multi-row blocks (the 4-bit "
+              "lanes layout: 16 rows) evict whole blocks. Bytes per context token = the cache's bytes at the end of "
+              f"a window (pages, scores and observer buffers included) / {ctx}.\n")
+    f16b = next((a["bpt"] for a in arms if a["kv"] == "f16"), None)
+    codecs = list(dict.fromkeys(a["codec"] for a in arms))
+    for codec in codecs:
+        rows = [a for a in arms if a["codec"] == codec]
+        keeps = sorted({a["keep"] for a in rows if a["policy"]}, reverse=True)
+        if not keeps:
+            continue
+        md.append(f"`{codec}` (no eviction: ΔPPL " + ", ".join(f"{a['dppl']:+.2f}%" for a in rows if not a["policy"])
+                  + "); cells: ΔPPL vs f16 (KL vs f16)\n")
+        md.append("| policy | " + " | ".join(f"{100 * k:g} % kept" for k in keeps) + " |")
+        md.append("|---|" + "---|" * len(keeps))
+        for pol in dict.fromkeys(a["policy"] for a in rows if a["policy"]):
+            cells = []
+            for k in keeps:
+                a = next((x for x in rows if x["policy"] == pol and x["keep"] == k), None)
+                cells.append(f"{a['dppl']:+.2f}% ({a['kl']:.3f})" if a and a.get("kl") is not None else
+                             (f"{a['dppl']:+.2f}%" if a else "-"))
+            md.append(f"| {pol} | " + " | ".join(cells) + " |")
+        cells = []
+        for k in keeps:
+            b = [x["bpt"] for x in rows if x["policy"] and x["keep"] == k]
+            cells.append(f"{min(b):.0f}-{max(b):.0f}" + (f" ({f16b / statistics.mean(b):.1f}× less)" if f16b else ""))
+        md.append("| bytes/context token | " + " | ".join(cells) + " |")
+        md.append("")
+    # the issue's goals
+    def best(codec, keep):
+        c = [a for a in arms if a["codec"] == codec and a["policy"] and abs(a["keep"] - keep) < 1e-9]
+        return min(c, key=lambda a: a["ppl"]) if c else None
+    goals = []
+    b = best("f16", 0.5)
+    if b:
+        goals.append(f"- best policy at 50 % kept on f16: {b['policy']} {b['dppl']:+.2f}% (goal ≤ +3 %: "
+                     f"{'met' if b['dppl'] <= 3 else 'missed'})")
+    for codec in codecs:
+        if codec == "f16":
+            continue
+        b = best(codec, 0.5)
+        if b:
+            ratio = f", {f16b / b['bpt']:.1f}× fewer bytes than f16" if f16b else ""
+            goals.append(f"- best policy at 50 % kept on `{codec}`: {b['policy']} {b['dppl']:+.2f}%{ratio} "
+                         f"(goal ≤ +5 %: {'met' if b['dppl'] <= 5 else 'missed'})")
+    # passkey
+    nfiles = sorted(glob.glob(os.path.join(d, "needle_*.json")))
+    if nfiles:
+        md.append("Passkey retrieval (`veloxquant needle`, classic filler, greedy; correct / trials):\n")
+        acc = []
+        for f in nfiles:
+            acc += (load(f) or {}).get("accuracy", [])
+        nctx = sorted({a["ctx"] for a in acc})
+        md.append("| KV arm | " + " | ".join(f"ctx {c}" for c in nctx) + " |")
+        md.append("|---|" + "---|" * len(nctx))
+        seen = []
+        for a in acc:
+            if a["arm"] in seen:
+                continue
+            seen.append(a["arm"])
+            cells = []
+            for c in nctx:
+                x = next((y for y in acc if y["arm"] == a["arm"] and y["ctx"] == c), None)
+                cells.append(f"{x['correct']}/{x['total']}" if x else "-")
+            md.append(f"| `{a['arm']}` | " + " | ".join(cells) + " |")
+        md.append("")
+    # long-context throughput and resident memory
+    j = load(os.path.join(d, "bench.json"))
+    if j:
+        md.append(f"Decode at a long context (`veloxquant bench`, run alone after the quality and passkey jobs): "
+                  f"threads {j.get('threads')}, kernels {j.get('isa')}, {j.get('reps')} repeats interleaved, "
+                  f"{j.get('gen')} decode tokens timed per repeat, load {j.get('load1_min', 0):.2f}-"
+                  f"{j.get('load1_max', 0):.2f}; noise = the f16 arm's (max-min)/median.\n")
+        md.append("| KV arm | ctx | decode tok/s med [min, max] | vs f16 [lo, hi] | noise | prefill tok/s | KV MB | "
+                  "peak RSS MB (in-process) |")
+        md.append("|---|---|---|---|---|---|---|---|")
+        for r in j.get("summary", []):
+            dt, v = r["decode_tps"], r["vs_baseline"]
+            md.append(f"| `{r['kv']}` | {r['ctx']} | {dt['median']:.1f} [{dt['min']:.1f}, {dt['max']:.1f}] | "
+                      f"{v['median']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}] | {100 * r['noise_floor']:.1f}% | "
+                      f"{r['prefill_tps']['median']:.1f} | {r['kv_bytes'] / MB:.2f} | {r['peak_rss'] / MB:.1f} |")
+            m = EVICT_RE.match(r["kv"])
+            if m and m["codec"] != "f16":
+                goals.append(f"- `{r['kv']}` at ctx {r['ctx']}: {v['median']:.2f}× f16's decode tok/s "
+                             f"[{v['lo']:.2f}, {v['hi']:.2f}] (goal ≥ 4×: {'met' if v['median'] >= 4 else 'missed'})")
+        md.append("")
+    s = load(os.path.join(d, "rss", "summary.json"))
+    if s:
+        md.append("Resident memory at that context, one fresh process per arm (`bench --rss-only`, "
+                  "bench/report_memory.py): the RSS delta of the filled cache against its accounted bytes.\n")
+        md.append("| KV arm | ctx | KV bytes (accounted) | RSS delta | saving vs f16 accounted | measured | ratio | result |")
+        md.append("|---|---|---|---|---|---|---|---|")
+        for r in s.get("rows", []):
+            if "error" in r:
+                md.append(f"| `{r['kv']}` | | | | | | | not run: {r['error'][:80]} |")
+                continue
+            sa = f"{r['saving_accounted'] / MB:.2f} MB" if "saving_accounted" in r else "-"
+            sm = f"{r['saving_measured'] / MB:.2f} MB" if "saving_measured" in r else "-"
+            ra = f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-"
+            md.append(f"| `{r['kv']}` | {r['ctx']} | {r['kv_bytes'] / MB:.2f} MB | {r['rss_delta'] / MB:.2f} MB | "
+                      f"{sa} | {sm} | {ra} | {'PASS' if r.get('pass') else 'FAIL'} |")
+        md.append("")
+    if goals:
+        md.append("Against the issue's goals:\n")
+        md += goals
+        md.append("")
+    # the frontier: every arm of this stage and of the quality stage, ΔPPL against bytes per context token
+    quant = []
+    qd = os.path.join(results, "ppl")
+    for f in sorted(glob.glob(os.path.join(qd, "*.json"))):
+        q = load(f)
+        if not q or "arms" not in q:
+            continue
+        qb = next((a for a in q["arms"] if a["kv"] == "f16"), None)
+        for a in q["arms"]:
+            if qb and a["kv"] != "f16" and not re.match(r"^[kv]=", a["kv"]):
+                quant.append({"kv": a["kv"], "dppl": 100 * (a["ppl"] / qb["ppl"] - 1),
+                              "bpt": a.get("kv_bytes", 0) / q.get("ctx", 1)})
+    allp = quant + [a for a in arms if a["kv"] != "f16"]
+    front, lo = [], float("inf")
+    for a in sorted(allp, key=lambda a: (a["bpt"], a["dppl"])):
+        if a["dppl"] < lo:
+            front.append(a)
+            lo = a["dppl"]
+    md.append("The frontier (no arm has both fewer bytes per context token and a lower ΔPPL; quantization arms "
+              "from the quality stage, whose ΔPPL is against its own f16 run"
+              + (f" at {load(os.path.join(qd, 'arms.json')).get('ctx')} ctx" if load(os.path.join(qd, 'arms.json')) else "")
+              + "):\n")
+    md.append("| arm | bytes/context token | ΔPPL vs f16 |")
+    md.append("|---|---|---|")
+    for a in front:
+        md.append(f"| `{a['kv']}` | {a['bpt']:.0f} | {a['dppl']:+.2f}% |")
+    md.append("")
+    pos = lambda xs: [(a["bpt"], a["dppl"]) for a in xs if a["dppl"] > 0]
+    series = [("quantization only", pos(quant))]
+    for codec in codecs:
+        series.append((f"eviction on {codec}", pos([a for a in arms if a["codec"] == codec and a["policy"]])))
+    series.append(("frontier", pos(front)))
+    png = os.path.join(results, "eviction_frontier.png")
+    why = gnuplot(png, series, "KV bytes per token of context (log)", "ΔPPL vs f16 (%, log; arms ≤ 0 not drawn)",
+                  f"Quantization, eviction and both: WikiText-2, SmolLM2-135M, decode, ctx {ctx}", logx=True,
+                  logy=True, styles={n: "points pt 7 ps 1.2" for n, _ in series if n != "frontier"})
+    plots.append(("ΔPPL vs KV bytes per context token (the frontier)", png, why))
+
+
 def kernels(results, md, outdir):
     d = os.path.join(results, "bench-kernels")
     j = os.path.join(d, "bench_kernels.json")
@@ -316,6 +507,7 @@ def main():
     memory(a.results, md, plots)
     throughput(a.results, md, plots)
     needle(a.results, md)
+    eviction(a.results, md, plots)
     kernels(a.results, md, outdir)
     # what the numbers mean and which goals they meet: written by hand after reading this run's
     # tables (docs/results/analysis.md), kept apart from the generated tables and quoted as is

@@ -8,11 +8,13 @@
 #   memory      bench/report_memory.py: RSS delta vs vq_kv_bytes, one process per arm, ctx to 8192
 #   throughput  veloxquant bench (arms interleaved, 5 reps) [+ llama.cpp arms when importable]
 #   needle      veloxquant needle --json (skipped with a note when the command is absent)
+#   eviction    bench/report_evict.py: every policy x {f16, 4-bit} x kept 75/50/25/12.5 % (decode ppl,
+#               ctx 2048), passkey at 1k/2k with 50 % kept, bench + RSS at ctx 8192 with 25 % kept
 #   kernels     veloxquant bench-kernels --json-file
 # Knobs (env): BIN, RESULTS (default docs/results), OUTMD (default docs/results.md), STAGES (default
-# "quality memory throughput needle kernels"), FORCE, THREADS; per stage: CTX/MAXTOK (quality, read by
+# "quality memory throughput needle eviction kernels"), FORCE, THREADS; per stage: CTX/MAXTOK (quality, read by
 # report_ppl.sh), PPL_ARMS (default: report_ppl.sh's list), MEM_CTX, BENCH_CTX, BENCH_REPS, BENCH_GEN, BENCH_ARMS, BW_MB, LLAMA_KV, NEEDLE_ARGS,
-# BK_ARGS. Smoke test: RESULTS=/tmp/r OUTMD=/tmp/r/results.md CTX=256 MAXTOK=512 MEM_CTX=128,256
+# BK_ARGS, EVICT_ARGS (extra arguments of bench/report_evict.py), EVICT_JOBS. Smoke test: RESULTS=/tmp/r OUTMD=/tmp/r/results.md CTX=256 MAXTOK=512 MEM_CTX=128,256
 #   BENCH_CTX=128,256 BENCH_REPS=2 BENCH_GEN=8 NEEDLE_ARGS="--ctx 256 --depths 0.5 --trials 1"
 #   BK_ARGS="--n 1024 --dims 64 --reps 2 --pool-mb 16" scripts/report.sh
 set -uo pipefail
@@ -20,7 +22,7 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-build/veloxquant}
 RESULTS=${RESULTS:-docs/results}
 OUTMD=${OUTMD:-docs/results.md}
-STAGES=${STAGES:-quality memory throughput needle kernels}
+STAGES=${STAGES:-quality memory throughput needle eviction kernels}
 THREADS=${THREADS:-2}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 TEXT=${TEXT:-../shared/data/wikitext-2-raw-test.txt}
@@ -140,6 +142,17 @@ if has needle; then
       mv "$D/needle.json.tmp" "$D/needle.json"; stamp "$D" needle "$(elapsed)" "$C"
     else echo "report: needle stage failed" >&2; rm -f "$D/needle.json.tmp"; fi
   fi
+fi
+
+if has eviction; then
+  D=$RESULTS/eviction; mkdir -p "$D"; t_start eviction
+  # a file already there is kept (the stage resumes) unless FORCE=1; EVICT_JOBS processes at a time
+  # (each with THREADS threads): on a 2-core machine 1, on a larger one cores / THREADS
+  read -r -a ea <<< "${EVICT_ARGS:-}"
+  C="python3 bench/report_evict.py --out $D --bin $BIN --model $MODEL --text $TEXT --jobs ${EVICT_JOBS:-1} --threads $THREADS ${EVICT_ARGS:-}${FORCE:+ --force}"
+  if python3 bench/report_evict.py --out "$D" --bin "$BIN" --model "$MODEL" --text "$TEXT" --jobs "${EVICT_JOBS:-1}" \
+       --threads "$THREADS" "${ea[@]}" ${FORCE:+--force}; then stamp "$D" eviction "$(elapsed)" "$C"
+  else echo "report: eviction stage failed (see above); the report shows what was made" >&2; fi
 fi
 
 if has kernels; then
