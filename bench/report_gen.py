@@ -31,6 +31,8 @@ def stamp_line(d):
     cmds = "\n".join(s.get("commands", []))
     line = (f"commit `{s.get('commit', '?')[:12]}`{dirty}, {s.get('date_utc', '?')}, {s.get('seconds', 0):.0f} s, "
             f"load at end {s.get('load1_end', 0):.2f}\n\n```\n{cmds}\n```")
+    if s.get("note"):
+        line += "\n\n" + s["note"]
     if s.get("kept_from_earlier_runs"):
         line += ("\n\nKept from earlier runs (not rerun by this one; their commit is not recorded here, "
                  "FORCE=1 redoes them): " + ", ".join(f"`{k}`" for k in s["kept_from_earlier_runs"]))
@@ -288,6 +290,7 @@ def needle(results, md):
     md.append("")
 
 
+CALIB_RE = re.compile(r"calib=[^;]*")   # shown as calib=calib.vqc: the stage's own file, wherever it ran
 EVICT_RE = re.compile(r"^(?P<codec>.*?);evict=(?P<policy>\w+),budget=(?P<keep>[0-9.]+)")
 
 
@@ -306,7 +309,7 @@ def evict_arms(d):
         scored = base.get("scored", scored)
         for a in j["arms"]:
             m = EVICT_RE.match(a["kv"])
-            e = {"kv": a["kv"], "ppl": a["ppl"], "dppl": 100 * (a["ppl"] / base["ppl"] - 1),
+            e = {"kv": CALIB_RE.sub("calib=calib.vqc", a["kv"]), "ppl": a["ppl"], "dppl": 100 * (a["ppl"] / base["ppl"] - 1),
                  "kl": a.get("kl_vs_first"), "bpt": a.get("kv_bytes", 0) / ctx, "kv_bytes": a.get("kv_bytes", 0)}
             if m:
                 e.update(codec=m["codec"], policy=m["policy"], keep=float(m["keep"]))
@@ -394,7 +397,7 @@ def eviction(results, md, plots):
             for c in nctx:
                 x = next((y for y in acc if y["arm"] == a["arm"] and y["ctx"] == c), None)
                 cells.append(f"{x['correct']}/{x['total']}" if x else "-")
-            md.append(f"| `{a['arm']}` | " + " | ".join(cells) + " |")
+            md.append(f"| `{CALIB_RE.sub('calib=calib.vqc', a['arm'])}` | " + " | ".join(cells) + " |")
         md.append("")
     # long-context throughput and resident memory
     j = load(os.path.join(d, "bench.json"))
@@ -408,7 +411,7 @@ def eviction(results, md, plots):
         md.append("|---|---|---|---|---|---|---|---|")
         for r in j.get("summary", []):
             dt, v = r["decode_tps"], r["vs_baseline"]
-            md.append(f"| `{r['kv']}` | {r['ctx']} | {dt['median']:.1f} [{dt['min']:.1f}, {dt['max']:.1f}] | "
+            md.append(f"| `{CALIB_RE.sub('calib=calib.vqc', r['kv'])}` | {r['ctx']} | {dt['median']:.1f} [{dt['min']:.1f}, {dt['max']:.1f}] | "
                       f"{v['median']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}] | {100 * r['noise_floor']:.1f}% | "
                       f"{r['prefill_tps']['median']:.1f} | {r['kv_bytes'] / MB:.2f} | {r['peak_rss'] / MB:.1f} |")
             m = EVICT_RE.match(r["kv"])
