@@ -39,6 +39,11 @@ def log(msg):
     print(f"report_evict: {time.strftime('%H:%M:%S', time.gmtime())} UTC {msg}", file=sys.stderr, flush=True)
 
 
+def shell_line(cmd):
+    """cmd as one shell line (specs holding ';' quoted)."""
+    return " ".join(f"'{x}'" if ";" in x else x for x in cmd)
+
+
 def run(cmd, out_path, force):
     """Runs cmd, its stdout to out_path (atomically); returns (out_path, seconds, error or None)."""
     if os.path.exists(out_path) and os.path.getsize(out_path) > 0 and not force:
@@ -119,7 +124,7 @@ def main():
             c += ["--kv", x]
         jobs.append((c, os.path.join(a.out, f"needle_{slug(codec)}.json")))
     for c, o in jobs:
-        commands.append(" ".join(f"'{x}'" if ";" in x else x for x in c) + f" > {o}")
+        commands.append(shell_line(c) + f" > {o}")
     log(f"{len(jobs)} jobs, {a.jobs} at a time, {a.threads} threads each")
     with cf.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
         futs = [ex.submit(run, c, o, a.force) for c, o in jobs]
@@ -140,7 +145,7 @@ def main():
         for x in arms:
             c += ["--kv", x]
         o = os.path.join(a.out, "bench.json")
-        commands.append(" ".join(f"'{x}'" if ";" in x else x for x in c) + f" > {o}")
+        commands.append(shell_line(c) + f" > {o}")
         log("bench (alone)")
         _, s, err = run(c, o, a.force)
         log(f"bench: " + (f"FAILED {err}" if err else f"{s:.0f} s"))
@@ -151,7 +156,7 @@ def main():
              "--model", a.model, "--text", a.text, "--ctx", a.bench_ctx.split(",")[-1], "--threads", bt]
         for x in arms:
             c += ["--arm", x]
-        commands.append(" ".join(f"'{x}'" if ";" in x else x for x in c))
+        commands.append(shell_line(c))
         if os.path.exists(os.path.join(rss, "summary.json")) and not a.force:
             log("rss: kept")
         else:

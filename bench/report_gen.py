@@ -164,6 +164,23 @@ def quality(results, md, plots):
     md.append("")
 
 
+def rss_table(md, s):
+    """The table of bench/report_memory.py's summary.json: accounted bytes against measured RSS per arm."""
+    md.append("| KV arm | ctx | KV bytes (accounted) | RSS delta (measured) | saving accounted | saving measured | ratio "
+              "| ratio after malloc_trim | result |")
+    md.append("|---|---|---|---|---|---|---|---|---|")
+    for r in s.get("rows", []):
+        if "error" in r:
+            md.append(f"| `{r['kv']}` | | | | | | | | not run: {r['error'][:80]} |")
+            continue
+        sa = f"{r['saving_accounted'] / MB:.2f} MB" if "saving_accounted" in r else "-"
+        sm = f"{r['saving_measured'] / MB:.2f} MB" if "saving_measured" in r else "-"
+        ra = f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-"
+        rt = f"{r['ratio_trim']:.4f}" if r.get("ratio_trim") is not None else "-"
+        md.append(f"| `{r['kv']}` | {r['ctx']} | {r['kv_bytes'] / MB:.2f} MB | {r['rss_delta'] / MB:.2f} MB | {sa} | "
+                  f"{sm} | {ra} | {rt} | {'PASS' if r.get('pass') else 'FAIL'} |")
+
+
 def memory(results, md, plots):
     d = os.path.join(results, "memory")
     s = load(os.path.join(d, "summary.json"))
@@ -179,19 +196,7 @@ def memory(results, md, plots):
               f"{100 * s.get('tolerance', 0.05):.0f}% (f16 row: RSS delta / its own KV bytes). 'After malloc_trim': the "
               "same with RSS read right after malloc_trim(0), which gives back freed scratch the allocator kept "
               "(it cannot give back memory the cache holds); PASS is judged on the raw ratio.\n")
-    md.append("| KV arm | ctx | KV bytes (accounted) | RSS delta (measured) | saving accounted | saving measured | ratio "
-              "| ratio after malloc_trim | result |")
-    md.append("|---|---|---|---|---|---|---|---|---|")
-    for r in s.get("rows", []):
-        if "error" in r:
-            md.append(f"| `{r['kv']}` | | | | | | | | not run: {r['error'][:80]} |")
-            continue
-        sa = f"{r['saving_accounted'] / MB:.2f} MB" if "saving_accounted" in r else "-"
-        sm = f"{r['saving_measured'] / MB:.2f} MB" if "saving_measured" in r else "-"
-        ra = f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-"
-        rt = f"{r['ratio_trim']:.4f}" if r.get("ratio_trim") is not None else "-"
-        md.append(f"| `{r['kv']}` | {r['ctx']} | {r['kv_bytes'] / MB:.2f} MB | {r['rss_delta'] / MB:.2f} MB | {sa} | "
-                  f"{sm} | {ra} | {rt} | {'PASS' if r.get('pass') else 'FAIL'} |")
+    rss_table(md, s)
     series = []
     for f in sorted(glob.glob(os.path.join(d, "*.json"))):
         j = load(f)
@@ -423,17 +428,7 @@ def eviction(results, md, plots):
     if s:
         md.append("Resident memory at that context, one fresh process per arm (`bench --rss-only`, "
                   "bench/report_memory.py): the RSS delta of the filled cache against its accounted bytes.\n")
-        md.append("| KV arm | ctx | KV bytes (accounted) | RSS delta | saving vs f16 accounted | measured | ratio | result |")
-        md.append("|---|---|---|---|---|---|---|---|")
-        for r in s.get("rows", []):
-            if "error" in r:
-                md.append(f"| `{r['kv']}` | | | | | | | not run: {r['error'][:80]} |")
-                continue
-            sa = f"{r['saving_accounted'] / MB:.2f} MB" if "saving_accounted" in r else "-"
-            sm = f"{r['saving_measured'] / MB:.2f} MB" if "saving_measured" in r else "-"
-            ra = f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-"
-            md.append(f"| `{r['kv']}` | {r['ctx']} | {r['kv_bytes'] / MB:.2f} MB | {r['rss_delta'] / MB:.2f} MB | "
-                      f"{sa} | {sm} | {ra} | {'PASS' if r.get('pass') else 'FAIL'} |")
+        rss_table(md, s)
         md.append("")
     if goals:
         md.append("Against the issue's goals:\n")
