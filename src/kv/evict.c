@@ -282,6 +282,7 @@ static void page_free(vq_kvg *g, void *p) {
 }
 
 int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
+    if (g->tier) vq_demote_rows(g, local, drop);   /* demote=: re-coded into the tier first */
     vq_kv_layer *L = &g->layers[local];
     const int rpb = g->rpb_store, nb = L->n_coded / rpb;
     int w = 0;

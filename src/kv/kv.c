@@ -60,7 +60,8 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
         b += states_bytes(kv, l);
         b += layer_fixed_bytes(kv) + (size_t)(kv->layers[l].n_pages + kv->layers[l].n_spare) * kv->page_bytes;
     }
-    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0) + ev_cal_bytes(kv);
+    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0) + ev_cal_bytes(kv) +
+           (kv->tier ? vq_kvg_bytes(kv->tier) : 0);
 }
 /* Rows coded (not in the window or the sink) once a layer has taken `rows` rows in order. */
 static int coded_at(const vq_kvg *kv, int rows) {
@@ -83,7 +84,8 @@ size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
         const size_t pages = (size_t)(coded_at(kv, r) + kv->P - 1) / kv->P;
         b += states_bytes(kv, l) + layer_fixed_bytes(kv) + pages * kv->page_bytes;
     }
-    return b + vq_evict_raw_bytes(kv, rows) + ev_cal_bytes(kv);
+    /* a demoted tier holds at most the rows (an upper bound, as the main layers' with eviction) */
+    return b + vq_evict_raw_bytes(kv, rows) + ev_cal_bytes(kv) + (kv->tier ? vq_kvg_bytes_at(kv->tier, rows) : 0);
 }
 
 /* Truncate a layer to positions < n: every sink and window row below n is kept, and the coded
@@ -139,6 +141,8 @@ int vq_kvg_rows(const vq_kvg *kv, int l) {
 
 void vq_kvg_destroy(vq_kvg *kv) {
     if (!kv) return;
+    vq_kvg_destroy(kv->tier);
+    vq_aligned_free(kv->dm_buf);
     for (int l = 0; kv->layers && l < kv->dims.n_layers; l++) {
         vq_kv_layer *L = &kv->layers[l];
         if (L->pages) vq_kvg_free_spares(kv, L);
@@ -180,6 +184,7 @@ void vq_kvg_clear(vq_kvg *kv) {
         for (int p = 0; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
         L->n_pages = L->n_coded = L->win_start = L->win_count = L->sink_count = L->ring_lo = 0;
     }
+    if (kv->tier) vq_kvg_clear(kv->tier);
 }
 
 void vq_kvg_free_spares(vq_kvg *kv, vq_kv_layer *L) {
@@ -226,7 +231,7 @@ int vq_kvg_ring_drop(vq_kvg *kv, int local, int32_t limit) {
 vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dims *dims,
                       const int *gl, uint64_t seed, vq_err *err) {
     const vq_kv_dims *D = dims;
-    const vq_kv_parsed sp = *spp;
+    vq_kv_parsed sp = *spp;   /* demote= fills sp.dm.norm from its tier's codec states */
 
     vq_kvg *kv = vq_aligned_alloc(sizeof *kv);
     if (!kv) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); return NULL; }
@@ -387,6 +392,7 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
     if (vq_kvg_scratch_init(kv)) goto nomem;
     kv->enc_tmp = vq_aligned_alloc((size_t)kv->rpb_store * kv->d * sizeof(float));
     if (!kv->enc_tmp) goto nomem;
+    if (sp.dm.codec && vq_demote_attach(kv, &sp, spec, seed, err)) { vq_kvg_destroy(kv); return NULL; }
     vq_kv_normalize(kv->spec, sizeof kv->spec, &kv->st[0][0], &kv->st[1][0], &sp, kv->R, kv->wprec,
                     kv->P, kv->S);
     return kv;

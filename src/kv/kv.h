@@ -111,6 +111,15 @@ long vq_kv_evict_now(vq_kv *kv, int next_pos);          /* a step now (tests, to
 long vq_kv_evicted(const vq_kv *kv);                    /* rows dropped so far, all layers */
 /* Drop exactly the coded rows at the listed positions (whole code blocks only, else VQ_ERR_ARG). */
 vq_status vq_kv_evict_positions(vq_kv *kv, int layer, const int32_t *pos, int n, vq_err *err);
+/* Demote mode (demote.c): a spec part demote=CODEC[:params] next to evict= makes an eviction
+ * step re-code the rows it would drop with that codec, into a second tier of the layer, at their
+ * true positions, instead of dropping them; attention covers both tiers (one exact softmax).
+ * vq_kv_rows / vq_kv_read / vq_kv_pages above are the main tier's; these are the demoted tier's
+ * (0 rows and pages, or VQ_ERR_ARG, for a layer without one). vq_kv_bytes counts both. */
+int  vq_kv_demoted_rows(const vq_kv *kv, int layer);
+int  vq_kv_demoted_pages(const vq_kv *kv, int layer);
+vq_status vq_kv_read_demoted(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err);
+long vq_kv_demoted(const vq_kv *kv);                    /* rows demoted so far, all layers */
 /* The policy's score of every coded and window row of a layer, storage order (as vq_kv_read
  * lists them, sinks excluded; higher = kept); pos (optional) gets their positions. */
 vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *pos, vq_err *err);

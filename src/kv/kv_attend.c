@@ -21,6 +21,10 @@ typedef struct task {
     const int *q_pos;
     const float *q;
     float *out;
+    /* demote= (demote.c): a tier's pass writes its normalized output and log-sum-exp per query
+     * vector to y, lse (its slot); the main pass then merges them (xy, xlse) into out exactly */
+    float *y, *lse;
+    const float *xy, *xlse;
 } task;
 
 /* Eviction's observer (kv->ev_attn): the softmax weights of every block as computed, with the
@@ -254,7 +258,7 @@ vq_status vq_kvg_scratch_init(vq_kvg *kv) {
     kv->ev_nv = QCHUNK * kv->G;
     /* blocks one pass meets: the pages, then the window and the sink in chunks of P rows */
     kv->ev_nblk = kv->page_cap + (kv->win_cap + kv->P - 1) / kv->P + (kv->S + kv->P - 1) / kv->P + 2;
-    kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G));
+    kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G)) + (kv->is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
     kv->scratch = vq_aligned_alloc((size_t)kv->n_slots * kv->slot_bytes);
     kv->slot_busy = vq_aligned_alloc((size_t)kv->n_slots * sizeof(int));
     return kv->scratch && kv->slot_busy ? VQ_OK : VQ_ERR_NOMEM;
@@ -280,7 +284,9 @@ static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, cons
         const int qp = qpos[j / s->G];
         if (qp < kv->ev_obs_from || s->l[j] <= 0.0f) continue;
         float *raw = ob->raw + (size_t)j * ob->cap;
-        const float inv = 1.0f / s->l[j];
+        /* with a demoted tier the softmax also runs over its rows: its sum joins the normalizer */
+        const float xl = t->xlse ? t->xlse[j] : -INFINITY;
+        const float inv = 1.0f / (xl == -INFINITY ? s->l[j] : s->l[j] + expf(xl - s->m[j]));
         for (int b = 0; b < ob->nblk; b++) {   /* to the final softmax, in place */
             const float mb = ob->bm[(size_t)b * s->nv + j];
             const float f = mb == -INFINITY ? 0.0f : expf(mb - s->m[j]) * inv;
@@ -332,7 +338,7 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     const int wc = L->win_count, sc = L->sink_count, smax = kv->P;
     const size_t qsb = al64(VQ_MAX(sk->qstate_bytes, 1));
     const int acc_stride = (int)(al64((size_t)sv->acc_floats * sizeof(float)) / sizeof(float));
-    uint8_t *p = mem;
+    uint8_t *p = mem + (kv->is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
     uint8_t *qst = p; p += nv * qsb;
     const void **qptr = (const void **)(void *)p; p += al64(nv * sizeof(void *));
     float **accptr = (float **)(void *)p; p += al64(nv * sizeof(void *));
@@ -400,15 +406,44 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     if (ob) obs_fold(kv, t, &s, ob, qpos);
 
     for (int j = 0; j < nv; j++) {
-        float *o = t->out + ((size_t)(t->q0 + j / G) * nh + (size_t)t->h * G + j % G) * d;
-        if (s.l[j] <= 0.0f) {   /* the query sees no row: output zeros */
-            memset(o, 0, (size_t)d * sizeof(float));
+        float *o = t->y ? t->y + (size_t)j * d : t->out + ((size_t)(t->q0 + j / G) * nh + (size_t)t->h * G + j % G) * d;
+        const float xl = t->xlse ? t->xlse[j] : -INFINITY;
+        if (t->lse) t->lse[j] = s.l[j] > 0.0f ? s.m[j] + logf(s.l[j]) : -INFINITY;
+        if (s.l[j] <= 0.0f) {   /* the query sees no row here: the tier's output, or zeros */
+            if (xl == -INFINITY) memset(o, 0, (size_t)d * sizeof(float));
+            else memcpy(o, t->xy + (size_t)j * d, (size_t)d * sizeof(float));
             continue;
         }
         sv->codec->finish(sv, s.acc + (size_t)j * acc_stride, tmp);
-        const float inv = 1.0f / s.l[j], *aw = s.accw + (size_t)j * d;
-        for (int i = 0; i < d; i++) o[i] = (tmp[i] + aw[i]) * inv;
+        const float *aw = s.accw + (size_t)j * d;
+        if (xl == -INFINITY) {
+            const float inv = 1.0f / s.l[j];
+            for (int i = 0; i < d; i++) o[i] = (tmp[i] + aw[i]) * inv;
+        } else {   /* (sum_main e^{s - m} v + e^{lse_tier} y_tier) / (l e^m + e^{lse_tier}), scaled by e^-M */
+            const float M = s.m[j] > xl ? s.m[j] : xl, a = expf(s.m[j] - M), b = expf(xl - M);
+            const float inv = 1.0f / (s.l[j] * a + b), *xy = t->xy + (size_t)j * d;
+            for (int i = 0; i < d; i++) o[i] = ((tmp[i] + aw[i]) * a + xy[i] * b) * inv;
+        }
     }
+}
+
+size_t vq_kvg_tier_out_bytes(const vq_kvg *kv) {
+    const size_t nv = (size_t)QCHUNK * kv->G;
+    return al64(nv * kv->d * sizeof(float)) + al64(nv * sizeof(float));
+}
+
+/* A free slot of a group's scratch (a tier's too: each task takes one of each, from separate
+ * busy flags); only callers that attend on one cache from more threads than it has slots
+ * (several layers at once) fall back to an allocation (NULL: out of memory). */
+static uint8_t *slot_take(const vq_kvg *kv, int *slot) {
+    *slot = -1;
+    for (int j = 0; j < kv->n_slots && *slot < 0; j++)
+        if (!__atomic_exchange_n(&kv->slot_busy[j], 1, __ATOMIC_ACQUIRE)) *slot = j;
+    return *slot >= 0 ? kv->scratch + (size_t)*slot * kv->slot_bytes : vq_aligned_alloc(kv->slot_bytes);
+}
+static void slot_give(const vq_kvg *kv, int slot, uint8_t *mem) {
+    if (slot >= 0) __atomic_store_n(&kv->slot_busy[slot], 0, __ATOMIC_RELEASE);
+    else vq_aligned_free(mem);
 }
 
 /* One group layer (local index); layer is the cache's, for messages. Arguments checked, n_q > 0. */
@@ -416,7 +451,10 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int span, int n_
                         const float *q, float *out, vq_err *err) {
     const vq_kv_layer *L = &kv->layers[local];
     const int nchunks = (n_q + QCHUNK - 1) / QCHUNK, ntasks = nchunks * kv->H;
-    const double work = (double)n_q * kv->dims.n_heads * kv->d * (L->n_coded + L->win_count + L->sink_count);
+    /* demote=: the tier's pass first (when it holds rows), merged by the main pass */
+    const vq_kv_layer *TL = kv->tier ? &kv->tier->layers[local] : NULL;
+    const int trows = TL ? TL->n_coded + TL->win_count + TL->sink_count : 0;
+    const double work = (double)n_q * kv->dims.n_heads * kv->d * (L->n_coded + L->win_count + L->sink_count + trows);
     const int nthr = VQ_MAX(1, VQ_MIN(kv->n_slots, omp_get_max_threads()));
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (ntasks > 1 && work > 2e5)
@@ -427,24 +465,40 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int span, int n_
         t.nq = VQ_MIN(QCHUNK, n_q - t.q0);
         /* a free slot of the group's scratch; only callers that attend on one cache from more
          * threads than it has slots (several layers at once) fall back to an allocation */
-        int slot = -1;
-        for (int j = 0; j < kv->n_slots && slot < 0; j++)
-            if (!__atomic_exchange_n(&kv->slot_busy[j], 1, __ATOMIC_ACQUIRE)) slot = j;
-        uint8_t *mem = slot >= 0 ? kv->scratch + (size_t)slot * kv->slot_bytes
-                                 : vq_aligned_alloc(kv->slot_bytes);
+        int slot;
+        uint8_t *mem = slot_take(kv, &slot);
         const size_t rawn = (size_t)kv->ev_nv * kv->ev_raw_cap;
         float *raw = !kv->ev_raw ? NULL : slot >= 0 ? kv->ev_raw + (size_t)slot * rawn
                                                     : vq_aligned_alloc(rawn * sizeof(float));
         if (!mem || (kv->ev_raw && !raw)) {
-            if (slot < 0) { vq_aligned_free(mem); vq_aligned_free(raw); }
-            else __atomic_store_n(&kv->slot_busy[slot], 0, __ATOMIC_RELEASE);
+            if (slot < 0) vq_aligned_free(raw);
+            slot_give(kv, slot, mem);
 #pragma omp atomic write
             failed = 1;
             continue;
         }
-        run_task(&t, mem, raw);
-        if (slot >= 0) __atomic_store_n(&kv->slot_busy[slot], 0, __ATOMIC_RELEASE);
-        else { vq_aligned_free(mem); vq_aligned_free(raw); }
+        int tslot = -1;
+        uint8_t *tmem = trows ? slot_take(kv->tier, &tslot) : NULL;
+        if (tmem) {
+            task tt = t;
+            tt.kv = kv->tier;
+            tt.L = TL;
+            tt.shared = tt.gumbel = 0;
+            tt.y = (float *)(void *)tmem;
+            tt.lse = (float *)(void *)(tmem + al64((size_t)QCHUNK * kv->G * kv->d * sizeof(float)));
+            run_task(&tt, tmem, NULL);
+            t.xy = tt.y;
+            t.xlse = tt.lse;
+        }
+        if (trows && !tmem) {
+#pragma omp atomic write
+            failed = 1;
+        } else {
+            run_task(&t, mem, raw);
+        }
+        if (tmem) slot_give(kv->tier, tslot, tmem);
+        if (slot < 0) vq_aligned_free(raw);
+        slot_give(kv, slot, mem);
     }
     if (failed) return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_attend: layer %d: out of memory for "
                                   "scratch (n_q=%d)", layer, n_q);

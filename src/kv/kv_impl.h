@@ -23,9 +23,17 @@ typedef struct vq_evict_cfg {
     int sinks, recent, every;     /* first positions kept, last positions kept, decode steps per step */
     int obs, pool;                /* snapkv/pyramidkv: observed prompt queries, max-pool width */
     double slope, tau;            /* pyramidkv budget slope; keyformer Gumbel temperature */
-    int demote;                   /* reserved: re-code instead of drop (not built) */
     unsigned seen;                /* keys given (parser bookkeeping, one bit per key) */
 } vq_evict_cfg;
+
+/* Demote mode (demote.c): the spec part demote=CODEC[:params] names the codec an eviction step
+ * re-codes the rows it drops with (a second, lower-precision tier) instead of dropping them. */
+typedef struct vq_kv_demote {
+    const vq_codec *codec;                /* NULL: no demote= part */
+    vq_codec_param p[2][VQ_KV_MAX_PARAMS];
+    int np[2];
+    char norm[192];                       /* "codec:params" as normalized (probe or the tier's states) */
+} vq_kv_demote;
 
 /* A parsed spec: one codec and its parameters per side, plus the store's own keys. */
 typedef struct vq_kv_parsed {
@@ -40,6 +48,7 @@ typedef struct vq_kv_parsed {
     int bits_seen, store_seen;            /* bits= seen; store keys seen (bit per key) */
     vq_evict_cfg ev;                      /* token eviction (evict=...; ev.pol NULL: none) */
     char calib[VQ_KV_CALIB_MAX];          /* calib=FILE (docs/calibration-format.md), "" if none */
+    vq_kv_demote dm;                      /* demote=CODEC (needs evict=; dm.codec NULL: none) */
     int cache_layers;                     /* layers of the whole cache (set by vq_kv_create) */
 } vq_kv_parsed;
 
@@ -135,6 +144,14 @@ typedef struct vq_kvg {
                               expected_attention: [local layer][H][G][2][d]: E[q]/sqrt(d), Var[q]/(2d) */
     float *ev_tmp;         /* eviction scratch: 2 x ev_cap floats (row scores, pooling) */
     struct vq_evict_blk { float s; int b; } *ev_blk;   /* ev_cap candidate blocks */
+    /* demote mode (demote.c): the tier an eviction step re-codes the rows it drops into: a group
+     * of the same layers (its own codec, window 0 as a staging ring for partial blocks, no sink,
+     * no policy) whose rows hold their true positions, in no particular order */
+    struct vq_kvg *tier;   /* NULL: rows evicted are dropped */
+    int is_tier;           /* this group is a tier: each attention slot starts with its output */
+    float *dm_buf;         /* (tier) a main store block decoded: K, V (rpb x H x d each), a row */
+    size_t dm_bytes;       /* (tier) dm_buf's size (vq_kv_scratch_bytes counts it) */
+    long dm_rows;          /* (tier) rows demoted into it so far, all layers */
 } vq_kvg;
 
 struct vq_kv {
@@ -192,7 +209,17 @@ void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float 
 int vq_kvg_evict_layer(vq_kvg *g, int local, int next_pos);
 /* Drop the coded blocks whose rows are all flagged (drop[storage index] != 0); window and sink
  * rows cannot be dropped. Returns rows dropped. */
-int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop);   /* rows kept (dry: only count) */   /* kv_attend.c; freed by vq_kvg_destroy */
+int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop);
+/* demote.c: the tier of a group whose spec has demote= (made by vq_kvg_create, which then prints
+ * sp->dm.norm from the tier's codec states); the rows drop would remove, re-coded into the tier
+ * at their positions (vq_kvg_drop_rows calls it first); truncate of the tier (returns the bound
+ * as vq_kvg_truncate does); the spec parser's check of the demote codec (fills sp->dm.norm). */
+vq_status vq_demote_attach(vq_kvg *g, vq_kv_parsed *sp, const char *spec, uint64_t seed, vq_err *err);
+void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop);
+int vq_demote_truncate(vq_kvg *g, int local, int n, int dry);
+vq_status vq_demote_probe(vq_kv_parsed *sp, const vq_codec_ctx *ctx, int d0, vq_err *err);
+/* kv_attend.c: bytes at the head of a tier's attention slot (its output, handed to the main pass) */
+size_t vq_kvg_tier_out_bytes(const vq_kvg *g);
 static inline size_t vq_kv_win_elem(const vq_kvg *kv) { return kv->wprec == 16 ? 2 : 4; }
 /* The codec state serving (side, local layer, KV head). */
 static inline const vq_codec_state *vq_kvg_st(const vq_kvg *g, int side, int local, int h) {

@@ -262,8 +262,8 @@ size_t vq_kv_bytes_at(const vq_kv *kv, int rows) {
 size_t vq_kv_scratch_bytes(const vq_kv *kv) {
     size_t b = 0;
     for (int i = 0; kv && i < kv->n_groups; i++)
-        b += (size_t)kv->g[i]->n_slots * kv->g[i]->slot_bytes +
-             (size_t)kv->g[i]->rpb_store * kv->g[i]->d * sizeof(float);
+        for (const vq_kvg *g = kv->g[i]; g; g = g->tier)   /* a group and its demoted tier */
+            b += (size_t)g->n_slots * g->slot_bytes + (size_t)g->rpb_store * g->d * sizeof(float) + g->dm_bytes;
     return b;
 }
 
@@ -273,19 +273,24 @@ int vq_kv_truncate(vq_kv *kv, int n) {
     int keep = n;
     for (;;) {
         int m = keep;
-        for (int l = 0; l < kv->dims.n_layers; l++)
+        for (int l = 0; l < kv->dims.n_layers; l++) {
             m = VQ_MIN(m, vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 1));
+            if (GROUP(kv, l)->tier) m = VQ_MIN(m, vq_demote_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 1));
+        }
         if (m == keep) break;
         keep = m;
     }
-    for (int l = 0; l < kv->dims.n_layers; l++) vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 0);
+    for (int l = 0; l < kv->dims.n_layers; l++) {
+        vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 0);
+        if (GROUP(kv, l)->tier) vq_demote_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 0);
+    }
     return keep;
 }
 
 size_t vq_kv_bytes_tally(const vq_kv *kv) {
     if (!kv) return 0;
     size_t b = kv->bytes;
-    for (int i = 0; i < kv->n_groups; i++) b += kv->g[i]->bytes;
+    for (int i = 0; i < kv->n_groups; i++) b += kv->g[i]->bytes + (kv->g[i]->tier ? kv->g[i]->tier->bytes : 0);
     return b;
 }
 int vq_kv_rows(const vq_kv *kv, int layer) {
@@ -298,8 +303,8 @@ const char *vq_kv_layer_spec(const vq_kv *kv, int layer) {
 double vq_kv_bits_per_elem(const vq_kv *kv) {
     if (!kv) return 0;
     double elems = 0;
-    for (int l = 0; l < kv->dims.n_layers; l++)
-        elems += (double)vq_kv_rows(kv, l) * kv->dims.n_kv_heads * kv->dims.head_dim * 2;
+    for (int l = 0; l < kv->dims.n_layers; l++)   /* rows of both tiers (demote=) */
+        elems += (double)(vq_kv_rows(kv, l) + vq_kv_demoted_rows(kv, l)) * kv->dims.n_kv_heads * kv->dims.head_dim * 2;
     return elems > 0 ? (double)vq_kv_bytes(kv) * 8.0 / elems : 0;
 }
 /* layout of a layer's group; the layer-less forms report layer 0's group */
@@ -335,7 +340,9 @@ vq_status vq_kv_check_model(const vq_kv *kv, uint64_t config_hash, vq_err *err) 
 /* ---- reference attention: decoded rows (vq_kv_read), float64 scores and softmax ---- */
 static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
                             float *out, vq_err *err) {
-    const int rows = vq_kv_rows(kv, layer), H = kv->dims.n_kv_heads, d = kv->dims.head_dim;
+    /* the main rows, then the demoted tier's (demote=) */
+    const int nm = vq_kv_rows(kv, layer), rows = nm + vq_kv_demoted_rows(kv, layer);
+    const int H = kv->dims.n_kv_heads, d = kv->dims.head_dim;
     const int nh = kv->dims.n_heads, G = nh / H;
     const size_t w = (size_t)H * d;
     float *k = malloc(((size_t)rows * w + 1) * sizeof(float)), *v = malloc(((size_t)rows * w + 1) * sizeof(float));
@@ -344,6 +351,7 @@ static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_po
     vq_status st = VQ_OK;
     if (!k || !v || !pos || !s || !acc) st = vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_attend (reference): out of memory");
     if (!st) st = vq_kv_read(kv, layer, k, v, pos, err);
+    if (!st && rows > nm) st = vq_kv_read_demoted(kv, layer, k + (size_t)nm * w, v + (size_t)nm * w, pos + nm, err);
     for (int i = 0; !st && i < n_q; i++)
         for (int hq = 0; hq < nh; hq++) {
             const float *qr = q + ((size_t)i * nh + hq) * d;

@@ -14,7 +14,9 @@ static const char *STORE_HELP =
     "(full-precision first rows: positions < sink, the attention sink), wprec=16|32 (window and "
     "sink precision, default 16), page=1..65536 (rows per page, default 256), calib=FILE (a "
     "calibration file of `veloxquant calibrate`, for codecs that use one, e.g. tq_split; the "
-    "path may not contain ',', ';' or '@')";
+    "path may not contain ',', ';' or '@'); with evict=: demote=CODEC[:params] re-codes the rows an "
+    "eviction step drops with that codec instead of dropping them (k=B,v=B inside it set its bits, "
+    "e.g. demote=turboquant_mse:k=2,v=2)";
 
 /* Every codec with its parameters, then the store keys (for CLIs and docs). */
 size_t vq_kv_spec_help(char *buf, size_t n) {
@@ -42,7 +44,7 @@ static vq_status spec_err(vq_err *err, const char *spec, const char *what) {
         if (w > 0) o += (size_t)w;
     }
     return vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s': %s. Codecs: %s. Store keys: window=R, "
-                      "sink=S, wprec=16|32, page=N; eviction: evict=POLICY,budget=B[,sinks=,recent=,every=,...]. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
+                      "sink=S, wprec=16|32, page=N; eviction: evict=POLICY,budget=B[,sinks=,recent=,every=,...][;demote=CODEC[:params]]. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
                       "(docs/kv-spec.md; parameters of every codec: vq_kv_spec_help)", spec, what, names);
 }
 
@@ -124,10 +126,58 @@ twice:
     return spec_err(err, spec, m);
 }
 
+static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *spec, vq_err *err);
+
+/* demote=CODEC[:params]: a side-less codec part of its own (k=/v=/bits= set the tier's bits),
+ * parsed as one into a scratch spec; store keys have no place inside it. */
+static vq_status parse_demote(char *body, vq_kv_parsed *o, const char *spec, vq_err *err) {
+    char m[240];
+    while (isspace((unsigned char)*body)) body++;
+    if (o->dm.codec) return spec_err(err, spec, "demote= given twice");
+    if (!*body) return spec_err(err, spec, "demote= needs a codec (e.g. demote=turboquant_mse:k=2,v=2)");
+    if ((body[0] == 'k' || body[0] == 'v' || body[0] == 'K' || body[0] == 'V') && body[1] == '=') {
+        snprintf(m, sizeof m, "demote=%.60s: the demoted tier takes one codec for both sides (its "
+                 "k=B,v=B set the bits, e.g. demote=turboquant_mse:k=2,v=2)", body);
+        return spec_err(err, spec, m);
+    }
+    char name[64];
+    size_t nl = strcspn(body, ":");
+    snprintf(name, sizeof name, "%.*s", (int)VQ_MIN(nl, sizeof name - 1), body);
+    if (!vq_codec_find(name)) {
+        snprintf(m, sizeof m, "demote=: unknown codec '%s'", name);
+        return spec_err(err, spec, m);
+    }
+    for (const char *q = body[nl] ? body + nl + 1 : body + nl; *q;) {   /* no store key inside */
+        size_t kl = strcspn(q, "=,");
+        char key[40];
+        snprintf(key, sizeof key, "%.*s", (int)VQ_MIN(kl, sizeof key - 1), q);
+        if (is_store_key(key)) {
+            snprintf(m, sizeof m, "'%s=' inside demote=%s: the demoted tier takes codec parameters "
+                     "only (store and eviction keys go in a part of their own)", key, name);
+            return spec_err(err, spec, m);
+        }
+        q += strcspn(q, ",");
+        if (*q) q++;
+    }
+    vq_kv_parsed *t = calloc(1, sizeof *t);
+    if (!t) return vq_err_set(err, VQ_ERR_NOMEM, "kv spec: out of memory");
+    t->window = -1;
+    int seen[2] = {0, 0};
+    vq_status st = parse_part(body, t, seen, spec, err);
+    if (!st) {
+        o->dm.codec = t->codec[0];
+        memcpy(o->dm.p, t->p, sizeof o->dm.p);
+        memcpy(o->dm.np, t->np, sizeof o->dm.np);
+    }
+    free(t);
+    return st;
+}
+
 /* One part: [k=|v=]codec[:key=val,...] or a store-only part key=val,... (sides: -1 both) */
 static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *spec, vq_err *err) {
     char m[200];
     while (isspace((unsigned char)*part)) part++;
+    if (!strncmp(part, "demote=", 7)) return parse_demote(part + 7, o, spec, err);
     int side = -1;
     if ((part[0] == 'k' || part[0] == 'v' || part[0] == 'K' || part[0] == 'V') && part[1] == '=') {
         side = (part[0] == 'k' || part[0] == 'K') ? VQ_SIDE_K : VQ_SIDE_V;
@@ -232,6 +282,9 @@ vq_status vq_kv_part_parse(const char *spec, vq_kv_parsed *o, vq_err *err) {
                                               : "no codec for the V side (v=...)");
     char m[240];
     if (vq_evict_check(&o->ev, m, sizeof m)) return spec_err(err, spec, m);
+    if (o->dm.codec && !o->ev.pol)
+        return spec_err(err, spec, "demote= needs evict=POLICY,budget=B (the demoted tier holds the "
+                        "rows an eviction step would drop)");
     return VQ_OK;
 }
 
@@ -270,6 +323,10 @@ void vq_kv_normalize(char *out, size_t cap, const vq_codec_state *st_k, const vq
     }
     if ((size_t)o < cap) {
         int e = vq_evict_print(&sp->ev, out + o, cap - (size_t)o);
+        if (e > 0) o += e;
+    }
+    if (sp->dm.codec && (size_t)o < cap) {
+        int e = snprintf(out + o, cap - (size_t)o, ";demote=%s", sp->dm.norm);
         if (e > 0) o += e;
     }
     if (sp->calib[0] && (size_t)o < cap) snprintf(out + o, cap - (size_t)o, ";calib=%s", sp->calib);
@@ -368,6 +425,13 @@ static vq_status probe_clause(vq_kv_clause *c, const char *plain, vq_err *err) {
             }
         }
         if (!rc) fpw = VQ_MAX(fpw, st[s].fp_window);
+    }
+    if (!rc && c->sp.dm.codec) {   /* the demoted tier's codec, configured the same way */
+        rc = vq_demote_probe(&c->sp, &pctx, d0, err);
+        if (rc && !c->sp.calib[0] && !vq_demote_probe(&c->sp, &pctx, 128, NULL)) {
+            vq_err_clear(err);
+            rc = VQ_OK;
+        }
     }
     if (!rc) {
         int rpb0 = st[0].rows_per_block, rpb1 = st[1].rows_per_block;
