@@ -1,8 +1,11 @@
-/* codec_kivi.c: KIVI (Liu et al., arXiv 2402.02750): keys quantized per channel over a group of
- * G tokens (a block holds G rows: rows_per_block = G), values per token in groups of G channels;
- * min/max asymmetric with fp16 scale and min, 2 or 4 bits; the newest `residual` rows stay in the
- * store's fp16 window. Codes are packed in 16-byte chunks: byte j of a chunk holds elements
- * j, j+16, j+32, ... at shifts 0, b, 2b, ... so one 16-byte load expands to 16-lane vectors. */
+/* codec_kivi.c: KIVI (Liu et al., arXiv 2402.02750), and KVQuant-style keys (the kvquant row at
+ * the end: the same codes plus a fixed count of exact sparse outliers per key block). Keys are
+ * quantized per channel over a group of G tokens (a block holds G rows: rows_per_block = G),
+ * values per token in groups of G channels; min/max asymmetric with fp16 scale and min, 2 or 4
+ * bits (keys also 3: a 2-bit and a 1-bit plane); the newest `residual` rows stay in the store's
+ * fp16 window. Value codes are packed in 16-byte chunks: byte j of a chunk holds elements j, j+16,
+ * j+32, ... at shifts 0, b, 2b, ... so one 16-byte load expands to 16-lane vectors; key codes are
+ * in the lanes layout (kcode_off_b) unless layout=rows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,48 +13,96 @@
 #define VQ_CODEC_VEC_AVX512_HSUM
 #include "codec/codec_vec.h"
 
-static vq_status kivi_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
-                           uint64_t seed, vq_err *err) {
+/* the kivi and kvquant rows share this: kvq = 1 adds outliers= (sparse exact key elements) and
+ * makes residual default to 0 (KVQuant keeps no recent window; the store's sink=S keeps the first
+ * rows exact) */
+static vq_status init_common(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
+                             int kvq, vq_err *err) {
     const vq_codec *c = st->codec;
-    int bits = 2, G = 32, R = 128;
-    vq_status s = vq_codec_params_check(c, p, np, "bits,group,residual,layout", err);
+    const char *nm = c->name;
+    int bits = 2, G = 32, R = kvq ? 0 : 128;
+    vq_status s = vq_codec_params_check(c, p, np, kvq ? "bits,group,residual,layout,outliers"
+                                                      : "bits,group,residual,layout", err);
     if (!s) s = vq_codec_param_int(c, p, np, "bits", 2, 4, 2, &bits, err);
-    if (!s && bits == 3)
-        s = vq_err_set(err, VQ_ERR_ARG, "codec kivi: bits=3 not supported (2 or 4; %s)", c->params_help);
     if (!s) s = vq_codec_param_int(c, p, np, "group", 1, 4096, 32, &G, err);
-    if (!s) s = vq_codec_param_int(c, p, np, "residual", 0, 1048576, 128, &R, err);
+    if (!s) s = vq_codec_param_int(c, p, np, "residual", 0, 1048576, R, &R, err);
     if (s) return s;
     const char *lay = vq_codec_param_get(p, np, "layout");
     if (lay && strcmp(lay, "lanes") && strcmp(lay, "rows"))
-        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: layout=%s is not lanes or rows (%s)", lay,
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: layout=%s is not lanes or rows (%s)", nm, lay,
                           c->params_help);
     const int lanes = !lay || !strcmp(lay, "lanes");
-    const int chunk = 16 * 8 / bits;   /* elements per 16-byte chunk */
+    if (bits == 3 && side == VQ_SIDE_V)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: bits=3 is for keys only (values: 2 or 4; e.g. "
+                          "k=3,v=4, or v=turboquant_mse:bits=3 for 3-bit values; %s)", nm, c->params_help);
+    if (bits == 3 && !lanes)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: bits=3 keys need layout=lanes (layout=rows packs "
+                          "2 or 4 bits; %s)", nm, c->params_help);
+    double frac = 0;
+    char ftxt[32] = "";
+    const char *fv = vq_codec_param_get(p, np, "outliers");
+    if (kvq) {
+        if (fv) {
+            char *end;
+            frac = strtod(fv, &end);
+            if (end == fv || *end || !(frac >= 0.0 && frac <= 0.125))
+                return vq_err_set(err, VQ_ERR_ARG, "codec %s: outliers=%s is not a fraction in [0, 0.125] "
+                                  "(%s)", nm, fv, c->params_help);
+        } else {
+            frac = 0.01;
+        }
+        /* the canonical text, and the count from it, so a normalized spec gives the same count */
+        snprintf(ftxt, sizeof ftxt, "%g", frac);
+        frac = strtod(ftxt, NULL);
+    }
+    const int chunk = 16 * 8 / (bits == 3 ? 2 : bits);   /* elements per 16-byte chunk */
     if (d > 4096)
-        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: head_dim %d above 4096", d);
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: head_dim %d above 4096", nm, d);
     if (d % chunk)
-        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: head_dim %d must be a multiple of %d for "
-                          "bits=%d", d, chunk, bits);
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: head_dim %d must be a multiple of %d for "
+                          "bits=%d", nm, d, chunk, bits);
     if (side == VQ_SIDE_V && (d % G || G % 16))
-        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: value groups of group=%d channels must "
-                          "divide head_dim %d and be a multiple of 16", G, d);
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: value groups of group=%d channels must "
+                          "divide head_dim %d and be a multiple of 16", nm, G, d);
+    /* outliers per key block: a fixed count (the store needs fixed block bytes) */
+    const int n_out = side == VQ_SIDE_K && frac > 0 ? (int)ceil(frac * G * d - 1e-9) : 0;
+    if (n_out > 0 && (G < 2 || G > 256 || G * d > VQ_KIVI_OUT_MAX))
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: outliers=%s needs 2 <= group <= 256 and "
+                          "group x head_dim <= %d (group=%d, head_dim %d)", nm, ftxt, VQ_KIVI_OUT_MAX, G, d);
     kivi *k = calloc(1, sizeof *k);
-    if (!k) return vq_err_set(err, VQ_ERR_NOMEM, "codec kivi: out of memory");
+    if (!k) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", nm);
     k->bits = bits; k->G = G; k->d = d; k->lanes = lanes;
     k->row_bytes = d * bits / 8;
     k->hdr = side == VQ_SIDE_K ? 4 * d : 4 * (d / G);
+    k->n_out = n_out;
+    k->plane1 = (size_t)G * d / 4;   /* bits=3: after the 2-bit plane */
     st->impl = k;
     st->side = side;
     st->state_bytes = sizeof *k;
     st->d = d;
     st->rows_per_block = side == VQ_SIDE_K ? G : 1;
-    st->block_bytes = (size_t)k->hdr + (size_t)st->rows_per_block * k->row_bytes;
+    k->sp_off = (size_t)k->hdr + (size_t)st->rows_per_block * d * bits / 8;
+    st->block_bytes = k->sp_off + 4 * (size_t)n_out;
     st->qstate_bytes = (size_t)d * sizeof(float);
     st->acc_floats = d;
     st->fp_window = R;
-    snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d,layout=%s", bits, G, R,
-             lanes ? "lanes" : "rows");
+    if (kvq)
+        snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d,layout=%s,outliers=%s",
+                 bits, G, R, lanes ? "lanes" : "rows", ftxt);
+    else
+        snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d,layout=%s", bits, G, R,
+                 lanes ? "lanes" : "rows");
     return VQ_OK;
+}
+static vq_status kivi_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
+                           uint64_t seed, vq_err *err) {
+    (void)seed;
+    return init_common(st, d, side, p, np, 0, err);
+}
+static vq_status kvquant_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
+                              uint64_t seed, vq_err *err) {
+    (void)seed;
+    return init_common(st, d, side, p, np, 1, err);
 }
 static void kivi_fini(vq_codec_state *st) { free(st->impl); st->impl = NULL; }
 
@@ -79,12 +130,17 @@ static inline __attribute__((always_inline)) size_t kcode_off_b(const kivi *k, c
     *shift = b * (c % per);
     return (size_t)T * 16 * ncg + (size_t)(c / per) * w + (size_t)(t % 16);
 }
-static inline size_t kcode_off(const kivi *k, int t, int c, int *shift) {
-    return kcode_off_b(k, k->bits, t, c, shift);
-}
+/* bits=3 keys: two planes in this layout, the low 2 bits of every code (G*d/4 bytes) and then
+ * the high bit (G*d/8 bytes, at plane1): a code is lo | hi << 2 */
 static inline int kcode_get(const kivi *k, const uint8_t *codes, int t, int c) {
     int sh;
-    size_t o = kcode_off(k, t, c, &sh);
+    if (k->bits == 3) {
+        const size_t o2 = kcode_off_b(k, 2, t, c, &sh);
+        const int lo = (codes[o2] >> sh) & 3;
+        const size_t o1 = kcode_off_b(k, 1, t, c, &sh);
+        return lo | ((codes[k->plane1 + o1] >> sh) & 1) << 2;
+    }
+    const size_t o = kcode_off_b(k, k->bits, t, c, &sh);
     return (codes[o] >> sh) & ((1 << k->bits) - 1);
 }
 
@@ -92,14 +148,17 @@ static inline int kcode_get(const kivi *k, const uint8_t *codes, int t, int c) {
  * comparisons are fminf / fmaxf's (a NaN operand gives the other one) without the libm calls. */
 static inline float fmin_nan(float a, float v) { return (v < a || a != a) ? v : a; }
 static inline float fmax_nan(float a, float v) { return (v > a || a != a) ? v : a; }
-static void minmax(const float *x, int n, int stride, int bits, uint8_t *hs, uint8_t *hm,
-                   float *sc, float *mn) {
-    float lo = x[0], hi = x[0];
-    for (int i = 1; i < n; i++) { float v = x[(size_t)i * stride]; lo = fmin_nan(lo, v); hi = fmax_nan(hi, v); }
+static void range_put(float lo, float hi, int bits, uint8_t *hs, uint8_t *hm, float *sc, float *mn) {
     f2h(hs, (hi - lo) / (float)((1 << bits) - 1));
     f2h(hm, lo);
     *sc = h2f(hs);
     *mn = h2f(hm);
+}
+static void minmax(const float *x, int n, int stride, int bits, uint8_t *hs, uint8_t *hm,
+                   float *sc, float *mn) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; i++) { float v = x[(size_t)i * stride]; lo = fmin_nan(lo, v); hi = fmax_nan(hi, v); }
+    range_put(lo, hi, bits, hs, hm, sc, mn);
 }
 /* the code of x: roundf((x - mn) / sc) clamped to [0, 2^bits - 1], a NaN to 0, computed without
  * libm: c <= 0 (or NaN) gives 0 and c >= top gives top, as the clamp of roundf(c) does; between,
@@ -113,25 +172,51 @@ static inline __attribute__((always_inline)) int qcode(float x, float sc, float 
     return r + (c - (float)r >= 0.5f);
 }
 
-/* bits a constant (2 or 4) after inlining, so the packing's divisions are shifts */
+/* bits a constant (2, 3 or 4) after inlining, so the packing's divisions are shifts. Keys of
+ * kvquant (n_out > 0): the block's outliers (vq_kivi_outliers) are left out of their channel's
+ * min/max, get code 0 and are stored exact after the codes (u16 index r*d+c ascending, then their
+ * fp16 values); so an outlier decodes to its fp16 value and scores as q_c*min_c (code 0) plus the
+ * sparse correction q_c*(value - min_c). */
 static inline __attribute__((always_inline)) void encode_b(const kivi *k, int side, const int b,
                                                            const float *x, uint8_t *block) {
     const int d = k->d;
     if (side == VQ_SIDE_K) {   /* per channel over G rows: header = scale[d], min[d] */
         uint8_t *codes = block + k->hdr;
+        float lo[4096], hi[4096];
+        uint8_t mark[VQ_KIVI_OUT_MAX];
+        uint16_t idx[VQ_KIVI_OUT_MAX / 8];   /* n_out <= G*d/8 (outliers <= 0.125) */
+        if (k->n_out) vq_kivi_outliers(k, x, lo, hi, mark, idx);
         for (int c = 0; c < d; c++) {
             float sc, mn;
-            minmax(x + c, k->G, d, b, block + 2 * c, block + 2 * d + 2 * c, &sc, &mn);
-            if (k->lanes) {
+            if (k->n_out) range_put(lo[c], hi[c], b, block + 2 * c, block + 2 * d + 2 * c, &sc, &mn);
+            else minmax(x + c, k->G, d, b, block + 2 * c, block + 2 * d + 2 * c, &sc, &mn);
+            if (b == 3) {
                 for (int r = 0; r < k->G; r++) {
+                    if (k->n_out && mark[(size_t)r * d + c]) continue;
+                    const int q = qcode(x[(size_t)r * d + c], sc, mn, 3);
+                    int sh;
+                    size_t o = kcode_off_b(k, 2, r, c, &sh);
+                    codes[o] |= (uint8_t)((q & 3) << sh);
+                    o = kcode_off_b(k, 1, r, c, &sh);
+                    codes[k->plane1 + o] |= (uint8_t)((q >> 2) << sh);
+                }
+            } else if (k->lanes) {
+                for (int r = 0; r < k->G; r++) {
+                    if (k->n_out && mark[(size_t)r * d + c]) continue;
                     int sh;
                     const size_t o = kcode_off_b(k, b, r, c, &sh);
                     codes[o] |= (uint8_t)(qcode(x[(size_t)r * d + c], sc, mn, b) << sh);
                 }
             } else {
                 for (int r = 0; r < k->G; r++)
-                    code_put(codes + (size_t)r * k->row_bytes, b, c, qcode(x[(size_t)r * d + c], sc, mn, b));
+                    if (!(k->n_out && mark[(size_t)r * d + c]))
+                        code_put(codes + (size_t)r * k->row_bytes, b, c, qcode(x[(size_t)r * d + c], sc, mn, b));
             }
+        }
+        uint8_t *sp = block + k->sp_off;
+        for (int e = 0; e < k->n_out; e++) {
+            memcpy(sp + 2 * e, &idx[e], 2);
+            f2h(sp + 2 * (size_t)k->n_out + 2 * e, x[idx[e]]);
         }
     } else {                   /* per token, groups of G channels: header = (scale, min)[d/G] */
         for (int g = 0; g < d / k->G; g++) {
@@ -146,7 +231,28 @@ static void kivi_encode(const vq_codec_state *st, const float *x, uint8_t *block
     const kivi *k = st->impl;
     memset(block, 0, st->block_bytes);
     if (k->bits == 2) encode_b(k, st->side, 2, x, block);
+    else if (k->bits == 3) encode_b(k, st->side, 3, x, block);
     else encode_b(k, st->side, 4, x, block);
+}
+/* the sparse entry e of a key block: its index r*d+c, and value - min_c (what it adds to the score
+ * of a query q as q_c * (value - min_c), its code being 0) */
+static inline void sp_get(const kivi *k, const uint8_t *B, int e, int *r, int *c, float *val, float *dv) {
+    uint16_t id;
+    memcpy(&id, B + k->sp_off + 2 * (size_t)e, 2);
+    *r = id / k->d;
+    *c = id % k->d;
+    *val = h2f(B + k->sp_off + 2 * (size_t)k->n_out + 2 * (size_t)e);
+    *dv = *val - h2f(B + 2 * (size_t)k->d + 2 * (size_t)*c);
+}
+/* the scores of one key block's rows (query j's at s0 + j*stride): the sparse entries' terms */
+static void sp_score(const kivi *k, const uint8_t *B, int n_q, const void *const *qst, float *s0,
+                     size_t stride) {
+    for (int e = 0; e < k->n_out; e++) {
+        int r, c;
+        float val, dv;
+        sp_get(k, B, e, &r, &c, &val, &dv);
+        for (int j = 0; j < n_q; j++) s0[(size_t)j * stride + r] += ((const float *)qst[j])[c] * dv;
+    }
 }
 /* element (r, c) of a block, decoded */
 static inline float kval(const kivi *k, int side, const uint8_t *block, int r, int c) {
@@ -162,6 +268,12 @@ static void kivi_decode(const vq_codec_state *st, const uint8_t *block, float *x
     const kivi *k = st->impl;
     for (int r = 0; r < st->rows_per_block; r++)
         for (int c = 0; c < k->d; c++) x[(size_t)r * k->d + c] = kval(k, st->side, block, r, c);
+    for (int e = 0; e < k->n_out; e++) {
+        int r, c;
+        float val, dv;
+        sp_get(k, block, e, &r, &c, &val, &dv);
+        x[(size_t)r * k->d + c] = val;
+    }
 }
 static void kivi_prep(const vq_codec_state *st, const float *q, void *qs) {
     memcpy(qs, q, (size_t)st->d * sizeof(float));
@@ -254,8 +366,8 @@ T5 static void dot16_codes_512(const float *qs, const uint8_t *rows, int row_byt
 /* ---- lanes keys: one block's G scores from the folded query qs (qs = q*scale) and qm = q.min
  * (scalar: one query a call; SIMD: up to 4 / 3 queries a pass); SIMD lanes run across the 16
  * tokens of a tile, sums stay in registers ---- */
-static void klanes_scalar(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
-    const int b = k->bits, per = 8 / b, ncg = k->d / per, m = (1 << b) - 1;
+static void klanes_scalar(const kivi *k, int b, const float *qs, float qm, const uint8_t *codes, float *out) {
+    const int per = 8 / b, ncg = k->d / per, m = (1 << b) - 1;
     for (int T = 0; T * 16 < k->G; T++) {
         const int w = VQ_MIN(16, k->G - 16 * T);
         const uint8_t *p = codes + (size_t)T * 16 * ncg;
@@ -265,7 +377,7 @@ static void klanes_scalar(const kivi *k, const float *qs, float qm, const uint8_
                 const float qv = qs[cg * per + kk];
                 for (int j = 0; j < w; j++) a[j] += qv * (float)((p[j] >> (b * kk)) & m);
             }
-        for (int j = 0; j < w; j++) out[16 * T + j] = qm + a[j];
+        for (int j = 0; j < w; j++) out[16 * T + j] = b == 1 ? out[16 * T + j] + a[j] : qm + a[j];
     }
 }
 /* AVX-512, m queries (a constant after inlining, <= 4) in one pass over a block: each code
@@ -287,7 +399,7 @@ T5 static inline __attribute__((always_inline)) void klanes_512_m(const int m, c
         for (int j = 0; j < m; j++) a[j][0] = a[j][1] = _mm512_setzero_ps();
         for (int cg = 0; cg < ncg; cg++) {
             const __m512i x0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + 16 * cg)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int kk = 0; kk < per; kk++) {
                 const __m512 c = _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * kk), tab);
 #pragma GCC unroll 4
@@ -296,16 +408,19 @@ T5 static inline __attribute__((always_inline)) void klanes_512_m(const int m, c
             }
         }
 #pragma GCC unroll 4
-        for (int j = 0; j < m; j++)
-            _mm512_storeu_ps(out[j] + 16 * T, _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]), _mm512_set1_ps(qm[j])));
+        for (int j = 0; j < m; j++)   /* b = 1: the high plane of 3-bit codes, added to the scores */
+            _mm512_storeu_ps(out[j] + 16 * T, _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]),
+                                                            b == 1 ? _mm512_loadu_ps(out[j] + 16 * T) : _mm512_set1_ps(qm[j])));
     }
 }
 #define KL512_M(M)                                                                              \
     do {                                                                                        \
-        if (k->bits == 2) klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);          \
+        if (b == 2) klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);                \
+        else if (b == 1) klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 8, 1, out);           \
         else klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 2, 4, out);                       \
     } while (0)
-T5 static void klanes_512_q(const kivi *k, int m, const float *const *qs, const float *qm,
+/* b: 2 or 4, or 1 for the high plane of 3-bit codes (added to the scores) */
+T5 static void klanes_512_q(const kivi *k, int b, int m, const float *const *qs, const float *qm,
                             const uint8_t *codes, float *const *out) {
     switch (m) {
     case 1: KL512_M(1); break;
@@ -331,7 +446,7 @@ T2 static inline __attribute__((always_inline)) void klanes_256_m(const int m, c
         for (int cg = 0; cg < ncg; cg++) {
             const __m256i x0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p0 + 16 * cg)));
             const __m256i x1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p0 + 16 * cg + 8)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int kk = 0; kk < per; kk++) {
                 const __m256 c0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x0, b * kk), mk));
                 const __m256 c1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x1, b * kk), mk));
@@ -345,18 +460,19 @@ T2 static inline __attribute__((always_inline)) void klanes_256_m(const int m, c
         }
 #pragma GCC unroll 3
         for (int j = 0; j < m; j++) {
-            const __m256 vqm = _mm256_set1_ps(qm[j]);
-            _mm256_storeu_ps(out[j] + 16 * T, _mm256_add_ps(a[j][0], vqm));
-            _mm256_storeu_ps(out[j] + 16 * T + 8, _mm256_add_ps(a[j][1], vqm));
+            const __m256 vqm = _mm256_set1_ps(qm[j]);   /* b = 1: added to the scores (3-bit high plane) */
+            _mm256_storeu_ps(out[j] + 16 * T, _mm256_add_ps(a[j][0], b == 1 ? _mm256_loadu_ps(out[j] + 16 * T) : vqm));
+            _mm256_storeu_ps(out[j] + 16 * T + 8, _mm256_add_ps(a[j][1], b == 1 ? _mm256_loadu_ps(out[j] + 16 * T + 8) : vqm));
         }
     }
 }
 #define KL256_M(M)                                                                              \
     do {                                                                                        \
-        if (k->bits == 2) klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);          \
+        if (b == 2) klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);                \
+        else if (b == 1) klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 8, 1, out);           \
         else klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 2, 4, out);                       \
     } while (0)
-T2 static void klanes_256_q(const kivi *k, int m, const float *const *qs, const float *qm,
+T2 static void klanes_256_q(const kivi *k, int b, int m, const float *const *qs, const float *qm,
                             const uint8_t *codes, float *const *out) {
     switch (m) {
     case 1: KL256_M(1); break;
@@ -378,6 +494,7 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                        const uint8_t *blocks, int n_blocks, float *scores) {
     const kivi *k = st->impl;
     const int d = k->d, b = k->bits, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
+    const int bp = b == 3 ? 2 : b;   /* 3-bit keys: the 2-bit plane, then the high plane (b = 1) */
     const vq_isa isa = vq_cvec_isa();
     float qs[4096];   /* folded queries, d floats each (d <= 4096, checked at init) */
     if (st->side == VQ_SIDE_K && k->lanes && isa >= VQ_ISA_AVX2) {
@@ -396,10 +513,16 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                     qm[j] = fold_f16c(qst[j0 + j], B, d, qs + (size_t)j * d);
                     out[j] = scores + (size_t)(j0 + j) * n_rows + (size_t)blk * rpb;
                 }
-                if (isa == VQ_ISA_AVX512) klanes_512_q(k, m, qp, qm, B + k->hdr, out);
-                else klanes_256_q(k, m, qp, qm, B + k->hdr, out);
+                if (isa == VQ_ISA_AVX512) klanes_512_q(k, bp, m, qp, qm, B + k->hdr, out);
+                else klanes_256_q(k, bp, m, qp, qm, B + k->hdr, out);
                 for (int j = 0; j < m; j++) klanes_tail(k, qp[j], qm[j], B + k->hdr, out[j]);
+                if (b == 3) {   /* high bit: weight 4 (exact in float), full tiles (the tail has it) */
+                    for (int i = 0; i < m * d; i++) qs[i] *= 4.0f;
+                    if (isa == VQ_ISA_AVX512) klanes_512_q(k, 1, m, qp, qm, B + k->hdr + k->plane1, out);
+                    else klanes_256_q(k, 1, m, qp, qm, B + k->hdr + k->plane1, out);
+                }
             }
+            if (k->n_out) sp_score(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
         }
         return;
     }
@@ -416,7 +539,11 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
             }
             float qm = isa == VQ_ISA_SCALAR ? fold_scalar(q, B, d, qs) : fold_f16c(q, B, d, qs);
             if (k->lanes) {   /* scalar here: the SIMD lanes path returned above */
-                klanes_scalar(k, qs, qm, B + k->hdr, out);
+                klanes_scalar(k, bp, qs, qm, B + k->hdr, out);
+                if (b == 3) {
+                    for (int c = 0; c < d; c++) qs[c] *= 4.0f;
+                    klanes_scalar(k, 1, qs, qm, B + k->hdr + k->plane1, out);
+                }
                 continue;
             }
             int r0 = 0;
@@ -433,6 +560,7 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                 out[r] = qm + s;
             }
         }
+        if (k->n_out) sp_score(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
     }
 }
 
@@ -465,16 +593,37 @@ static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
                 }
             }
         }
+        for (int e = 0; e < k->n_out; e++) {   /* kvquant keys: an outlier's code is 0 */
+            int r, c;
+            float val, dv;
+            sp_get(k, B, e, &r, &c, &val, &dv);
+            for (int j = 0; j < n_q; j++) acc[j][c] += w[(size_t)j * n_rows + blk * rpb + r] * dv;
+        }
     }
 }
 
 const vq_codec vq_codec_kivi = {
     .name = "kivi",
-    .params_help = "bits=2|4 (default 2), group=G tokens per key group / channels per value group "
+    .params_help = "bits=2|4 (default 2; keys also 3, k=3), group=G tokens per key group / channels per value group "
                    "(default 32), residual=R fp16 recent rows (default 128), layout=lanes|rows (default lanes: "
                    "key codes token-interleaved per channel group); head_dim multiple of "
-                   "64 (bits=2) or 32 (bits=4)",
+                   "64 (bits=2, 3) or 32 (bits=4)",
     .init = kivi_init, .fini = kivi_fini, .encode = kivi_encode, .decode = kivi_decode,
+    .prep_query = kivi_prep, .score = kivi_score, .accumulate = kivi_accumulate,
+    .finish = kivi_finish,
+};
+
+/* KVQuant-style keys (Hooper et al., arXiv 2401.18079): kivi's per-channel keys with a fixed count
+ * of exact sparse outliers per block (kivi_outliers.c); values are kivi's. Keys are stored after
+ * RoPE (KVQuant quantizes them before it): see docs/lowbit-keys.md. */
+const vq_codec vq_codec_kvquant = {
+    .name = "kvquant",
+    .params_help = "bits=2|4 (default 2; keys also 3, k=3), outliers=F fraction of each key block's "
+                   "elements kept exact as (u16 index, fp16 value), 0..0.125 (default 0.01; "
+                   "ceil(F*G*head_dim) a block), group=G tokens per key group / channels per value "
+                   "group (default 32), residual=R fp16 recent rows (default 0), layout=lanes|rows "
+                   "(default lanes); head_dim multiple of 64 (bits=2, 3) or 32 (bits=4)",
+    .init = kvquant_init, .fini = kivi_fini, .encode = kivi_encode, .decode = kivi_decode,
     .prep_query = kivi_prep, .score = kivi_score, .accumulate = kivi_accumulate,
     .finish = kivi_finish,
 };
