@@ -10,22 +10,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "codec/kivi.h"
+#include "codec/calib.h"
 #define VQ_CODEC_VEC_AVX512_HSUM
 #include "codec/codec_vec.h"
 
 /* the kivi and kvquant rows share this: kvq = 1 adds outliers= (sparse exact key elements) and
- * makes residual default to 0 (KVQuant keeps no recent window; the store's sink=S keeps the first
- * rows exact) */
+ * qweight=, and makes residual default to 0 (KVQuant keeps no recent window; the store's sink=S
+ * keeps the first rows exact) */
 static vq_status init_common(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
                              int kvq, vq_err *err) {
     const vq_codec *c = st->codec;
     const char *nm = c->name;
     int bits = 2, G = 32, R = kvq ? 0 : 128;
-    vq_status s = vq_codec_params_check(c, p, np, kvq ? "bits,group,residual,layout,outliers"
+    vq_status s = vq_codec_params_check(c, p, np, kvq ? "bits,group,residual,layout,outliers,qweight"
                                                       : "bits,group,residual,layout", err);
     if (!s) s = vq_codec_param_int(c, p, np, "bits", 2, 4, 2, &bits, err);
     if (!s) s = vq_codec_param_int(c, p, np, "group", 1, 4096, 32, &G, err);
     if (!s) s = vq_codec_param_int(c, p, np, "residual", 0, 1048576, R, &R, err);
+    int qw = 0;
+    if (!s && kvq) s = vq_codec_param_int(c, p, np, "qweight", 0, 1, 0, &qw, err);
     if (s) return s;
     const char *lay = vq_codec_param_get(p, np, "layout");
     if (lay && strcmp(lay, "lanes") && strcmp(lay, "rows"))
@@ -69,16 +72,45 @@ static vq_status init_common(vq_codec_state *st, int d, int side, const vq_codec
     if (n_out > 0 && (G < 2 || G > 256 || G * d > VQ_KIVI_OUT_MAX))
         return vq_err_set(err, VQ_ERR_ARG, "codec %s: outliers=%s needs 2 <= group <= 256 and "
                           "group x head_dim <= %d (group=%d, head_dim %d)", nm, ftxt, VQ_KIVI_OUT_MAX, G, d);
+    /* qweight=1: the outlier choice weighs channel c's range by the query energy that reads it,
+     * w_c = sum over the KV head's GQA group of E[q_g,c^2] (calibration), so the expected score
+     * error sum_c E[q_c^2] (step_c)^2 is what falls */
+    const vq_calib *cal = st->ctx.calib;
+    const char *cp = st->ctx.calib_path ? st->ctx.calib_path : "(calibration)";
+    const int layer = st->ctx.n_layers ? st->ctx.layer : 0, head = st->ctx.n_layers ? st->ctx.head : 0;
+    if (qw && !cal)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: qweight=1 needs a calibration: add calib=FILE to "
+                          "the KV spec (a file of `veloxquant calibrate`)", nm);
+    if (qw && cal->head_dim != d)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: calibration '%.200s' has head_dim %d (model '%s'), "
+                          "this cache %d", nm, cp, cal->head_dim, cal->model, d);
+    if (qw && (layer < 0 || layer >= cal->n_layers || head < 0 || head >= cal->n_kv_heads))
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: calibration '%.200s' has %d layers x %d KV heads, "
+                          "asked for layer %d head %d", nm, cp, cal->n_layers, cal->n_kv_heads, layer, head);
     kivi *k = calloc(1, sizeof *k);
     if (!k) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", nm);
+    st->impl = k;
+    if (qw && n_out > 0) {
+        k->w = malloc(sizeof(float) * (size_t)d);
+        if (!k->w) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", nm);
+        const int gs = cal->n_heads / cal->n_kv_heads;
+        double sum = 0, e[4096];
+        for (int ch = 0; ch < d; ch++) {
+            e[ch] = 0;
+            for (int g = 0; g < gs; g++)
+                e[ch] += cal->q_sq[((size_t)layer * cal->n_heads + (size_t)head * gs + g) * d + ch];
+            sum += e[ch];
+        }
+        for (int ch = 0; ch < d; ch++)   /* mean 1 (all 1 when the queries are all 0) */
+            k->w[ch] = sum > 0 ? (float)(e[ch] * d / sum) : 1.0f;
+    }
     k->bits = bits; k->G = G; k->d = d; k->lanes = lanes;
     k->row_bytes = d * bits / 8;
     k->hdr = side == VQ_SIDE_K ? 4 * d : 4 * (d / G);
     k->n_out = n_out;
     k->plane1 = (size_t)G * d / 4;   /* bits=3: after the 2-bit plane */
-    st->impl = k;
     st->side = side;
-    st->state_bytes = sizeof *k;
+    st->state_bytes = sizeof *k + (k->w ? sizeof(float) * (size_t)d : 0);
     st->d = d;
     st->rows_per_block = side == VQ_SIDE_K ? G : 1;
     k->sp_off = (size_t)k->hdr + (size_t)st->rows_per_block * d * bits / 8;
@@ -87,8 +119,8 @@ static vq_status init_common(vq_codec_state *st, int d, int side, const vq_codec
     st->acc_floats = d;
     st->fp_window = R;
     if (kvq)
-        snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d,layout=%s,outliers=%s",
-                 bits, G, R, lanes ? "lanes" : "rows", ftxt);
+        snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d,layout=%s,outliers=%s,qweight=%d",
+                 bits, G, R, lanes ? "lanes" : "rows", ftxt, qw);
     else
         snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d,layout=%s", bits, G, R,
                  lanes ? "lanes" : "rows");
@@ -104,7 +136,12 @@ static vq_status kvquant_init(vq_codec_state *st, int d, int side, const vq_code
     (void)seed;
     return init_common(st, d, side, p, np, 1, err);
 }
-static void kivi_fini(vq_codec_state *st) { free(st->impl); st->impl = NULL; }
+static void kivi_fini(vq_codec_state *st) {
+    kivi *k = st->impl;
+    if (k) free(k->w);
+    free(k);
+    st->impl = NULL;
+}
 
 /* ---- packing ---- */
 static inline int code_get(const uint8_t *row, int b, int i) {
@@ -622,7 +659,10 @@ const vq_codec vq_codec_kvquant = {
                    "elements kept exact as (u16 index, fp16 value), 0..0.125 (default 0.01; "
                    "ceil(F*G*head_dim) a block), group=G tokens per key group / channels per value "
                    "group (default 32), residual=R fp16 recent rows (default 0), layout=lanes|rows "
-                   "(default lanes); head_dim multiple of 64 (bits=2, 3) or 32 (bits=4)",
+                   "(default lanes), qweight=0|1 (default 0; 1: outliers chosen by range weighted "
+                   "with the calibration's query energy per channel, needs calib=FILE); head_dim "
+                   "multiple of 64 (bits=2, 3) or 32 (bits=4)",
+    .per_head = 1,   /* qweight: each KV head its own channel weights */
     .init = kvquant_init, .fini = kivi_fini, .encode = kivi_encode, .decode = kivi_decode,
     .prep_query = kivi_prep, .score = kivi_score, .accumulate = kivi_accumulate,
     .finish = kivi_finish,

@@ -18,6 +18,7 @@ typedef struct kivi {
     int n_out;       /* kvquant keys: exact sparse entries per block (0: none; kivi: always 0) */
     size_t sp_off;   /* their offset in a key block: u16 index r*d+c [n_out], then fp16 value [n_out] */
     size_t plane1;   /* bits=3 keys: offset from the codes of the high-bit plane (1 bit a code) */
+    float *w;        /* kvquant qweight=1: per-channel weight of the outlier choice (d), or NULL */
 } kivi;
 
 static inline float h2f(const uint8_t *p) { vq_f16 h; memcpy(&h, p, 2); return vq_f16_to_f32(h); }
@@ -25,8 +26,8 @@ T2 static inline float h2f_hw(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); 
 static inline void f2h(uint8_t *p, float f) { vq_f16 h = vq_f32_to_f16(f); memcpy(p, &h, 2); }
 
 /* kvquant (kivi_outliers.c): the dense-and-sparse split of one key block x (G rows of d): picks
- * k->n_out elements to keep exact, greedily, each time the one whose removal shrinks the block's
- * sum over channels of (max - min)^2 the most; gives each channel's min lo[c] and max hi[c] over
+ * k->n_out elements to keep exact, greedily, shrinking the block's sum over channels of
+ * w_c (max - min)^2 (w_c = 1, or k->w); gives each channel's min lo[c] and max hi[c] over
  * what is left, mark[r*d+c] = 1 for the picked and their indices r*d+c ascending in idx[].
  * Needs 2 <= G <= 256 and G*d <= VQ_KIVI_OUT_MAX (init checks). */
 #define VQ_KIVI_OUT_MAX 16384

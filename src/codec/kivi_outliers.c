@@ -3,9 +3,10 @@
  * rest is quantized over shrinks). A block holds G rows of d channels, each channel quantized
  * uniformly over [min, max] of the block (KIVI's per-channel keys), so an element's error is about
  * (max - min) / (2^b - 1) / sqrt(12) and the block's summed squared error is proportional to
- * sum_c (max_c - min_c)^2. The n_out exact elements are picked greedily against that sum: at each
- * step, over every channel, each end (largest or smallest) and t = 1 .. (count left), the t most
- * extreme elements of that end whose removal lowers (max_c - min_c)^2 the most per element
+ * sum_c (max_c - min_c)^2; with qweight=1 each channel's term is weighted by the query energy
+ * that reads it (codec_kivi.c), which makes the sum the expected squared score error. The n_out
+ * exact elements are picked greedily against that sum: at each step, over every channel, each end (largest or smallest) and t = 1 .. (count left), the t most
+ * extreme elements of that end whose removal lowers w_c (max_c - min_c)^2 the most per element
  * removed. Taking t > 1 at once matters: two outliers of about the same value at one end shrink
  * the range only together (one at a time, neither looks worth it). A fixed count per block, so
  * the block has a fixed size. Ties go to the smaller t, the lower channel, the top end before the
@@ -38,7 +39,8 @@ void vq_kivi_outliers(const kivi *k, const float *x, float *lo, float *hi, uint8
             const float vl = X(c, l), vh = X(c, h), r2 = (vh - vl) * (vh - vl);
             for (int t = 1; t <= T; t++) {
                 const float dh = X(c, h - t) - vl, dl = vh - X(c, l + t);
-                const float gh = (r2 - dh * dh) / (float)t, gl = (r2 - dl * dl) / (float)t;
+                float gh = (r2 - dh * dh) / (float)t, gl = (r2 - dl * dl) / (float)t;
+                if (k->w) { gh *= k->w[c]; gl *= k->w[c]; }
                 if (gh > best) { best = gh; bc = c; top = 1; bt = t; }
                 if (gl > best) { best = gl; bc = c; top = 0; bt = t; }
             }

@@ -12,7 +12,7 @@
 /* codecs that need a calibration (tq_split) get a synthetic one of this d (1 layer, 1 KV head) */
 static vq_calib g_cal;
 static void set_ctx(vq_codec_state *st, int d, vq_rng *rng) {
-    if (!st->codec->needs_calib) return;
+    if (!st->codec->needs_calib && !st->ctx.calib_path) return;   /* calib_path "want": kvquant qweight=1 */
     if (g_cal.head_dim != d) {
         vq_calib_free(&g_cal);
         vq_t_calib_make(&g_cal, 1, 1, 1, d, rng);
@@ -40,6 +40,7 @@ static void check_params(vq_rng *rng, const vq_codec *c, const char *pl, int d, 
     memset(&st, 0, sizeof st);
     st.codec = c;
     st.side = side;
+    if (pl && strstr(pl, "qweight=1")) st.ctx.calib_path = "want";
     set_ctx(&st, d, rng);
     vq_err err;
     if (c->init(&st, d, side, p, np, vq_rng_u64(rng), &err) != VQ_OK) {
@@ -210,7 +211,8 @@ static int run_all(uint64_t seed) {
                          "bits=3,outliers=0.05,group=24", "bits=2,outliers=0.125,group=16",
                          "bits=3,outliers=0", "bits=2,outliers=0.01,layout=rows",
                          "bits=4,outliers=0.03,layout=rows,group=20", "bits=2,outliers=0.001,group=64",
-                         "bits=3,outliers=0.01,group=2"};
+                         "bits=3,outliers=0.01,group=2", "bits=3,outliers=0.02,qweight=1",
+                         "bits=2,outliers=0.05,group=24,qweight=1"};
     for (size_t i = 0; i < VQ_ARRAY_LEN(kvq); i++)
         for (int side = 0; side < 2; side++) {
             check_params(&rng, vq_codec_find("kvquant"), kvq[i], 64, side);

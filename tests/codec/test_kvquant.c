@@ -9,6 +9,7 @@
 #include "../vq_test.h"
 #include "codec/codec.h"
 #include "core/core.h"
+#include "../calib_fixture.h"
 
 typedef struct { vq_codec_state st; } cs;
 
@@ -105,15 +106,71 @@ static int cmp_d(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+/* the float64 greedy: del[] = the n elements it keeps exact (w: channel weights, or NULL) */
+static void ref_greedy(const float *x, int G, int d, int n, const double *w, uint8_t *del) {
+    int lo[256], hi[256], left = n;   /* kept: sorted positions lo..hi of each channel */
+    double *v = malloc(sizeof(double) * (size_t)G * d);
+    for (int c = 0; c < d; c++) {
+        for (int r = 0; r < G; r++) v[c * G + r] = x[r * d + c];
+        qsort(v + c * G, (size_t)G, sizeof(double), cmp_d);
+        lo[c] = 0;
+        hi[c] = G - 1;
+    }
+    while (left > 0) {
+        double bg = -1;
+        int bc = -1, bt = 0, btop = 0;
+        for (int c = 0; c < d; c++) {
+            const double *u = v + c * G, wc = w ? w[c] : 1.0;
+            const double r2 = (u[hi[c]] - u[lo[c]]) * (u[hi[c]] - u[lo[c]]);
+            for (int t = 1; t <= left && t <= hi[c] - lo[c]; t++) {
+                const double a = u[hi[c] - t] - u[lo[c]], b = u[hi[c]] - u[lo[c] + t];
+                if (wc * (r2 - a * a) / t > bg) { bg = wc * (r2 - a * a) / t; bc = c; bt = t; btop = 1; }
+                if (wc * (r2 - b * b) / t > bg) { bg = wc * (r2 - b * b) / t; bc = c; bt = t; btop = 0; }
+            }
+        }
+        if (btop) hi[bc] -= bt;
+        else lo[bc] += bt;
+        left -= bt;
+    }
+    memset(del, 0, (size_t)G * d);   /* the values outside [v[lo], v[hi]] of each channel */
+    for (int c = 0; c < d; c++)
+        for (int r = 0; r < G; r++)
+            del[r * d + c] = x[r * d + c] < v[c * G + lo[c]] || x[r * d + c] > v[c * G + hi[c]];
+    free(v);
+}
+
 /* several: the same choices as a float64 re-implementation (qsort per channel; every channel, end
- * and count t up to what is left; the best drop of (max - min)^2 per element removed) */
-static void test_greedy(vq_rng *rng) {
+ * and count t up to what is left; the best drop of w_c (max - min)^2 per element removed); with
+ * qweight=1 the weights are the GQA group's query energy per channel from a calibration */
+static void greedy_arm(vq_rng *rng, int weighted) {
     const int d = 64, G = 16, n = 11;   /* ceil(0.01 * 1024) = 11 */
     cs s;
-    if (!make(&s, "kvquant", 3, G, "0.01", d, VQ_SIDE_K)) return;
+    vq_calib cal;
+    double w[64];
+    memset(&s, 0, sizeof s);
+    s.st.codec = vq_codec_find("kvquant");
+    if (weighted) {   /* layer 1, KV head 1 of 2, GQA group of 3: channels 3c+1 get no query energy */
+        vq_t_calib_make(&cal, 2, 6, 2, d, rng);
+        double sum = 0;
+        for (int c = 0; c < d; c++) {
+            w[c] = 0;
+            for (int g = 3; g < 6; g++) {
+                float *q = &cal.q_sq[((size_t)1 * 6 + g) * d + c];
+                if (c % 3 == 1) *q = 0;
+                w[c] += *q;
+            }
+            sum += w[c];
+        }
+        for (int c = 0; c < d; c++) w[c] = w[c] * d / sum;
+        s.st.ctx = (vq_codec_ctx){.layer = 1, .n_layers = 2, .head = 1, .n_kv_heads = 2, .n_heads = 6,
+                                  .calib = &cal, .calib_path = "synthetic"};
+    }
+    vq_codec_param p[4] = {{"bits", "3"}, {"group", "16"}, {"outliers", "0.01"}, {"qweight", "1"}};
+    vq_err err;
+    CHECKF(s.st.codec->init(&s.st, d, VQ_SIDE_K, p, weighted ? 4 : 3, 1, &err) == VQ_OK, "%s", err.msg);
     float x[16 * 64];
     uint8_t *B = malloc(s.st.block_bytes), del[16 * 64];
-    int got[16], same = 0;
+    int got[16], same = 0, zero_w = 0;
     for (int it = 0; it < 40; it++) {
         for (int i = 0; i < G * d; i++) x[i] = (float)(vq_rng_gauss(rng) * exp(vq_rng_gauss(rng)));
         if (it % 2)   /* clusters: a few near-equal values at one end of a channel */
@@ -123,45 +180,30 @@ static void test_greedy(vq_rng *rng) {
             }
         s.st.codec->encode(&s.st, x, B);
         sparse_idx(&s, B, got, n);
-        int lo[64], hi[64], left = n;   /* kept: sorted positions lo..hi of each channel */
-        double v[64][16];
-        for (int c = 0; c < d; c++) {
-            for (int r = 0; r < G; r++) v[c][r] = x[r * d + c];
-            qsort(v[c], (size_t)G, sizeof(double), cmp_d);
-            lo[c] = 0;
-            hi[c] = G - 1;
-        }
-        while (left > 0) {
-            double bg = -1;
-            int bc = -1, bt = 0, btop = 0;
-            for (int c = 0; c < d; c++) {
-                const double r2 = (v[c][hi[c]] - v[c][lo[c]]) * (v[c][hi[c]] - v[c][lo[c]]);
-                for (int t = 1; t <= left && t <= hi[c] - lo[c]; t++) {
-                    const double a = v[c][hi[c] - t] - v[c][lo[c]], b = v[c][hi[c]] - v[c][lo[c] + t];
-                    if ((r2 - a * a) / t > bg) { bg = (r2 - a * a) / t; bc = c; bt = t; btop = 1; }
-                    if ((r2 - b * b) / t > bg) { bg = (r2 - b * b) / t; bc = c; bt = t; btop = 0; }
-                }
-            }
-            if (btop) hi[bc] -= bt;
-            else lo[bc] += bt;
-            left -= bt;
-        }
-        memset(del, 0, sizeof del);   /* the values outside [v[lo], v[hi]] of each channel */
+        ref_greedy(x, G, d, n, weighted ? w : NULL, del);
         int nd = 0;
-        for (int c = 0; c < d; c++)
-            for (int r = 0; r < G; r++)
-                if (x[r * d + c] < v[c][lo[c]] || x[r * d + c] > v[c][hi[c]]) { del[r * d + c] = 1; nd++; }
+        for (int i = 0; i < G * d; i++) nd += del[i];
         int ok = nd == n, asc = 1;
         for (int k = 0; k < n; k++) {
             ok &= got[k] >= 0 && got[k] < G * d && del[got[k]];
             if (k) asc &= got[k] > got[k - 1];
+            zero_w += got[k] % d % 3 == 1;
         }
         CHECKF(asc, "iteration %d: sparse indices not strictly ascending", it);
         same += ok;
     }
-    CHECKF(same == 40, "the codec's outliers equal the float64 greedy's in %d of 40 blocks", same);
+    CHECKF(same == 40, "weighted %d: the codec's outliers equal the float64 greedy's in %d of 40 blocks", weighted, same);
+    if (weighted) {
+        CHECKF(zero_w == 0, "%d outliers in channels no query reads", zero_w);
+        CHECK(s.st.state_bytes > (size_t)d * sizeof(float));   /* the weights are counted */
+        vq_calib_free(&cal);
+    }
     free(B);
     s.st.codec->fini(&s.st);
+}
+static void test_greedy(vq_rng *rng) {
+    greedy_arm(rng, 0);
+    greedy_arm(rng, 1);
 }
 
 /* planted outliers are found and exact; the rest within half a step of their channel's range */

@@ -111,9 +111,12 @@ static int run_all(uint64_t seed) {
         run_spec(&rng, extra[s], 9, 3, 64, 1);
         run_spec(&rng, extra[s], 8, 4, 128, 1);
     }
-    if (vq_codec_find("tq_split")) {   /* split keys with other values, windows, sinks, overrides */
+    if (vq_codec_find("tq_split") && vq_codec_find("kvquant")) {   /* calibrated keys (tq_split, kvquant qweight=1) with
+                                                                       * other values, windows, sinks, overrides */
         const char *sx[] = {"k=tq_split:hi=4,lo=2;v=turboquant_mse:bits=4", "k=tq_split:hi=3,lo=2,frac=0.125;v=q8_0;window=5,sink=3",
-                            "k=tq_split:hi=4,lo=1;v=f16;page=20", "tq_split:hi=4,lo=2@1=f16"};
+                            "k=tq_split:hi=4,lo=1;v=f16;page=20", "tq_split:hi=4,lo=2@1=f16",
+                            "k=kvquant:bits=3,outliers=0.02,qweight=1;v=turboquant_mse:bits=4;sink=2",
+                            "kvquant:k=2,v=4,group=16,outliers=0.05,qweight=1;window=3,page=20"};
         for (size_t s = 0; s < VQ_ARRAY_LEN(sx); s++) {
             char spec[600];
             const char *at = strchr(sx[s], '@');

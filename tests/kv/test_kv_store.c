@@ -46,8 +46,8 @@ static void test_specs(void) {
     spec_ok("kivi:residual=0,window=16", NULL);
     /* 3-bit keys (kivi, kvquant); kvquant's outlier fraction in canonical form */
     spec_ok("kivi:k=3,v=4", "k=kivi:bits=3,group=32,residual=128,layout=lanes;v=kivi:bits=4,group=32,residual=128,layout=lanes;window=128,wprec=16,page=256");
-    spec_ok("kvquant", "kvquant:bits=2,group=32,residual=0,layout=lanes,outliers=0.01");
-    spec_ok("kvquant:k=3,v=4,outliers=0.020,group=16", "k=kvquant:bits=3,group=16,residual=0,layout=lanes,outliers=0.02;v=kvquant:bits=4,group=16,residual=0,layout=lanes,outliers=0.02");
+    spec_ok("kvquant", "kvquant:bits=2,group=32,residual=0,layout=lanes,outliers=0.01,qweight=0");
+    spec_ok("kvquant:k=3,v=4,outliers=0.020,group=16", "k=kvquant:bits=3,group=16,residual=0,layout=lanes,outliers=0.02,qweight=0;v=kvquant:bits=4,group=16,residual=0,layout=lanes,outliers=0.02,qweight=0");
     spec_ok("k=kvquant:bits=3,outliers=0;v=turboquant_mse:bits=3;sink=4", NULL);
     spec_ok("kvquant:k=2,v=4,layout=rows,outliers=0.125", NULL);
     /* every codec in the table is reachable by name with its defaults */
@@ -84,7 +84,9 @@ static void test_specs(void) {
     spec_bad("kvquant:outliers=abc", "outliers=abc");
     spec_bad("kvquant:outliers=0.01x", "outliers=0.01x");
     spec_bad("kvquant:outliers=nan", "outliers=nan");
-    spec_bad("kvquant:bits=3", "keys only");               /* 3-bit values are not packed */
+    spec_bad("kvquant:bits=3", "keys only");
+    spec_bad("kvquant:qweight=1", "calib=FILE");            /* the weights come from a calibration */
+    spec_bad("kvquant:qweight=2", "qweight=2");               /* 3-bit values are not packed */
     spec_bad("kvquant:k=3,v=4,layout=rows", "layout=lanes");
     spec_bad("k=kvquant:group=1;v=f16", "group=1");         /* an outlier needs a second row */
     spec_bad("k=kvquant:group=512;v=f16", "group=512");     /* row index in a byte */
