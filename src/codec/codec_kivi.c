@@ -109,6 +109,9 @@ static vq_status init_common(vq_codec_state *st, int d, int side, const vq_codec
     k->hdr = side == VQ_SIDE_K ? 4 * d : 4 * (d / G);
     k->n_out = n_out;
     k->plane1 = (size_t)G * d / 4;   /* bits=3: after the 2-bit plane */
+    k->dshift = -1;
+    for (int t = 0; t < 13; t++)
+        if (d == 1 << t) k->dshift = t;
     st->side = side;
     st->state_bytes = sizeof *k + (k->w ? sizeof(float) * (size_t)d : 0);
     st->d = d;
@@ -289,6 +292,33 @@ static void sp_score(const kivi *k, const uint8_t *B, int n_q, const void *const
         float val, dv;
         sp_get(k, B, e, &r, &c, &val, &dv);
         for (int j = 0; j < n_q; j++) s0[(size_t)j * stride + r] += ((const float *)qst[j])[c] * dv;
+    }
+}
+/* the same with F16C conversions, 8 values at a time, and a shift for the row when d is a power
+ * of two (the SIMD paths: the scalar one above would cost about as much as the block's codes) */
+T2 static void sp_score_hw(const kivi *k, const uint8_t *B, int n_q, const void *const *qst, float *s0,
+                           size_t stride) {
+    const int n = k->n_out, d = k->d, sh = k->dshift;
+    const uint8_t *ix = B + k->sp_off, *hv = ix + 2 * (size_t)n;
+    for (int e0 = 0; e0 < n; e0 += 8) {
+        const int m = VQ_MIN(8, n - e0);
+        uint16_t id[8] = {0}, vh[8] = {0}, mh[8] = {0};
+        memcpy(id, ix + 2 * (size_t)e0, 2 * (size_t)m);
+        memcpy(vh, hv + 2 * (size_t)e0, 2 * (size_t)m);
+        int rr[8], cc[8];
+        for (int e = 0; e < m; e++) {
+            rr[e] = sh >= 0 ? id[e] >> sh : id[e] / d;
+            cc[e] = sh >= 0 ? id[e] & (d - 1) : id[e] % d;
+            memcpy(&mh[e], B + 2 * (size_t)d + 2 * (size_t)cc[e], 2);
+        }
+        float dv[8];
+        _mm256_storeu_ps(dv, _mm256_sub_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vh)),
+                                           _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mh))));
+        for (int j = 0; j < n_q; j++) {
+            const float *q = qst[j];
+            float *o = s0 + (size_t)j * stride;
+            for (int e = 0; e < m; e++) o[rr[e]] += q[cc[e]] * dv[e];
+        }
     }
 }
 /* element (r, c) of a block, decoded */
@@ -559,7 +589,7 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                     else klanes_256_q(k, 1, m, qp, qm, B + k->hdr + k->plane1, out);
                 }
             }
-            if (k->n_out) sp_score(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
+            if (k->n_out) sp_score_hw(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
         }
         return;
     }
@@ -597,7 +627,10 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                 out[r] = qm + s;
             }
         }
-        if (k->n_out) sp_score(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
+        if (k->n_out) {
+            if (isa >= VQ_ISA_AVX2) sp_score_hw(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
+            else sp_score(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
+        }
     }
 }
 

@@ -18,6 +18,7 @@ typedef struct kivi {
     int n_out;       /* kvquant keys: exact sparse entries per block (0: none; kivi: always 0) */
     size_t sp_off;   /* their offset in a key block: u16 index r*d+c [n_out], then fp16 value [n_out] */
     size_t plane1;   /* bits=3 keys: offset from the codes of the high-bit plane (1 bit a code) */
+    int dshift;      /* log2(d) when d is a power of two, else -1 (sparse index -> row, channel) */
     float *w;        /* kvquant qweight=1: per-channel weight of the outlier choice (d), or NULL */
 } kivi;
 

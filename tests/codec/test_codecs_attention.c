@@ -218,6 +218,9 @@ static int run_all(uint64_t seed) {
             check_params(&rng, vq_codec_find("kvquant"), kvq[i], 64, side);
             check_params(&rng, vq_codec_find("kvquant"), kvq[i], 128, side);
         }
+    /* head_dim 96 (not a power of two: the sparse index is divided, not shifted) */
+    check_params(&rng, vq_codec_find("kvquant"), "bits=4,outliers=0.02", 96, VQ_SIDE_K);
+    check_params(&rng, vq_codec_find("kvquant"), "bits=4,outliers=0.05,group=24", 96, VQ_SIDE_K);
     if (vq_codec_find("tq_split")) {   /* its widths and splits (2.5, 3 and 3.5 bits at d=64) */
         const char *pv[][2] = {{"hi", "3"}, {"lo", "1"}, {"frac", "0.125"}, {"pairs", "12"}, {"hi", "8"}, {"lo", "3"}};
         for (size_t i = 0; i < VQ_ARRAY_LEN(pv); i++)
