@@ -70,18 +70,23 @@ static int cmp_cand(const void *a, const void *b) {
  * every head (rpb rows each: scored, not protected); prot[h]: the rows head h keeps whatever
  * happens (sinks, recent, window, sink=S rows, candidates' blocks that hold a protected row).
  * Sorts c by cmp_cand and sets c[i].keep: first each head's best blocks until it holds
- * ceil(floor * B) rows (the safeguard), then the best of the rest while the layer holds at most
- * H * B rows (AdaKV's top-k across heads, at block granularity). kept_rows[h] gets the rows head h
- * then holds. Returns the blocks kept. */
+ * F = ceil(floor * B) rows (the safeguard; in whole blocks, never past B: a head then holds at
+ * least min(F, the most rows <= B its blocks allow)), then the best of the rest while the layer
+ * holds at most H * B rows (AdaKV's top-k across heads, at block granularity). kept_rows[h] gets
+ * the rows head h then holds. Returns the blocks kept. */
 int vq_ada_alloc(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows) {
     if (n > 1) qsort(c, (size_t)n, sizeof *c, cmp_cand);
     const long F = (long)ceil(floor * B);
     long total = 0;
-    int kept = 0;
-    for (int h = 0; h < H; h++) kept_rows[h] = prot[h];
+    int kept = 0, forced[ADA_MAX_HEADS];
+    for (int h = 0; h < H; h++) {
+        const long up = F > prot[h] ? (F - prot[h] + rpb - 1) / rpb : 0, cap = B > prot[h] ? (B - prot[h]) / rpb : 0;
+        forced[h] = (int)VQ_MIN(up, cap);
+        kept_rows[h] = prot[h];
+    }
     for (int i = 0; i < n; i++) {
-        c[i].keep = kept_rows[c[i].h] < F;
-        if (c[i].keep) { kept_rows[c[i].h] += rpb; kept++; }
+        c[i].keep = forced[c[i].h] > 0;
+        if (c[i].keep) { forced[c[i].h]--; kept_rows[c[i].h] += rpb; kept++; }
     }
     for (int h = 0; h < H; h++) total += kept_rows[h];
     long room = (long)H * B > total ? ((long)H * B - total) / rpb : 0;

@@ -296,7 +296,8 @@ static void brute_alloc(const vq_ada_cand *c, int n, int H, const int *prot, int
     for (int h = 0; h < H; h++) total += prot[h];
     for (int i = 0; i < n; i++) {
         const int h = c[i].h;
-        const long need = F > prot[h] ? (F - prot[h] + rpb - 1) / rpb : 0;
+        const long up = F > prot[h] ? (F - prot[h] + rpb - 1) / rpb : 0, cap = B > prot[h] ? (B - prot[h]) / rpb : 0;
+        const long need = VQ_MIN(up, cap);   /* the floor in whole blocks, never past the budget */
         long better = 0;
         for (int j = 0; j < n; j++) better += c[j].h == h && beats(&c[j], &c[i]);
         forced[i] = better < need;
@@ -351,12 +352,14 @@ static void allocator(vq_rng *r) {
             int kh = 0;
             for (int i = 0; i < n; i++) kh += c[i].h == h && c[i].keep;
             bad_rows += kept[h] != prot[h] + kh * rpb;
-            bad_floor += kept[h] < VQ_MIN(F, prot[h] + (long)nc[h] * rpb);
+            bad_floor += kept[h] < VQ_MIN(F, prot[h] + (long)nc[h] * rpb) - (rpb - 1);
             total += kept[h];
-            t0 += F > prot[h] ? prot[h] + VQ_MIN((long)nc[h], (F - prot[h] + rpb - 1) / rpb) * rpb : prot[h];
+            const long up = F > prot[h] ? (F - prot[h] + rpb - 1) / rpb : 0, cap = B > prot[h] ? (B - prot[h]) / rpb : 0;
+            t0 += prot[h] + VQ_MIN((long)nc[h], VQ_MIN(up, cap)) * rpb;   /* the protected and forced rows */
         }
-        /* the layer: H x B at most (unless the protected rows and the floors alone exceed it), and
-         * within a block of it unless every candidate is kept */
+        /* the layer: H x B at most (unless the protected and the forced rows alone exceed it: a
+         * head's protected rows may pass B while the floors fill the others), and within a block
+         * of it unless every candidate is kept */
         if (t0 <= (long)H * B) bad_total += total > (long)H * B || (k < n && total <= (long)H * B - rpb);
         /* every kept candidate the floors did not force outranks every dropped one */
         for (int i = 0; i < n; i++)
@@ -364,7 +367,8 @@ static void allocator(vq_rng *r) {
                 if (c[i].keep && !c[j].keep) {
                     int need = 0;
                     for (int q = 0; q < n; q++) need += c[q].h == c[i].h && c[q].keep && beats(&c[q], &c[i]);
-                    const int forced = F > prot[c[i].h] && (long)need * rpb < F - prot[c[i].h];
+                    const int forced = F > prot[c[i].h] && (long)need * rpb < F - prot[c[i].h] &&
+                                       prot[c[i].h] + (long)(need + 1) * rpb <= B;
                     bad_order += !forced && beats(&c[j], &c[i]);
                 }
     }
@@ -472,7 +476,7 @@ static void steps(const float *K, const float *V, const float *Q, int N) {
                 const int rows = vq_kv_head_rows(kv, l, h);
                 total += rows;
                 differ |= rows != vq_kv_head_rows(kv, l, 0);
-                CHECKF(rows >= (int)ceil(fl * B), "%s layer %d head %d: %d rows, floor %g x %d", specs[s], l, h, rows, fl, B);
+                CHECKF(rows >= (int)ceil(fl * B) - (rpb - 1), "%s layer %d head %d: %d rows, floor %g x %d", specs[s], l, h, rows, fl, B);
                 CHECK(vq_kv_read_head(kv, l, h, kh, vh, pos, &err) == VQ_OK);
                 int have = 0;
                 for (int r = 0; r < rows; r++) have += pos[r] < sinks || pos[r] >= N - recent;
@@ -496,6 +500,53 @@ static void steps(const float *K, const float *V, const float *Q, int N) {
     free(pos); free(kh); free(vh); free(out);
 }
 
+/* one KV head: the allocation has one head to give the budget to, so heads=ada must keep exactly
+ * the shared layout's rows (any floor <= 1 forces only rows the budget keeps anyway) */
+static void one_head(const float *K, const float *V, const float *Q, int N) {
+    vq_kv_dims D1 = {.n_layers = 2, .n_heads = 2, .n_kv_heads = 1, .head_dim = 64, .max_ctx = 700};
+    const char *specs[] = {"f16;evict=h2o,budget=180,every=4", "turboquant_mse:k=4,v=4;evict=snapkv,budget=0.3,every=4",
+                           "q4_0;window=20;evict=knorm,budget=150,sinks=2,recent=8,every=4"};
+    const size_t w = 64, qw = 128;
+    float *ka = malloc(sizeof(float) * N * w), *kb = malloc(sizeof(float) * N * w), *va = malloc(sizeof(float) * N * w),
+          *vb = malloc(sizeof(float) * N * w), *oa = malloc(sizeof(float) * qw), *ob = malloc(sizeof(float) * qw);
+    int32_t *pa = malloc(sizeof(int32_t) * N), *pb = malloc(sizeof(int32_t) * N);
+    for (size_t s = 0; s < VQ_ARRAY_LEN(specs); s++) {
+        char ada[200];
+        snprintf(ada, sizeof ada, "%s,heads=ada,floor=%s", specs[s], s == 1 ? "1" : "0.2");
+        vq_err err;
+        vq_kv *a = vq_kv_create_str(ada, &D1, 7, &err), *b = vq_kv_create_str(specs[s], &D1, 7, &err);
+        CHECKF(a && b, "%s: %s", ada, err.msg);
+        if (!a || !b) { vq_kv_destroy(a); vq_kv_destroy(b); continue; }
+        int same = 1;
+        for (int p = 0; p < N; p += (p < 300 ? 300 : 1)) {   /* a prompt of 300, then decode steps */
+            const int n = p < 300 ? 300 : 1;
+            vq_kv *c[2] = {a, b};
+            for (int i = 0; i < 2; i++) {
+                vq_kv_evict_begin(c[i], p, n);
+                for (int l = 0; l < 2; l++) {
+                    /* the cache's rows are 64 floats: K's first head's rows, taken with stride */
+                    for (int r = 0; r < n; r++) {
+                        CHECK(vq_kv_append(c[i], l, p + r, 1, K + (size_t)(p + r) * W, V + (size_t)(p + r) * W, &err) == VQ_OK);
+                    }
+                    const int q = p + n - 1;
+                    CHECK(vq_kv_attend(c[i], l, 1, &q, Q + (size_t)(q % 4) * QW, i ? ob : oa, &err) == VQ_OK);
+                }
+                vq_kv_evict_end(c[i], p, n);
+            }
+            same &= !memcmp(oa, ob, sizeof(float) * qw);
+        }
+        for (int l = 0; l < 2; l++) {
+            same &= vq_kv_rows(a, l) == vq_kv_rows(b, l) && vq_kv_rows(a, l) < N;
+            CHECK(vq_kv_read(a, l, ka, va, pa, &err) == VQ_OK && vq_kv_read(b, l, kb, vb, pb, &err) == VQ_OK);
+            same &= !memcmp(pa, pb, sizeof(int32_t) * vq_kv_rows(b, l)) && !memcmp(ka, kb, sizeof(float) * w * vq_kv_rows(b, l));
+        }
+        CHECKF(same && vq_kv_evicted(a) == vq_kv_evicted(b) && vq_kv_evicted(a) > 0,
+               "%s: one KV head, rows or outputs differ from the shared layout", ada);
+        vq_kv_destroy(a); vq_kv_destroy(b);
+    }
+    free(ka); free(kb); free(va); free(vb); free(oa); free(ob); free(pa); free(pb);
+}
+
 int main(void) {
     uint64_t seed = test_seed();
     vq_rng r;
@@ -513,6 +564,7 @@ int main(void) {
     known_sets(&r, K, V, Q, N);
     knorm_step(K, V, N);
     steps(K, V, Q, N);
+    one_head(K, V, Q, N);
     unlink(calib_path);
     free(K); free(V); free(Q);
     return vq_t_done();
