@@ -285,6 +285,10 @@ vq_status vq_kv_part_parse(const char *spec, vq_kv_parsed *o, vq_err *err) {
     if (o->dm.codec && !o->ev.pol)
         return spec_err(err, spec, "demote= needs evict=POLICY,budget=B (the demoted tier holds the "
                         "rows an eviction step would drop)");
+    if (o->dm.codec && o->ev.ada)
+        return spec_err(err, spec, "demote= with heads=ada is not built (the demoted tier holds whole rows "
+                        "of every KV head; heads=ada drops rows per head): use heads=shared with demote=, or "
+                        "heads=ada without it");
     return VQ_OK;
 }
 

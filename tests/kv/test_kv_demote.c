@@ -10,7 +10,8 @@
  * see only tier rows, and through the float64 debug path), main pages are freed, bytes == tally;
  * the observer's scores are the softmax weights over both tiers; eviction steps keep every
  * position in one tier or the other; truncate keeps what lies below the position it returns; a
- * sliding-window layer's tier frees what no query can see; saving is refused. */
+ * sliding-window layer's tier frees what no query can see; saving is refused; heads=ada with
+ * demote= is refused (not built). */
 #include "kv_ref.h"
 #include "kv/kv.h"
 
@@ -60,6 +61,8 @@ static void parsing(void) {
         {"f32;evict=keyformer,budget=0.25,tau=2;demote=turboquant_mse:bits=3,layout=packed", NULL},
         {"f16;evict=h2o,budget=64;demote=q8_0@1=f16", NULL},
         {"f16@0=q4_0;evict=streaming_llm,budget=100;demote=turboquant_mse:bits=2", NULL},
+        {"f16;evict=h2o,budget=64,heads=shared;demote=q8_0",
+         "f16;evict=h2o,budget=64,sinks=4,recent=32,every=16;demote=q8_0:rotate=0,layout=lanes"},
     };
     for (size_t i = 0; i < VQ_ARRAY_LEN(ok); i++) {
         vq_kv *kv = vq_kv_create_str(ok[i].in, &D, 1, &err);
@@ -102,6 +105,9 @@ static void parsing(void) {
         {"f16;evict=h2o,budget=10;demote=turboquant_mse:k=2,k=3", "'k=' given twice"},
         {"f16;evict=h2o,budget=10;demote=tq_split", "needs a calibration"},
         {"f16;evict=h2o,budget=10;demote=q8_0:rotate=1@1=f16;demote=q8_0", "demote= needs evict=POLICY"},
+        {"f16;evict=h2o,budget=10,heads=ada;demote=q8_0", "demote= with heads=ada is not built"},
+        {"turboquant_mse:k=4,v=4;demote=turboquant_mse:k=2,v=2;evict=tova,budget=0.5,heads=ada,floor=0.1",
+         "demote= with heads=ada is not built"},
     };
     for (size_t i = 0; i < VQ_ARRAY_LEN(bad); i++) {
         vq_kv *b = vq_kv_create_str(bad[i].in, &D, 1, &err);
