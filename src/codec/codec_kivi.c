@@ -1,71 +1,150 @@
-/* codec_kivi.c: KIVI (Liu et al., arXiv 2402.02750): keys quantized per channel over a group of
- * G tokens (a block holds G rows: rows_per_block = G), values per token in groups of G channels;
- * min/max asymmetric with fp16 scale and min, 2 or 4 bits; the newest `residual` rows stay in the
- * store's fp16 window. Codes are packed in 16-byte chunks: byte j of a chunk holds elements
- * j, j+16, j+32, ... at shifts 0, b, 2b, ... so one 16-byte load expands to 16-lane vectors. */
-#include <immintrin.h>
+/* codec_kivi.c: KIVI (Liu et al., arXiv 2402.02750), and KVQuant-style keys (the kvquant row at
+ * the end: the same codes plus a fixed count of exact sparse outliers per key block). Keys are
+ * quantized per channel over a group of G tokens (a block holds G rows: rows_per_block = G),
+ * values per token in groups of G channels; min/max asymmetric with fp16 scale and min, 2 or 4
+ * bits (keys also 3: a 2-bit and a 1-bit plane); the newest `residual` rows stay in the store's
+ * fp16 window. Value codes are packed in 16-byte chunks: byte j of a chunk holds elements j, j+16,
+ * j+32, ... at shifts 0, b, 2b, ... so one 16-byte load expands to 16-lane vectors; key codes are
+ * in the lanes layout (kcode_off_b) unless layout=rows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include "codec/codec.h"
+#include "codec/kivi.h"
+#include "codec/calib.h"
 #define VQ_CODEC_VEC_AVX512_HSUM
 #include "codec/codec_vec.h"
 
-#define T2 __attribute__((target("avx2,fma,f16c")))
-#define T5 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
-
-typedef struct kivi {
-    int bits, G, d;
-    int row_bytes;   /* packed codes of one row: d * bits / 8 */
-    int hdr;         /* bytes before the codes: K: 4*d (per-channel scale, min); V: 4*d/G */
-    int lanes;       /* keys in the lanes layout (layout=lanes, the default): see kcode_off */
-} kivi;
-
-static vq_status kivi_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
-                           uint64_t seed, vq_err *err) {
+/* the kivi and kvquant rows share this: kvq = 1 adds outliers= (sparse exact key elements) and
+ * qweight=, and makes residual default to 0 (KVQuant keeps no recent window; the store's sink=S
+ * keeps the first rows exact) */
+static vq_status init_common(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
+                             int kvq, vq_err *err) {
     const vq_codec *c = st->codec;
-    int bits = 2, G = 32, R = 128;
-    vq_status s = vq_codec_params_check(c, p, np, "bits,group,residual,layout", err);
+    const char *nm = c->name;
+    int bits = 2, G = 32, R = kvq ? 0 : 128;
+    vq_status s = vq_codec_params_check(c, p, np, kvq ? "bits,group,residual,layout,outliers,qweight"
+                                                      : "bits,group,residual,layout", err);
     if (!s) s = vq_codec_param_int(c, p, np, "bits", 2, 4, 2, &bits, err);
-    if (!s && bits == 3)
-        s = vq_err_set(err, VQ_ERR_ARG, "codec kivi: bits=3 not supported (2 or 4; %s)", c->params_help);
     if (!s) s = vq_codec_param_int(c, p, np, "group", 1, 4096, 32, &G, err);
-    if (!s) s = vq_codec_param_int(c, p, np, "residual", 0, 1048576, 128, &R, err);
+    if (!s) s = vq_codec_param_int(c, p, np, "residual", 0, 1048576, R, &R, err);
+    int qw = 0;
+    if (!s && kvq) s = vq_codec_param_int(c, p, np, "qweight", 0, 1, 0, &qw, err);
     if (s) return s;
     const char *lay = vq_codec_param_get(p, np, "layout");
     if (lay && strcmp(lay, "lanes") && strcmp(lay, "rows"))
-        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: layout=%s is not lanes or rows (%s)", lay,
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: layout=%s is not lanes or rows (%s)", nm, lay,
                           c->params_help);
     const int lanes = !lay || !strcmp(lay, "lanes");
-    const int chunk = 16 * 8 / bits;   /* elements per 16-byte chunk */
+    if (bits == 3 && side == VQ_SIDE_V)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: bits=3 is for keys only (values: 2 or 4; e.g. "
+                          "k=3,v=4, or v=turboquant_mse:bits=3 for 3-bit values; %s)", nm, c->params_help);
+    if (bits == 3 && !lanes)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: bits=3 keys need layout=lanes (layout=rows packs "
+                          "2 or 4 bits; %s)", nm, c->params_help);
+    double frac = 0;
+    char ftxt[32] = "";
+    const char *fv = vq_codec_param_get(p, np, "outliers");
+    if (kvq) {
+        if (fv) {
+            char *end;
+            frac = strtod(fv, &end);
+            if (end == fv || *end || !(frac >= 0.0 && frac <= 0.125))
+                return vq_err_set(err, VQ_ERR_ARG, "codec %s: outliers=%s is not a fraction in [0, 0.125] "
+                                  "(%s)", nm, fv, c->params_help);
+        } else {
+            frac = 0.01;
+        }
+        /* the canonical text, and the count from it, so a normalized spec gives the same count */
+        snprintf(ftxt, sizeof ftxt, "%g", frac);
+        frac = strtod(ftxt, NULL);
+    }
+    const int chunk = 16 * 8 / (bits == 3 ? 2 : bits);   /* elements per 16-byte chunk */
     if (d > 4096)
-        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: head_dim %d above 4096", d);
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: head_dim %d above 4096", nm, d);
     if (d % chunk)
-        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: head_dim %d must be a multiple of %d for "
-                          "bits=%d", d, chunk, bits);
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: head_dim %d must be a multiple of %d for "
+                          "bits=%d", nm, d, chunk, bits);
     if (side == VQ_SIDE_V && (d % G || G % 16))
-        return vq_err_set(err, VQ_ERR_ARG, "codec kivi: value groups of group=%d channels must "
-                          "divide head_dim %d and be a multiple of 16", G, d);
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: value groups of group=%d channels must "
+                          "divide head_dim %d and be a multiple of 16", nm, G, d);
+    /* outliers per key block: a fixed count (the store needs fixed block bytes) */
+    const int n_out = side == VQ_SIDE_K && frac > 0 ? (int)ceil(frac * G * d - 1e-9) : 0;
+    if (n_out > 0 && (G < 2 || G > 256 || G * d > VQ_KIVI_OUT_MAX))
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: outliers=%s needs 2 <= group <= 256 and "
+                          "group x head_dim <= %d (group=%d, head_dim %d)", nm, ftxt, VQ_KIVI_OUT_MAX, G, d);
+    /* qweight=1: the outlier choice weighs channel c's range by the query energy that reads it,
+     * w_c = sum over the KV head's GQA group of E[q_g,c^2] (calibration), so the expected score
+     * error sum_c E[q_c^2] (step_c)^2 is what falls */
+    const vq_calib *cal = st->ctx.calib;
+    const char *cp = st->ctx.calib_path ? st->ctx.calib_path : "(calibration)";
+    const int layer = st->ctx.n_layers ? st->ctx.layer : 0, head = st->ctx.n_layers ? st->ctx.head : 0;
+    if (qw && !cal)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: qweight=1 needs a calibration: add calib=FILE to "
+                          "the KV spec (a file of `veloxquant calibrate`)", nm);
+    if (qw && cal->head_dim != d)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: calibration '%.200s' has head_dim %d (model '%s'), "
+                          "this cache %d", nm, cp, cal->head_dim, cal->model, d);
+    if (qw && (layer < 0 || layer >= cal->n_layers || head < 0 || head >= cal->n_kv_heads))
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: calibration '%.200s' has %d layers x %d KV heads, "
+                          "asked for layer %d head %d", nm, cp, cal->n_layers, cal->n_kv_heads, layer, head);
     kivi *k = calloc(1, sizeof *k);
-    if (!k) return vq_err_set(err, VQ_ERR_NOMEM, "codec kivi: out of memory");
+    if (!k) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", nm);
+    st->impl = k;
+    if (qw && n_out > 0) {
+        k->w = malloc(sizeof(float) * (size_t)d);
+        if (!k->w) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", nm);
+        const int gs = cal->n_heads / cal->n_kv_heads;
+        double sum = 0, e[4096];
+        for (int ch = 0; ch < d; ch++) {
+            e[ch] = 0;
+            for (int g = 0; g < gs; g++)
+                e[ch] += cal->q_sq[((size_t)layer * cal->n_heads + (size_t)head * gs + g) * d + ch];
+            sum += e[ch];
+        }
+        for (int ch = 0; ch < d; ch++)   /* mean 1 (all 1 when the queries are all 0) */
+            k->w[ch] = sum > 0 ? (float)(e[ch] * d / sum) : 1.0f;
+    }
     k->bits = bits; k->G = G; k->d = d; k->lanes = lanes;
     k->row_bytes = d * bits / 8;
     k->hdr = side == VQ_SIDE_K ? 4 * d : 4 * (d / G);
-    st->impl = k;
+    k->n_out = n_out;
+    k->plane1 = (size_t)G * d / 4;   /* bits=3: after the 2-bit plane */
+    k->dshift = -1;
+    for (int t = 0; t < 13; t++)
+        if (d == 1 << t) k->dshift = t;
     st->side = side;
-    st->state_bytes = sizeof *k;
+    st->state_bytes = sizeof *k + (k->w ? sizeof(float) * (size_t)d : 0);
     st->d = d;
     st->rows_per_block = side == VQ_SIDE_K ? G : 1;
-    st->block_bytes = (size_t)k->hdr + (size_t)st->rows_per_block * k->row_bytes;
+    k->sp_off = (size_t)k->hdr + (size_t)st->rows_per_block * d * bits / 8;
+    st->block_bytes = k->sp_off + 4 * (size_t)n_out;
     st->qstate_bytes = (size_t)d * sizeof(float);
     st->acc_floats = d;
     st->fp_window = R;
-    snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d,layout=%s", bits, G, R,
-             lanes ? "lanes" : "rows");
+    if (kvq)
+        snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d,layout=%s,outliers=%s,qweight=%d",
+                 bits, G, R, lanes ? "lanes" : "rows", ftxt, qw);
+    else
+        snprintf(st->params, sizeof st->params, "bits=%d,group=%d,residual=%d,layout=%s", bits, G, R,
+                 lanes ? "lanes" : "rows");
     return VQ_OK;
 }
-static void kivi_fini(vq_codec_state *st) { free(st->impl); st->impl = NULL; }
+static vq_status kivi_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
+                           uint64_t seed, vq_err *err) {
+    (void)seed;
+    return init_common(st, d, side, p, np, 0, err);
+}
+static vq_status kvquant_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
+                              uint64_t seed, vq_err *err) {
+    (void)seed;
+    return init_common(st, d, side, p, np, 1, err);
+}
+static void kivi_fini(vq_codec_state *st) {
+    kivi *k = st->impl;
+    if (k) free(k->w);
+    free(k);
+    st->impl = NULL;
+}
 
 /* ---- packing ---- */
 static inline int code_get(const uint8_t *row, int b, int i) {
@@ -91,30 +170,35 @@ static inline __attribute__((always_inline)) size_t kcode_off_b(const kivi *k, c
     *shift = b * (c % per);
     return (size_t)T * 16 * ncg + (size_t)(c / per) * w + (size_t)(t % 16);
 }
-static inline size_t kcode_off(const kivi *k, int t, int c, int *shift) {
-    return kcode_off_b(k, k->bits, t, c, shift);
-}
+/* bits=3 keys: two planes in this layout, the low 2 bits of every code (G*d/4 bytes) and then
+ * the high bit (G*d/8 bytes, at plane1): a code is lo | hi << 2 */
 static inline int kcode_get(const kivi *k, const uint8_t *codes, int t, int c) {
     int sh;
-    size_t o = kcode_off(k, t, c, &sh);
+    if (k->bits == 3) {
+        const size_t o2 = kcode_off_b(k, 2, t, c, &sh);
+        const int lo = (codes[o2] >> sh) & 3;
+        const size_t o1 = kcode_off_b(k, 1, t, c, &sh);
+        return lo | ((codes[k->plane1 + o1] >> sh) & 1) << 2;
+    }
+    const size_t o = kcode_off_b(k, k->bits, t, c, &sh);
     return (codes[o] >> sh) & ((1 << k->bits) - 1);
 }
-static inline float h2f(const uint8_t *p) { vq_f16 h; memcpy(&h, p, 2); return vq_f16_to_f32(h); }
-T2 static inline float h2f_hw(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }
-static inline void f2h(uint8_t *p, float f) { vq_f16 h = vq_f32_to_f16(f); memcpy(p, &h, 2); }
 
 /* min/max over n values at stride; stores fp16 scale and min; returns them rounded. The
  * comparisons are fminf / fmaxf's (a NaN operand gives the other one) without the libm calls. */
 static inline float fmin_nan(float a, float v) { return (v < a || a != a) ? v : a; }
 static inline float fmax_nan(float a, float v) { return (v > a || a != a) ? v : a; }
-static void minmax(const float *x, int n, int stride, int bits, uint8_t *hs, uint8_t *hm,
-                   float *sc, float *mn) {
-    float lo = x[0], hi = x[0];
-    for (int i = 1; i < n; i++) { float v = x[(size_t)i * stride]; lo = fmin_nan(lo, v); hi = fmax_nan(hi, v); }
+static void range_put(float lo, float hi, int bits, uint8_t *hs, uint8_t *hm, float *sc, float *mn) {
     f2h(hs, (hi - lo) / (float)((1 << bits) - 1));
     f2h(hm, lo);
     *sc = h2f(hs);
     *mn = h2f(hm);
+}
+static void minmax(const float *x, int n, int stride, int bits, uint8_t *hs, uint8_t *hm,
+                   float *sc, float *mn) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; i++) { float v = x[(size_t)i * stride]; lo = fmin_nan(lo, v); hi = fmax_nan(hi, v); }
+    range_put(lo, hi, bits, hs, hm, sc, mn);
 }
 /* the code of x: roundf((x - mn) / sc) clamped to [0, 2^bits - 1], a NaN to 0, computed without
  * libm: c <= 0 (or NaN) gives 0 and c >= top gives top, as the clamp of roundf(c) does; between,
@@ -128,25 +212,51 @@ static inline __attribute__((always_inline)) int qcode(float x, float sc, float 
     return r + (c - (float)r >= 0.5f);
 }
 
-/* bits a constant (2 or 4) after inlining, so the packing's divisions are shifts */
+/* bits a constant (2, 3 or 4) after inlining, so the packing's divisions are shifts. Keys of
+ * kvquant (n_out > 0): the block's outliers (vq_kivi_outliers) are left out of their channel's
+ * min/max, get code 0 and are stored exact after the codes (u16 index r*d+c ascending, then their
+ * fp16 values); so an outlier decodes to its fp16 value and scores as q_c*min_c (code 0) plus the
+ * sparse correction q_c*(value - min_c). */
 static inline __attribute__((always_inline)) void encode_b(const kivi *k, int side, const int b,
                                                            const float *x, uint8_t *block) {
     const int d = k->d;
     if (side == VQ_SIDE_K) {   /* per channel over G rows: header = scale[d], min[d] */
         uint8_t *codes = block + k->hdr;
+        float lo[4096], hi[4096];
+        uint8_t mark[VQ_KIVI_OUT_MAX];
+        uint16_t idx[VQ_KIVI_OUT_MAX / 8];   /* n_out <= G*d/8 (outliers <= 0.125) */
+        if (k->n_out) vq_kivi_outliers(k, x, lo, hi, mark, idx);
         for (int c = 0; c < d; c++) {
             float sc, mn;
-            minmax(x + c, k->G, d, b, block + 2 * c, block + 2 * d + 2 * c, &sc, &mn);
-            if (k->lanes) {
+            if (k->n_out) range_put(lo[c], hi[c], b, block + 2 * c, block + 2 * d + 2 * c, &sc, &mn);
+            else minmax(x + c, k->G, d, b, block + 2 * c, block + 2 * d + 2 * c, &sc, &mn);
+            if (b == 3) {
                 for (int r = 0; r < k->G; r++) {
+                    if (k->n_out && mark[(size_t)r * d + c]) continue;
+                    const int q = qcode(x[(size_t)r * d + c], sc, mn, 3);
+                    int sh;
+                    size_t o = kcode_off_b(k, 2, r, c, &sh);
+                    codes[o] |= (uint8_t)((q & 3) << sh);
+                    o = kcode_off_b(k, 1, r, c, &sh);
+                    codes[k->plane1 + o] |= (uint8_t)((q >> 2) << sh);
+                }
+            } else if (k->lanes) {
+                for (int r = 0; r < k->G; r++) {
+                    if (k->n_out && mark[(size_t)r * d + c]) continue;
                     int sh;
                     const size_t o = kcode_off_b(k, b, r, c, &sh);
                     codes[o] |= (uint8_t)(qcode(x[(size_t)r * d + c], sc, mn, b) << sh);
                 }
             } else {
                 for (int r = 0; r < k->G; r++)
-                    code_put(codes + (size_t)r * k->row_bytes, b, c, qcode(x[(size_t)r * d + c], sc, mn, b));
+                    if (!(k->n_out && mark[(size_t)r * d + c]))
+                        code_put(codes + (size_t)r * k->row_bytes, b, c, qcode(x[(size_t)r * d + c], sc, mn, b));
             }
+        }
+        uint8_t *sp = block + k->sp_off;
+        for (int e = 0; e < k->n_out; e++) {
+            memcpy(sp + 2 * e, &idx[e], 2);
+            f2h(sp + 2 * (size_t)k->n_out + 2 * e, x[idx[e]]);
         }
     } else {                   /* per token, groups of G channels: header = (scale, min)[d/G] */
         for (int g = 0; g < d / k->G; g++) {
@@ -161,7 +271,55 @@ static void kivi_encode(const vq_codec_state *st, const float *x, uint8_t *block
     const kivi *k = st->impl;
     memset(block, 0, st->block_bytes);
     if (k->bits == 2) encode_b(k, st->side, 2, x, block);
+    else if (k->bits == 3) encode_b(k, st->side, 3, x, block);
     else encode_b(k, st->side, 4, x, block);
+}
+/* the sparse entry e of a key block: its index r*d+c, and value - min_c (what it adds to the score
+ * of a query q as q_c * (value - min_c), its code being 0) */
+static inline void sp_get(const kivi *k, const uint8_t *B, int e, int *r, int *c, float *val, float *dv) {
+    uint16_t id;
+    memcpy(&id, B + k->sp_off + 2 * (size_t)e, 2);
+    *r = id / k->d;
+    *c = id % k->d;
+    *val = h2f(B + k->sp_off + 2 * (size_t)k->n_out + 2 * (size_t)e);
+    *dv = *val - h2f(B + 2 * (size_t)k->d + 2 * (size_t)*c);
+}
+/* the scores of one key block's rows (query j's at s0 + j*stride): the sparse entries' terms */
+static void sp_score(const kivi *k, const uint8_t *B, int n_q, const void *const *qst, float *s0,
+                     size_t stride) {
+    for (int e = 0; e < k->n_out; e++) {
+        int r, c;
+        float val, dv;
+        sp_get(k, B, e, &r, &c, &val, &dv);
+        for (int j = 0; j < n_q; j++) s0[(size_t)j * stride + r] += ((const float *)qst[j])[c] * dv;
+    }
+}
+/* the same with F16C conversions, 8 values at a time, and a shift for the row when d is a power
+ * of two (the SIMD paths: the scalar one above would cost about as much as the block's codes) */
+T2 static void sp_score_hw(const kivi *k, const uint8_t *B, int n_q, const void *const *qst, float *s0,
+                           size_t stride) {
+    const int n = k->n_out, d = k->d, sh = k->dshift;
+    const uint8_t *ix = B + k->sp_off, *hv = ix + 2 * (size_t)n;
+    for (int e0 = 0; e0 < n; e0 += 8) {
+        const int m = VQ_MIN(8, n - e0);
+        uint16_t id[8] = {0}, vh[8] = {0}, mh[8] = {0};
+        memcpy(id, ix + 2 * (size_t)e0, 2 * (size_t)m);
+        memcpy(vh, hv + 2 * (size_t)e0, 2 * (size_t)m);
+        int rr[8], cc[8];
+        for (int e = 0; e < m; e++) {
+            rr[e] = sh >= 0 ? id[e] >> sh : id[e] / d;
+            cc[e] = sh >= 0 ? id[e] & (d - 1) : id[e] % d;
+            memcpy(&mh[e], B + 2 * (size_t)d + 2 * (size_t)cc[e], 2);
+        }
+        float dv[8];
+        _mm256_storeu_ps(dv, _mm256_sub_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vh)),
+                                           _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mh))));
+        for (int j = 0; j < n_q; j++) {
+            const float *q = qst[j];
+            float *o = s0 + (size_t)j * stride;
+            for (int e = 0; e < m; e++) o[rr[e]] += q[cc[e]] * dv[e];
+        }
+    }
 }
 /* element (r, c) of a block, decoded */
 static inline float kval(const kivi *k, int side, const uint8_t *block, int r, int c) {
@@ -177,6 +335,12 @@ static void kivi_decode(const vq_codec_state *st, const uint8_t *block, float *x
     const kivi *k = st->impl;
     for (int r = 0; r < st->rows_per_block; r++)
         for (int c = 0; c < k->d; c++) x[(size_t)r * k->d + c] = kval(k, st->side, block, r, c);
+    for (int e = 0; e < k->n_out; e++) {
+        int r, c;
+        float val, dv;
+        sp_get(k, block, e, &r, &c, &val, &dv);
+        x[(size_t)r * k->d + c] = val;
+    }
 }
 static void kivi_prep(const vq_codec_state *st, const float *q, void *qs) {
     memcpy(qs, q, (size_t)st->d * sizeof(float));
@@ -269,8 +433,8 @@ T5 static void dot16_codes_512(const float *qs, const uint8_t *rows, int row_byt
 /* ---- lanes keys: one block's G scores from the folded query qs (qs = q*scale) and qm = q.min
  * (scalar: one query a call; SIMD: up to 4 / 3 queries a pass); SIMD lanes run across the 16
  * tokens of a tile, sums stay in registers ---- */
-static void klanes_scalar(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
-    const int b = k->bits, per = 8 / b, ncg = k->d / per, m = (1 << b) - 1;
+static void klanes_scalar(const kivi *k, int b, const float *qs, float qm, const uint8_t *codes, float *out) {
+    const int per = 8 / b, ncg = k->d / per, m = (1 << b) - 1;
     for (int T = 0; T * 16 < k->G; T++) {
         const int w = VQ_MIN(16, k->G - 16 * T);
         const uint8_t *p = codes + (size_t)T * 16 * ncg;
@@ -280,7 +444,7 @@ static void klanes_scalar(const kivi *k, const float *qs, float qm, const uint8_
                 const float qv = qs[cg * per + kk];
                 for (int j = 0; j < w; j++) a[j] += qv * (float)((p[j] >> (b * kk)) & m);
             }
-        for (int j = 0; j < w; j++) out[16 * T + j] = qm + a[j];
+        for (int j = 0; j < w; j++) out[16 * T + j] = b == 1 ? out[16 * T + j] + a[j] : qm + a[j];
     }
 }
 /* AVX-512, m queries (a constant after inlining, <= 4) in one pass over a block: each code
@@ -302,7 +466,7 @@ T5 static inline __attribute__((always_inline)) void klanes_512_m(const int m, c
         for (int j = 0; j < m; j++) a[j][0] = a[j][1] = _mm512_setzero_ps();
         for (int cg = 0; cg < ncg; cg++) {
             const __m512i x0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + 16 * cg)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int kk = 0; kk < per; kk++) {
                 const __m512 c = _mm512_permutexvar_ps(_mm512_srli_epi32(x0, b * kk), tab);
 #pragma GCC unroll 4
@@ -311,16 +475,19 @@ T5 static inline __attribute__((always_inline)) void klanes_512_m(const int m, c
             }
         }
 #pragma GCC unroll 4
-        for (int j = 0; j < m; j++)
-            _mm512_storeu_ps(out[j] + 16 * T, _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]), _mm512_set1_ps(qm[j])));
+        for (int j = 0; j < m; j++)   /* b = 1: the high plane of 3-bit codes, added to the scores */
+            _mm512_storeu_ps(out[j] + 16 * T, _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]),
+                                                            b == 1 ? _mm512_loadu_ps(out[j] + 16 * T) : _mm512_set1_ps(qm[j])));
     }
 }
 #define KL512_M(M)                                                                              \
     do {                                                                                        \
-        if (k->bits == 2) klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);          \
+        if (b == 2) klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);                \
+        else if (b == 1) klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 8, 1, out);           \
         else klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 2, 4, out);                       \
     } while (0)
-T5 static void klanes_512_q(const kivi *k, int m, const float *const *qs, const float *qm,
+/* b: 2 or 4, or 1 for the high plane of 3-bit codes (added to the scores) */
+T5 static void klanes_512_q(const kivi *k, int b, int m, const float *const *qs, const float *qm,
                             const uint8_t *codes, float *const *out) {
     switch (m) {
     case 1: KL512_M(1); break;
@@ -346,7 +513,7 @@ T2 static inline __attribute__((always_inline)) void klanes_256_m(const int m, c
         for (int cg = 0; cg < ncg; cg++) {
             const __m256i x0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p0 + 16 * cg)));
             const __m256i x1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p0 + 16 * cg + 8)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int kk = 0; kk < per; kk++) {
                 const __m256 c0 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x0, b * kk), mk));
                 const __m256 c1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(x1, b * kk), mk));
@@ -360,18 +527,19 @@ T2 static inline __attribute__((always_inline)) void klanes_256_m(const int m, c
         }
 #pragma GCC unroll 3
         for (int j = 0; j < m; j++) {
-            const __m256 vqm = _mm256_set1_ps(qm[j]);
-            _mm256_storeu_ps(out[j] + 16 * T, _mm256_add_ps(a[j][0], vqm));
-            _mm256_storeu_ps(out[j] + 16 * T + 8, _mm256_add_ps(a[j][1], vqm));
+            const __m256 vqm = _mm256_set1_ps(qm[j]);   /* b = 1: added to the scores (3-bit high plane) */
+            _mm256_storeu_ps(out[j] + 16 * T, _mm256_add_ps(a[j][0], b == 1 ? _mm256_loadu_ps(out[j] + 16 * T) : vqm));
+            _mm256_storeu_ps(out[j] + 16 * T + 8, _mm256_add_ps(a[j][1], b == 1 ? _mm256_loadu_ps(out[j] + 16 * T + 8) : vqm));
         }
     }
 }
 #define KL256_M(M)                                                                              \
     do {                                                                                        \
-        if (k->bits == 2) klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);          \
+        if (b == 2) klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);                \
+        else if (b == 1) klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 8, 1, out);           \
         else klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 2, 4, out);                       \
     } while (0)
-T2 static void klanes_256_q(const kivi *k, int m, const float *const *qs, const float *qm,
+T2 static void klanes_256_q(const kivi *k, int b, int m, const float *const *qs, const float *qm,
                             const uint8_t *codes, float *const *out) {
     switch (m) {
     case 1: KL256_M(1); break;
@@ -393,6 +561,7 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                        const uint8_t *blocks, int n_blocks, float *scores) {
     const kivi *k = st->impl;
     const int d = k->d, b = k->bits, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
+    const int bp = b == 3 ? 2 : b;   /* 3-bit keys: the 2-bit plane, then the high plane (b = 1) */
     const vq_isa isa = vq_cvec_isa();
     float qs[4096];   /* folded queries, d floats each (d <= 4096, checked at init) */
     if (st->side == VQ_SIDE_K && k->lanes && isa >= VQ_ISA_AVX2) {
@@ -411,10 +580,16 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                     qm[j] = fold_f16c(qst[j0 + j], B, d, qs + (size_t)j * d);
                     out[j] = scores + (size_t)(j0 + j) * n_rows + (size_t)blk * rpb;
                 }
-                if (isa == VQ_ISA_AVX512) klanes_512_q(k, m, qp, qm, B + k->hdr, out);
-                else klanes_256_q(k, m, qp, qm, B + k->hdr, out);
+                if (isa == VQ_ISA_AVX512) klanes_512_q(k, bp, m, qp, qm, B + k->hdr, out);
+                else klanes_256_q(k, bp, m, qp, qm, B + k->hdr, out);
                 for (int j = 0; j < m; j++) klanes_tail(k, qp[j], qm[j], B + k->hdr, out[j]);
+                if (b == 3) {   /* high bit: weight 4 (exact in float), full tiles (the tail has it) */
+                    for (int i = 0; i < m * d; i++) qs[i] *= 4.0f;
+                    if (isa == VQ_ISA_AVX512) klanes_512_q(k, 1, m, qp, qm, B + k->hdr + k->plane1, out);
+                    else klanes_256_q(k, 1, m, qp, qm, B + k->hdr + k->plane1, out);
+                }
             }
+            if (k->n_out) sp_score_hw(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
         }
         return;
     }
@@ -431,7 +606,11 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
             }
             float qm = isa == VQ_ISA_SCALAR ? fold_scalar(q, B, d, qs) : fold_f16c(q, B, d, qs);
             if (k->lanes) {   /* scalar here: the SIMD lanes path returned above */
-                klanes_scalar(k, qs, qm, B + k->hdr, out);
+                klanes_scalar(k, bp, qs, qm, B + k->hdr, out);
+                if (b == 3) {
+                    for (int c = 0; c < d; c++) qs[c] *= 4.0f;
+                    klanes_scalar(k, 1, qs, qm, B + k->hdr + k->plane1, out);
+                }
                 continue;
             }
             int r0 = 0;
@@ -448,217 +627,12 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                 out[r] = qm + s;
             }
         }
-    }
-}
-
-/* ---- values: per row, expand each 16-lane vector of codes (one group's scale and min) in
- * registers and add w * v to every query's accumulator ---- */
-T5 static void vacc_512(const kivi *k, const uint8_t *B, int n_q, const float *w, size_t wstride,
-                        float *const *acc) {
-    const int b = k->bits, per = 8 / b, E = 16 * per, d = k->d;
-    const __m512i m = _mm512_set1_epi32((1 << b) - 1);
-    for (int ch = 0; ch < d / E; ch++) {
-        __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(B + k->hdr + 16 * ch)));
-        for (int t = 0; t < per; t++) {
-            const int c0 = ch * E + 16 * t, g = c0 / k->G;
-            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(x, b * t), m)),
-                                       _mm512_set1_ps(h2f_hw(B + 4 * g)), _mm512_set1_ps(h2f_hw(B + 4 * g + 2)));
-            for (int j = 0; j < n_q; j++) {
-                const float wj = w[(size_t)j * wstride];
-                if (wj == 0.0f) continue;
-                _mm512_storeu_ps(acc[j] + c0, _mm512_fmadd_ps(_mm512_set1_ps(wj), v, _mm512_loadu_ps(acc[j] + c0)));
-            }
+        if (k->n_out) {
+            if (isa >= VQ_ISA_AVX2) sp_score_hw(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
+            else sp_score(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
         }
     }
 }
-/* AVX-512 values, d % 64 == 0, the scale folded into the weights: with v_c = m_g + s_g code_c
- * (g = c / G), sum_r w_r v_rc = sum_r (w_r s_rg) code_rc + sum_r w_r m_rg. For each 16-row chunk
- * the (scale, min) pairs of the rows are read once (one dword per row and group), ws = w * s is
- * stored for the row loop and the min term summed in vectors; the row loop then only expands the
- * codes (shift, one vpermps on the table i & (2^b - 1)) and does one FMA per query and 16
- * channels with the broadcast ws: no per-row fp16 conversion, no value FMA. A row of weight 0
- * contributes nothing (masked, so a non-finite pair is never multiplied by 0). Up to 4 queries x
- * 64 channels (16 zmm) stay in registers across the rows; the min terms are added at the end. */
-T5 static inline __attribute__((always_inline)) void vfold64_m(const kivi *k, const int m, const int b,
-                                                              const uint8_t *blocks, size_t bb,
-                                                              const float *w, int n_rows,
-                                                              float *const *acc, int c0) {
-    const int per = 8 / b, E = 16 * per, G = k->G;
-    const __m512 tab = _mm512_cvtepi32_ps(_mm512_and_si512(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((1 << b) - 1)));
-    const int g0 = c0 / G, ng = (c0 + 63) / G - g0 + 1;   /* groups met by channels c0..c0+63 */
-    int gt[4];
-    for (int t = 0; t < 4; t++) gt[t] = (c0 + 16 * t) / G - g0;
-    __m512 a[4][4], mt[4][4];
-    float ws[4][4][16];
-#pragma GCC unroll 4
-    for (int j = 0; j < m; j++)
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; t++) a[j][t] = _mm512_loadu_ps(acc[j] + c0 + 16 * t);
-    for (int j = 0; j < m; j++)
-        for (int g = 0; g < ng; g++) mt[j][g] = _mm512_setzero_ps();
-    for (int r0 = 0; r0 < n_rows; r0 += 16) {
-        const int nr = VQ_MIN(16, n_rows - r0);
-        const __mmask16 live = (__mmask16)((1u << nr) - 1);
-        const uint8_t *base = blocks + (size_t)r0 * bb;
-        __m512 wv[4];
-        __mmask16 nz[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < m; j++) {
-            wv[j] = _mm512_maskz_loadu_ps(live, w + (size_t)j * n_rows + r0);
-            nz[j] = _mm512_cmp_ps_mask(wv[j], _mm512_setzero_ps(), _CMP_NEQ_UQ);
-        }
-        for (int g = 0; g < ng; g++) {   /* the rows' fp16 (scale, min) of group g0 + g: one dword each */
-            uint32_t pr[16];   /* scalar loads, one vector load: a zmm gather is slower (Zen 4) */
-            for (int r = 0; r < 16; r++) pr[r] = 0;
-            for (int r = 0; r < nr; r++) memcpy(&pr[r], base + (size_t)r * bb + 4 * (g0 + g), 4);
-            const __m512i sm = _mm512_loadu_si512((const void *)pr);
-            const __m512 sc = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(sm));
-            const __m512 mn = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(sm, 16)));
-#pragma GCC unroll 4
-            for (int j = 0; j < m; j++) {
-                _mm512_storeu_ps(ws[j][g], _mm512_maskz_mul_ps(nz[j], wv[j], sc));
-                mt[j][g] = _mm512_mask3_fmadd_ps(wv[j], mn, mt[j][g], nz[j]);
-            }
-        }
-        for (int r = 0; r < nr; r++) {
-            const uint8_t *codes = base + (size_t)r * bb + k->hdr;
-            __m512 c[4];
-#pragma GCC unroll 4
-            for (int t = 0; t < 4; t++) {
-                const int cc = c0 + 16 * t, ch = cc / E, sh = b * ((cc % E) / 16);
-                const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + 16 * ch)));
-                c[t] = _mm512_permutexvar_ps(_mm512_srli_epi32(x, sh), tab);
-            }
-#pragma GCC unroll 4
-            for (int j = 0; j < m; j++)
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; t++)
-                    a[j][t] = _mm512_fmadd_ps(_mm512_set1_ps(ws[j][gt[t]][r]), c[t], a[j][t]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < m; j++) {
-        float mg[4];
-        for (int g = 0; g < ng; g++) mg[g] = _mm512_reduce_add_ps(mt[j][g]);
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; t++)
-            _mm512_storeu_ps(acc[j] + c0 + 16 * t, _mm512_add_ps(a[j][t], _mm512_set1_ps(mg[gt[t]])));
-    }
-}
-#define VF64(M)                                                                         \
-    do {                                                                                \
-        if (k->bits == 2) vfold64_m(k, M, 2, blocks, bb, wj, n_rows, aj, c0);           \
-        else vfold64_m(k, M, 4, blocks, bb, wj, n_rows, aj, c0);                        \
-    } while (0)
-T5 static void vfold64_512(const kivi *k, const uint8_t *blocks, size_t bb, int n_q, const float *w,
-                           int n_rows, float *const *acc) {
-    for (int j0 = 0; j0 < n_q; j0 += 4) {
-        const float *wj = w + (size_t)j0 * n_rows;
-        float *const *aj = acc + j0;
-        for (int c0 = 0; c0 < k->d; c0 += 64) switch (VQ_MIN(4, n_q - j0)) {
-            case 1: VF64(1); break;
-            case 2: VF64(2); break;
-            case 3: VF64(3); break;
-            default: VF64(4); break;
-            }
-    }
-}
-#undef VF64
-
-/* AVX2 values, the same fold as vfold64_m: up to 3 queries x 32 channels (12 ymm) in registers
- * across the rows, 8-row chunks: the rows' fp16 scales and mins read into two short arrays and
- * converted 8 at a time; the row loop expands 4 x 8 codes (shift, mask, int->float) and does one
- * FMA per query and 8 channels with the broadcast w*s */
-T2 static inline __attribute__((always_inline)) void vfold32_m(const kivi *k, const int m, const int b,
-                                                              const uint8_t *blocks, size_t bb,
-                                                              const float *w, int n_rows,
-                                                              float *const *acc, int c0) {
-    const int per = 8 / b, E = 16 * per, G = k->G;
-    const __m256i mk = _mm256_set1_epi32((1 << b) - 1);
-    const int g0 = c0 / G, ng = (c0 + 31) / G - g0 + 1;   /* 1 or 2 (G >= 16) */
-    int gt[4], off[4], sh[4];
-    for (int u = 0; u < 4; u++) {
-        const int cc = c0 + 8 * u, e = cc % E;
-        gt[u] = cc / G - g0;
-        off[u] = 16 * (cc / E) + e % 16;
-        sh[u] = b * (e / 16);
-    }
-    __m256 a[3][4], mt[3][2];
-    float ws[3][2][8];
-#pragma GCC unroll 3
-    for (int j = 0; j < m; j++)
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) a[j][u] = _mm256_loadu_ps(acc[j] + c0 + 8 * u);
-    for (int j = 0; j < m; j++) mt[j][0] = mt[j][1] = _mm256_setzero_ps();
-    for (int r0 = 0; r0 < n_rows; r0 += 8) {
-        const int nr = VQ_MIN(8, n_rows - r0);
-        const uint8_t *base = blocks + (size_t)r0 * bb;
-        float wr[3][8];
-        for (int j = 0; j < m; j++)
-            for (int r = 0; r < 8; r++) wr[j][r] = r < nr ? w[(size_t)j * n_rows + r0 + r] : 0.0f;
-        for (int g = 0; g < ng; g++) {
-            uint16_t ps[8] = {0}, pm[8] = {0};
-            for (int r = 0; r < nr; r++) {
-                memcpy(&ps[r], base + (size_t)r * bb + 4 * (g0 + g), 2);
-                memcpy(&pm[r], base + (size_t)r * bb + 4 * (g0 + g) + 2, 2);
-            }
-            const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)ps));
-            const __m256 mn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pm));
-#pragma GCC unroll 3
-            for (int j = 0; j < m; j++) {   /* rows of weight 0 are masked out (no 0 x inf) */
-                const __m256 wv = _mm256_loadu_ps(wr[j]);
-                const __m256 nz = _mm256_cmp_ps(wv, _mm256_setzero_ps(), _CMP_NEQ_UQ);
-                _mm256_storeu_ps(ws[j][g], _mm256_and_ps(nz, _mm256_mul_ps(wv, sc)));
-                mt[j][g] = _mm256_add_ps(mt[j][g], _mm256_and_ps(nz, _mm256_mul_ps(wv, mn)));
-            }
-        }
-        for (int r = 0; r < nr; r++) {
-            const uint8_t *codes = base + (size_t)r * bb + k->hdr;
-            __m256 c[4];
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + off[u])));
-                c[u] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(x, _mm_cvtsi32_si128(sh[u])), mk));
-            }
-#pragma GCC unroll 3
-            for (int j = 0; j < m; j++)
-#pragma GCC unroll 4
-                for (int u = 0; u < 4; u++)
-                    a[j][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&ws[j][gt[u]][r]), c[u], a[j][u]);
-        }
-    }
-#pragma GCC unroll 3
-    for (int j = 0; j < m; j++) {
-        float mg[2];
-        for (int g = 0; g < ng; g++) {
-            float t[8];
-            _mm256_storeu_ps(t, mt[j][g]);
-            mg[g] = ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
-        }
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++)
-            _mm256_storeu_ps(acc[j] + c0 + 8 * u, _mm256_add_ps(a[j][u], _mm256_set1_ps(mg[gt[u]])));
-    }
-}
-#define VF32(M)                                                                         \
-    do {                                                                                \
-        if (k->bits == 2) vfold32_m(k, M, 2, blocks, bb, wj, n_rows, aj, c0);           \
-        else vfold32_m(k, M, 4, blocks, bb, wj, n_rows, aj, c0);                        \
-    } while (0)
-T2 static void vfold32_256(const kivi *k, const uint8_t *blocks, size_t bb, int n_q, const float *w,
-                           int n_rows, float *const *acc) {
-    for (int j0 = 0; j0 < n_q; j0 += 3) {
-        const float *wj = w + (size_t)j0 * n_rows;
-        float *const *aj = acc + j0;
-        for (int c0 = 0; c0 < k->d; c0 += 32) switch (VQ_MIN(3, n_q - j0)) {
-            case 1: VF32(1); break;
-            case 2: VF32(2); break;
-            default: VF32(3); break;
-            }
-    }
-}
-#undef VF32
 
 static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
                             const uint8_t *blocks, int n_blocks, float *const *acc) {
@@ -666,11 +640,11 @@ static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
     const int d = k->d, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
     const vq_isa isa = vq_cvec_isa();
     if (st->side == VQ_SIDE_V && isa == VQ_ISA_AVX512 && d % 64 == 0) {
-        vfold64_512(k, blocks, st->block_bytes, n_q, w, n_rows, acc);
+        vq_kivi_vfold64_512(k, blocks, st->block_bytes, n_q, w, n_rows, acc);
         return;
     }
     if (st->side == VQ_SIDE_V && isa == VQ_ISA_AVX2) {   /* d % 32 == 0 always (init) */
-        vfold32_256(k, blocks, st->block_bytes, n_q, w, n_rows, acc);
+        vq_kivi_vfold32_256(k, blocks, st->block_bytes, n_q, w, n_rows, acc);
         return;
     }
     for (int blk = 0; blk < n_blocks; blk++) {
@@ -681,7 +655,7 @@ static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
             for (int j = 0; j < n_q; j++) any |= w[(size_t)j * n_rows + row] != 0.0f;
             if (!any) continue;
             if (st->side == VQ_SIDE_V && isa == VQ_ISA_AVX512) {
-                vacc_512(k, B, n_q, w + row, (size_t)n_rows, acc);
+                vq_kivi_vacc_row512(k, B, n_q, w + row, (size_t)n_rows, acc);
             } else {
                 for (int c = 0; c < d; c++) {
                     const float v = kval(k, st->side, B, r, c);
@@ -689,16 +663,40 @@ static void kivi_accumulate(const vq_codec_state *st, int n_q, const float *w,
                 }
             }
         }
+        for (int e = 0; e < k->n_out; e++) {   /* kvquant keys: an outlier's code is 0 */
+            int r, c;
+            float val, dv;
+            sp_get(k, B, e, &r, &c, &val, &dv);
+            for (int j = 0; j < n_q; j++) acc[j][c] += w[(size_t)j * n_rows + blk * rpb + r] * dv;
+        }
     }
 }
 
 const vq_codec vq_codec_kivi = {
     .name = "kivi",
-    .params_help = "bits=2|4 (default 2), group=G tokens per key group / channels per value group "
+    .params_help = "bits=2|4 (default 2; keys also 3, k=3), group=G tokens per key group / channels per value group "
                    "(default 32), residual=R fp16 recent rows (default 128), layout=lanes|rows (default lanes: "
                    "key codes token-interleaved per channel group); head_dim multiple of "
-                   "64 (bits=2) or 32 (bits=4)",
+                   "64 (bits=2, 3) or 32 (bits=4)",
     .init = kivi_init, .fini = kivi_fini, .encode = kivi_encode, .decode = kivi_decode,
+    .prep_query = kivi_prep, .score = kivi_score, .accumulate = kivi_accumulate,
+    .finish = kivi_finish,
+};
+
+/* KVQuant-style keys (Hooper et al., arXiv 2401.18079): kivi's per-channel keys with a fixed count
+ * of exact sparse outliers per block (kivi_outliers.c); values are kivi's. Keys are stored after
+ * RoPE (KVQuant quantizes them before it): see docs/lowbit-keys.md. */
+const vq_codec vq_codec_kvquant = {
+    .name = "kvquant",
+    .params_help = "bits=2|4 (default 2; keys also 3, k=3), outliers=F fraction of each key block's "
+                   "elements kept exact as (u16 index, fp16 value), 0..0.125 (default 0.01; "
+                   "ceil(F*G*head_dim) a block), group=G tokens per key group / channels per value "
+                   "group (default 32), residual=R fp16 recent rows (default 0), layout=lanes|rows "
+                   "(default lanes), qweight=0|1 (default 0; 1: outliers chosen by range weighted "
+                   "with the calibration's query energy per channel, needs calib=FILE); head_dim "
+                   "multiple of 64 (bits=2, 3) or 32 (bits=4)",
+    .per_head = 1,   /* qweight: each KV head its own channel weights */
+    .init = kvquant_init, .fini = kivi_fini, .encode = kivi_encode, .decode = kivi_decode,
     .prep_query = kivi_prep, .score = kivi_score, .accumulate = kivi_accumulate,
     .finish = kivi_finish,
 };

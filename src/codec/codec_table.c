@@ -11,6 +11,7 @@ extern const vq_codec vq_codec_turboquant_rvq;
 extern const vq_codec vq_codec_q8_0;
 extern const vq_codec vq_codec_q4_0;
 extern const vq_codec vq_codec_kivi;
+extern const vq_codec vq_codec_kvquant;
 extern const vq_codec vq_codec_qjl;
 extern const vq_codec vq_codec_rabitq;
 extern const vq_codec vq_codec_polar;
@@ -25,6 +26,7 @@ static const vq_codec *const table[] = {
     &vq_codec_q8_0,
     &vq_codec_q4_0,
     &vq_codec_kivi,
+    &vq_codec_kvquant,
     &vq_codec_qjl,
     &vq_codec_rabitq,
     &vq_codec_polar,

@@ -57,7 +57,7 @@ static const char *KEYS[] = {"evict", "budget", "sinks", "recent", "every", "obs
 int vq_evict_is_key(const char *key) {
     for (int i = 0; i < N_KEYS; i++)
         if (!strcmp(key, KEYS[i])) return 1;
-    return 0;
+    return vq_ada_is_key(key);
 }
 int vq_evict_needs_attn(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->flags & EV_ATTN); }
 int vq_evict_needs_knorm(const vq_evict_cfg *ev) { return ev->pol && (ev->pol->flags & EV_KNORM); }
@@ -89,6 +89,7 @@ static int inum(const char *s, int lo, int hi, int *out) {
 }
 
 vq_status vq_evict_key(vq_evict_cfg *ev, const char *key, const char *val, char *msg, size_t cap) {
+    if (vq_ada_is_key(key)) return vq_ada_key(ev, key, val, msg, cap);   /* heads=, floor= */
     int i = 0;
     while (i < N_KEYS && strcmp(key, KEYS[i])) i++;
     if (i == N_KEYS) { snprintf(msg, cap, "'%s' is not an eviction key", key); return VQ_ERR_ARG; }
@@ -145,7 +146,7 @@ vq_status vq_evict_key(vq_evict_cfg *ev, const char *key, const char *val, char 
 
 /* after every key of a part: defaults, and keys that need evict= or another policy */
 vq_status vq_evict_check(vq_evict_cfg *ev, char *msg, size_t cap) {
-    if (!ev->seen) return VQ_OK;
+    if (!ev->seen && !ev->ada_seen) return VQ_OK;
     if (!ev->pol) {
         snprintf(msg, cap, "eviction keys (budget=, sinks=, recent=, every=, ...) need evict=POLICY");
         return VQ_ERR_ARG;
@@ -172,7 +173,7 @@ vq_status vq_evict_check(vq_evict_cfg *ev, char *msg, size_t cap) {
     if (!(ev->seen & 64)) ev->pool = 7;
     if (!(ev->seen & 128)) ev->slope = 0.5;
     if (!(ev->seen & 256)) ev->tau = 1.0;
-    return VQ_OK;
+    return vq_ada_check(ev, msg, cap);
 }
 
 int vq_evict_print(const vq_evict_cfg *ev, char *out, size_t cap) {
@@ -188,6 +189,7 @@ int vq_evict_print(const vq_evict_cfg *ev, char *out, size_t cap) {
     if (f & EV_WINDOWED) o += snprintf(out + o, cap - (size_t)o, ",obs=%d,pool=%d", ev->obs, ev->pool);
     if ((size_t)o < cap && (f & EV_PYRAMID)) o += snprintf(out + o, cap - (size_t)o, ",slope=%.6g", ev->slope);
     if ((size_t)o < cap && (f & EV_GUMBEL)) o += snprintf(out + o, cap - (size_t)o, ",tau=%.6g", ev->tau);
+    if ((size_t)o < cap) o += vq_ada_print(ev, out + o, cap - (size_t)o);
     return o;
 }
 
@@ -199,7 +201,9 @@ size_t vq_evict_help(char *buf, size_t n) {
                      "always kept (default 4), recent=R last positions always kept (default 32), "
                      "every=N decode steps between eviction steps (default 16; one step also when "
                      "a prompt ends); snapkv/pyramidkv: obs=W (default 32), pool=K odd (default 7); "
-                     "pyramidkv: slope=0..1 (default 0.5); keyformer: tau=T (default 1)\n");
+                     "pyramidkv: slope=0..1 (default 0.5); keyformer: tau=T (default 1); "
+                     "heads=ada (rows per KV head, AdaKV budgets across a layer's heads; default "
+                     "heads=shared) with floor=0..1 (default 0.2: each head keeps >= floor * budget)\n");
     if (w > 0) o += (size_t)w;
     for (int i = 0; i < N_POLICIES; i++) {
         w = snprintf(buf + VQ_MIN(o, n), n > o ? n - o : 0, "evict=%s: %s\n", POLICIES[i].name,
@@ -226,7 +230,7 @@ void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float 
     for (int h = 0; h < g->H; h++)
         for (int i = 0; i < n; i++) {
             float v = 0;
-            const float *x = k + ((size_t)i * g->H + h) * d;
+            const float *x = k + (size_t)i * g->xs + (size_t)h * d;
             if (knorm) {
                 double s = 0;
                 for (int e = 0; e < d; e++) s += (double)x[e] * x[e];
@@ -315,7 +319,7 @@ int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
 }
 
 /* ---- one eviction step of a layer ---- */
-static int layer_budget(const vq_kvg *g, int local, int next_pos) {
+int vq_evict_budget(const vq_kvg *g, int local, int next_pos) {
     const vq_evict_cfg *ev = &g->ev;
     double B = ev->budget_ratio ? ceil(ev->budget * next_pos) : ev->budget;
     if (ev->pol->flags & EV_PYRAMID) {
@@ -335,7 +339,8 @@ static int cmp_blk(const void *a, const void *b) {
 
 /* The score of each row a layer holds (coded rows, then the window; sinks are never candidates):
  * what an eviction step ranks and vq_kv_evict_scores reports. Higher = kept. */
-static void row_scores(const vq_kvg *g, const vq_kv_layer *L, float *rs) {
+void vq_evict_row_scores(const vq_kvg *g, int local, float *rs) {
+    const vq_kv_layer *L = &g->layers[local];
     const unsigned f = g->ev.pol->flags;
     const int nr = L->n_coded + L->win_count;
     if (f & EV_POS) {
@@ -362,38 +367,55 @@ static void row_scores(const vq_kvg *g, const vq_kv_layer *L, float *rs) {
     }
 }
 
+/* The candidates of a step (into out, block order): every coded block holding no protected row
+ * (position < sinks or >= next_pos - recent), scored by the mean of its rows' scores (pooled for
+ * snapkv). Uses g->ev_tmp. */
+int vq_evict_candidates(vq_kvg *g, int local, int next_pos, vq_evict_blk *out) {
+    const vq_evict_cfg *ev = &g->ev;
+    vq_kv_layer *L = &g->layers[local];
+    const int rpb = g->rpb_store, nb = L->n_coded / rpb, nr = L->n_coded + L->win_count;
+    float *rs = g->ev_tmp, *bs = g->ev_tmp + g->ev_cap;
+    vq_evict_row_scores(g, local, rs);   /* coded rows and the window (storage order = position order) */
+    if (ev->pol->flags & EV_POOL) {   /* max-pool, written to bs first, then back */
+        const int k = ev->pool / 2;
+        for (int i = 0; i < nr; i++) {
+            float m = rs[i];
+            for (int j = VQ_MAX(0, i - k); j <= VQ_MIN(nr - 1, i + k); j++) m = rs[j] > m ? rs[j] : m;
+            bs[i] = m;
+        }
+        memcpy(rs, bs, (size_t)nr * sizeof(float));
+    }
+    int nc = 0;
+    for (int b = 0; b < nb; b++) {
+        int prot = 0;
+        double s = 0;
+        for (int t = 0; t < rpb; t++) {
+            int32_t p = *row_pos(g, L, b * rpb + t);
+            prot |= p < ev->sinks || p >= next_pos - ev->recent;
+            s += rs[b * rpb + t];
+        }
+        if (!prot) out[nc++] = (vq_evict_blk){(float)(s / rpb), b};
+    }
+    return nc;
+}
+
+void vq_evict_step_done(vq_kvg *g, int local) {
+    vq_kv_layer *L = &g->layers[local];
+    if ((g->ev.pol->flags & EV_WINDOWED) && L->ev_score)
+        for (int h = 0; h < g->H; h++)
+            memset(L->ev_score + (size_t)h * g->ev_cap, 0, (size_t)(L->n_coded + L->win_count) * sizeof(float));
+}
+
 int vq_kvg_evict_layer(vq_kvg *g, int local, int next_pos) {
     const vq_evict_cfg *ev = &g->ev;
     if (!ev->pol) return 0;
     vq_kv_layer *L = &g->layers[local];
-    const int rows = L->sink_count + L->n_coded + L->win_count, B = layer_budget(g, local, next_pos);
-    const int rpb = g->rpb_store, nb = L->n_coded / rpb, nr = L->n_coded + L->win_count;
+    const int rows = L->sink_count + L->n_coded + L->win_count, B = vq_evict_budget(g, local, next_pos);
+    const int rpb = g->rpb_store, nb = L->n_coded / rpb;
     int dropped = 0;
     if (rows > B && nb > 0) {
-        const unsigned f = ev->pol->flags;
-        float *rs = g->ev_tmp, *bs = g->ev_tmp + g->ev_cap;
-        row_scores(g, L, rs);   /* coded rows and the window (storage order = position order) */
-        if (f & EV_POOL) {   /* max-pool, written to bs first, then back */
-            const int k = ev->pool / 2;
-            for (int i = 0; i < nr; i++) {
-                float m = rs[i];
-                for (int j = VQ_MAX(0, i - k); j <= VQ_MIN(nr - 1, i + k); j++) m = rs[j] > m ? rs[j] : m;
-                bs[i] = m;
-            }
-            memcpy(rs, bs, (size_t)nr * sizeof(float));
-        }
-        /* block scores (the mean of its rows); blocks holding a protected row are no candidates */
-        int nc = 0;
-        for (int b = 0; b < nb; b++) {
-            int prot = 0;
-            double s = 0;
-            for (int t = 0; t < rpb; t++) {
-                int32_t p = *row_pos(g, L, b * rpb + t);
-                prot |= p < ev->sinks || p >= next_pos - ev->recent;
-                s += rs[b * rpb + t];
-            }
-            if (!prot) g->ev_blk[nc++] = (vq_evict_blk){(float)(s / rpb), b};
-        }
+        float *rs = g->ev_tmp;
+        const int nc = vq_evict_candidates(g, local, next_pos, g->ev_blk);
         qsort(g->ev_blk, (size_t)nc, sizeof *g->ev_blk, cmp_blk);
         const int want = VQ_MIN(nc, (rows - B + rpb - 1) / rpb);
         unsigned char *drop = (unsigned char *)(void *)rs;   /* rs is no longer needed */
@@ -401,8 +423,7 @@ int vq_kvg_evict_layer(vq_kvg *g, int local, int next_pos) {
         for (int i = 0; i < want; i++) memset(drop + (size_t)g->ev_blk[i].b * rpb, 1, (size_t)rpb);
         dropped = vq_kvg_drop_rows(g, local, drop);
     }
-    if ((ev->pol->flags & EV_WINDOWED) && L->ev_score)
-        for (int h = 0; h < g->H; h++) memset(L->ev_score + (size_t)h * g->ev_cap, 0, (size_t)nr * sizeof(float));
+    vq_evict_step_done(g, local);
     return dropped;
 }
 
@@ -433,7 +454,10 @@ void vq_kv_evict_begin(vq_kv *kv, int pos0, int n) {
 static int step_group(vq_kvg *g, int next_pos) {
     int d = 0;
     const size_t held = g->bytes;
-    for (int l = 0; l < g->dims.n_layers; l++) d += vq_kvg_evict_layer(g, l, next_pos);
+    if (g->ev.ada)   /* heads=ada: budgets across each cache layer's KV heads (adakv.c) */
+        for (int l = 0; l < g->dims.n_layers / g->vh; l++) d += vq_ada_evict_layer(g, l, next_pos);
+    else
+        for (int l = 0; l < g->dims.n_layers; l++) d += vq_kvg_evict_layer(g, l, next_pos);
     g->ev_steps = 0;
     /* pages were freed: give them back, or RSS stays at the peak (pages smaller than glibc's
      * mmap threshold live in the heap, e.g. 4-bit codes: measured 1.28x the accounting without) */
@@ -465,12 +489,14 @@ long vq_kv_evicted(const vq_kv *kv) {
     return d;
 }
 
-vq_status vq_kv_evict_positions(vq_kv *kv, int layer, const int32_t *pos, int n, vq_err *err) {
-    if (!kv || layer < 0 || layer >= kv->dims.n_layers || n < 0 || (n && !pos))
-        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_positions: bad arguments (layer %d, n %d)", layer, n);
-    vq_kvg *g = kv->g[kv->lg[layer]];
-    const int local = kv->ll[layer];
+/* Drop the coded rows of local layer `local` at the listed positions (whole blocks only); dry:
+ * only check. head: for messages (-1: the layer's rows are shared by its heads). */
+static vq_status drop_positions(vq_kvg *g, int local, int layer, int head, const int32_t *pos, int n, int dry,
+                                vq_err *err) {
     vq_kv_layer *L = &g->layers[local];
+    char who[48];
+    if (head >= 0) snprintf(who, sizeof who, "layer %d KV head %d", layer, head);
+    else snprintf(who, sizeof who, "layer %d", layer);
     unsigned char *drop = calloc((size_t)L->n_coded + 1, 1);
     if (!drop) return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_evict_positions: out of memory");
     for (int i = 0; i < n; i++) {
@@ -478,8 +504,8 @@ vq_status vq_kv_evict_positions(vq_kv *kv, int layer, const int32_t *pos, int n,
         while (c < L->n_coded && *row_pos(g, L, c) != pos[i]) c++;
         if (c == L->n_coded) {
             free(drop);
-            return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_positions: layer %d holds no coded row at "
-                              "position %d (window and sink rows are never evicted)", layer, pos[i]);
+            return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_positions: %s holds no coded row at "
+                              "position %d (window and sink rows are never evicted)", who, pos[i]);
         }
         drop[c] = 1;
     }
@@ -488,13 +514,38 @@ vq_status vq_kv_evict_positions(vq_kv *kv, int layer, const int32_t *pos, int n,
         for (int t = 0; t < g->rpb_store; t++) cnt += drop[b * g->rpb_store + t];
         if (cnt && cnt < g->rpb_store) {
             free(drop);
-            return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_positions: layer %d: block %d (%d rows) is "
-                              "listed in part; a coded block is evicted whole", layer, b, g->rpb_store);
+            return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_positions: %s: block %d (%d rows) is "
+                              "listed in part; a coded block is evicted whole", who, b, g->rpb_store);
         }
     }
-    vq_kvg_drop_rows(g, local, drop);
+    if (!dry) vq_kvg_drop_rows(g, local, drop);
     free(drop);
     return VQ_OK;
+}
+
+vq_status vq_kv_evict_positions(vq_kv *kv, int layer, const int32_t *pos, int n, vq_err *err) {
+    if (!kv || layer < 0 || layer >= kv->dims.n_layers || n < 0 || (n && !pos))
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_positions: bad arguments (layer %d, n %d)", layer, n);
+    vq_kvg *g = kv->g[kv->lg[layer]];
+    const int local = kv->ll[layer];
+    if (g->vh == 1) return drop_positions(g, local, layer, -1, pos, n, 0, err);
+    for (int h = 0; h < g->vh; h++) {   /* heads=ada: from every KV head, checked before any changes */
+        vq_status st = drop_positions(g, local + h, layer, h, pos, n, 1, err);
+        if (st) return st;
+    }
+    for (int h = 0; h < g->vh; h++) drop_positions(g, local + h, layer, h, pos, n, 0, err);
+    return VQ_OK;
+}
+
+vq_status vq_kv_evict_head_positions(vq_kv *kv, int layer, int h, const int32_t *pos, int n, vq_err *err) {
+    if (!kv || layer < 0 || layer >= kv->dims.n_layers || h < 0 || h >= kv->dims.n_kv_heads || n < 0 || (n && !pos))
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_head_positions: bad arguments (layer %d, head %d, n %d)",
+                          layer, h, n);
+    vq_kvg *g = kv->g[kv->lg[layer]];
+    if (g->vh == 1)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_head_positions: layer %d stores rows shared by its KV "
+                          "heads (spec '%s'); per-head rows need heads=ada", layer, g->spec);
+    return drop_positions(g, kv->ll[layer] + h, layer, h, pos, n, 0, err);
 }
 
 vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *pos, vq_err *err) {
@@ -507,6 +558,20 @@ vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *po
     const int nr = L->n_coded + L->win_count;
     for (int i = 0; pos && i < nr; i++)
         pos[i] = i < L->n_coded ? *row_pos(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
-    row_scores(g, L, out);
+    vq_evict_row_scores(g, kv->ll[layer], out);
+    /* heads=ada: the sum over the KV heads (as the shared layout's score), while they hold the same
+     * rows in the same order; once their rows differ there is no one row list to report */
+    for (int h = 1; h < g->vh; h++) {
+        const vq_kv_layer *Lh = &g->layers[kv->ll[layer] + h];
+        int same = Lh->n_coded == L->n_coded && Lh->win_count == L->win_count;
+        for (int i = 0; same && i < L->n_coded; i++) same = *row_pos(g, (vq_kv_layer *)Lh, i) == *row_pos(g, L, i);
+        if (!same)
+            return vq_err_set(err, VQ_ERR_STATE, "vq_kv_evict_scores: layer %d: its KV heads hold different rows "
+                              "(heads=ada after an eviction step): no one row list to score", layer);
+        if (g->ev.pol->flags & EV_POS) continue;   /* positions: the same in every head */
+        float *t = g->ev_tmp + g->ev_cap;   /* free here: row_scores uses ev_tmp's first half only */
+        vq_evict_row_scores(g, kv->ll[layer] + h, t);
+        for (int i = 0; i < nr; i++) out[i] += t[i];
+    }
     return VQ_OK;
 }

@@ -43,12 +43,14 @@ static size_t layer_fixed_bytes(const vq_kvg *kv) {
            (size_t)(kv->win_cap + kv->S) * (2 * wrow + sizeof(int32_t)) + ev_score_bytes(kv);
 }
 
-/* the codec states of a layer: the array slots and what each init allocated */
+/* the codec states of a layer: the array slots and what each init allocated (heads=ada: the
+ * local layers of a cache layer share its states, counted with its first) */
 static size_t states_bytes(const vq_kvg *kv, int l) {
     size_t b = 0;
+    if (l % kv->vh) return 0;
     for (int s = 0; s < 2; s++)
         for (int h = 0; h < kv->hs[s]; h++)
-            b += sizeof(vq_codec_state) + kv->st[s][(size_t)l * kv->hs[s] + h].state_bytes;
+            b += sizeof(vq_codec_state) + kv->st[s][(size_t)(l / kv->vh) * kv->hs[s] + h].state_bytes;
     return b;
 }
 
@@ -155,7 +157,7 @@ void vq_kvg_destroy(vq_kvg *kv) {
         kv_free(kv, L->ev_score, ev_score_bytes(kv));
     }
     for (int s = 0; s < 2; s++) {
-        for (size_t i = 0; kv->st[s] && i < (size_t)kv->dims.n_layers * kv->hs[s]; i++)
+        for (size_t i = 0; kv->st[s] && i < (size_t)(kv->dims.n_layers / kv->vh) * kv->hs[s]; i++)
             if (kv->st[s][i].codec && kv->st[s][i].codec->fini) kv->st[s][i].codec->fini(&kv->st[s][i]);
         vq_aligned_free(kv->st[s]);
     }
@@ -167,6 +169,7 @@ void vq_kvg_destroy(vq_kvg *kv) {
     kv_free(kv, kv->ev_cal, ev_cal_bytes(kv));
     vq_aligned_free(kv->ev_tmp);
     vq_aligned_free(kv->ev_blk);
+    vq_aligned_free(kv->ada_cand);
     vq_aligned_free(kv->off_k);
     vq_aligned_free(kv->off_v);
     vq_aligned_free(kv->gl);
@@ -222,49 +225,63 @@ int vq_kvg_ring_drop(vq_kvg *kv, int local, int32_t limit) {
     return rows;
 }
 
-/* A group for the layers gl[0..dims->n_layers) of a cache (dims already validated). */
+/* A group for the layers gl[0..dims->n_layers) of a cache (dims already validated). With
+ * heads=ada (sp.ev.ada) the group splits each cache layer into n_kv_heads local layers of one KV
+ * head each (adakv.c); dims and gl are the cache's either way. */
 vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dims *dims,
-                      const int *gl, uint64_t seed, vq_err *err) {
-    const vq_kv_dims *D = dims;
+                      const int *gl0, uint64_t seed, vq_err *err) {
     const vq_kv_parsed sp = *spp;
-
-    vq_kvg *kv = vq_aligned_alloc(sizeof *kv);
-    if (!kv) { vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); return NULL; }
+    const int vh = sp.ev.pol && sp.ev.ada ? dims->n_kv_heads : 1;
+    vq_kv_dims vd = *dims;   /* the local layers: one KV head and its G query heads each */
+    vd.n_layers = dims->n_layers * vh;
+    vd.n_kv_heads = dims->n_kv_heads / vh;
+    vd.n_heads = dims->n_heads / vh;
+    const vq_kv_dims *D = &vd;
+    int *gl = malloc((size_t)vd.n_layers * sizeof(int));
+    vq_kvg *kv = gl ? vq_aligned_alloc(sizeof *kv) : NULL;
+    if (!kv) { free(gl); vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory"); return NULL; }
+    for (int l = 0; l < vd.n_layers; l++) gl[l] = gl0[l / vh];
+    memset(kv, 0, sizeof *kv);
     kv->bytes = sizeof *kv;
     kv->dims = *D;
+    kv->vh = vh;
     kv->H = D->n_kv_heads;
     kv->G = D->n_heads / D->n_kv_heads;
     kv->d = D->head_dim;
+    kv->xs = dims->n_kv_heads * D->head_dim;
+    kv->qrow = dims->n_heads;
     kv->wprec = sp.wprec;
     kv->ev = sp.ev;
     kv->ev_cap = sp.ev.pol ? D->max_ctx : 0;
     kv->ev_attn = vq_evict_needs_attn(&sp.ev);
     kv->n_layers_all = D->n_layers;   /* the group's; the router sets the cache's */
     kv->ev_seed = mix_seed(seed, -1, 7);
-    const int NL = D->n_layers;
+    const int NL = D->n_layers, NLc = dims->n_layers, Hc = dims->n_kv_heads;   /* local; the cache's */
     kv->gl = vq_aligned_alloc((size_t)NL * sizeof(int));
-    if (!kv->gl) goto nomem;
+    if (!kv->gl) { free(gl); goto nomem; }
     memcpy(kv->gl, gl, (size_t)NL * sizeof(int));
+    free(gl);
+    gl = kv->gl;
     kv->bytes += (size_t)NL * sizeof(int);
     kv->off_k = vq_aligned_alloc((size_t)kv->H * sizeof(size_t));
     kv->off_v = vq_aligned_alloc((size_t)kv->H * sizeof(size_t));
     kv->layers = vq_aligned_alloc((size_t)NL * sizeof(vq_kv_layer));
-    for (int s = 0; s < 2; s++) {
-        kv->hs[s] = sp.codec[s]->per_head ? kv->H : 1;
-        kv->st[s] = vq_aligned_alloc((size_t)NL * kv->hs[s] * sizeof(vq_codec_state));
+    for (int s = 0; s < 2; s++) {   /* per cache layer, as in the shared layout */
+        kv->hs[s] = sp.codec[s]->per_head ? Hc : 1;
+        kv->st[s] = vq_aligned_alloc((size_t)NLc * kv->hs[s] * sizeof(vq_codec_state));
     }
     if (!kv->off_k || !kv->off_v || !kv->layers || !kv->st[0] || !kv->st[1]) goto nomem;
     kv->bytes += 2 * (size_t)kv->H * sizeof(size_t) + (size_t)NL * sizeof(vq_kv_layer) +
-                 (size_t)NL * (kv->hs[0] + kv->hs[1]) * sizeof(vq_codec_state);
+                 (size_t)NLc * (kv->hs[0] + kv->hs[1]) * sizeof(vq_codec_state);
 
     /* calib=FILE: read and checked against the cache's dims here, handed to every init, freed
      * before create returns (codecs copy what they need) */
     vq_calib cal;
     memset(&cal, 0, sizeof cal);
     if (sp.calib[0]) {
-        int nl = sp.cache_layers > 0 ? sp.cache_layers : NL;
+        int nl = sp.cache_layers > 0 ? sp.cache_layers : NLc;
         if (vq_calib_read(sp.calib, &cal, err) ||
-            vq_calib_check(&cal, sp.calib, nl, D->n_heads, D->n_kv_heads, D->head_dim, NULL, 0, err)) {
+            vq_calib_check(&cal, sp.calib, nl, dims->n_heads, Hc, D->head_dim, NULL, 0, err)) {
             vq_calib_free(&cal);
             vq_kvg_destroy(kv);
             return NULL;
@@ -282,14 +299,19 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
         }
         kv->ev_cal = kv_alloc(kv, ev_cal_bytes(kv));
         if (!kv->ev_cal) { vq_calib_free(&cal); goto nomem; }
+        /* a local layer's part: its KV heads' filters, its query heads' statistics (heads=ada:
+         * one KV head's, from head vq_kvg_head0 of the cache layer) */
         const size_t w = (size_t)kv->H * kv->d;
         if (vq_evict_needs_filter(&sp.ev))
-            for (int l = 0; l < NL; l++) memcpy(kv->ev_cal + l * w, cal.q_filter + (size_t)gl[l] * w, w * sizeof(float));
+            for (int l = 0; l < NL; l++)
+                memcpy(kv->ev_cal + l * w, cal.q_filter + ((size_t)gl[l] * Hc + vq_kvg_head0(kv, l)) * kv->d,
+                       w * sizeof(float));
         else
             for (int l = 0; l < NL; l++)
                 for (int hq = 0; hq < D->n_heads; hq++) {   /* query head hq = h * G + q, in that order */
-                    const float *mu = cal.q_mean + ((size_t)gl[l] * D->n_heads + hq) * kv->d;
-                    const float *sq = cal.q_sq + ((size_t)gl[l] * D->n_heads + hq) * kv->d;
+                    const size_t cq = (size_t)gl[l] * dims->n_heads + (size_t)vq_kvg_head0(kv, l) * kv->G + hq;
+                    const float *mu = cal.q_mean + cq * kv->d;
+                    const float *sq = cal.q_sq + cq * kv->d;
                     float *a = kv->ev_cal + ((size_t)l * D->n_heads + hq) * 2 * kv->d, *b = a + kv->d;
                     for (int i = 0; i < kv->d; i++) {
                         a[i] = (float)(mu[i] / sqrt((double)kv->d));
@@ -299,16 +321,16 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
     }
     int fpw = 0;
     for (int s = 0; s < 2; s++)
-        for (int l = 0; l < NL; l++)
+        for (int l = 0; l < NLc; l++)
             for (int h = 0; h < kv->hs[s]; h++) {
                 vq_codec_state *st = &kv->st[s][(size_t)l * kv->hs[s] + h], *st0 = &kv->st[s][0];
                 st->codec = sp.codec[s];
                 st->side = s;
-                st->ctx = (vq_codec_ctx){ .layer = gl[l], .n_layers = sp.cache_layers > 0 ? sp.cache_layers : NL,
-                                          .head = h, .n_kv_heads = kv->H, .n_heads = D->n_heads,
+                st->ctx = (vq_codec_ctx){ .layer = gl0[l], .n_layers = sp.cache_layers > 0 ? sp.cache_layers : NLc,
+                                          .head = h, .n_kv_heads = Hc, .n_heads = dims->n_heads,
                                           .calib = sp.calib[0] ? &cal : NULL,
                                           .calib_path = sp.calib[0] ? sp.calib : NULL };
-                vq_status rc = st->codec->init(st, kv->d, s, sp.p[s], sp.np[s], mix_seed(seed, gl[l], s), err);
+                vq_status rc = st->codec->init(st, kv->d, s, sp.p[s], sp.np[s], mix_seed(seed, gl0[l], s), err);
                 st->ctx.calib = NULL;
                 st->ctx.calib_path = NULL;
                 if (rc) { st->codec = sp.codec[s]; vq_calib_free(&cal); vq_kvg_destroy(kv); return NULL; }
@@ -383,6 +405,10 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
         kv->ev_tmp = vq_aligned_alloc(2 * (size_t)kv->ev_cap * sizeof(float));
         kv->ev_blk = vq_aligned_alloc((size_t)kv->ev_cap * sizeof *kv->ev_blk);
         if (!kv->ev_tmp || !kv->ev_blk) goto nomem;
+        if (kv->ev.ada) {
+            kv->ada_cand = vq_aligned_alloc((size_t)kv->vh * kv->ev_cap * sizeof *kv->ada_cand);
+            if (!kv->ada_cand) goto nomem;
+        }
     }
     if (vq_kvg_scratch_init(kv)) goto nomem;
     kv->enc_tmp = vq_aligned_alloc((size_t)kv->rpb_store * kv->d * sizeof(float));
@@ -409,13 +435,14 @@ static void get_row(const vq_kvg *kv, const vq_kv_layer *L, int side, int idx, i
         if (kv->wprec == 16) vq_f16_to_f32_row((const vq_f16 *)w + e, dst, d);
         else memcpy(dst, (const float *)w + e, (size_t)d * sizeof(float));
     } else {
-        memcpy(dst, src + ((size_t)(idx - L->win_count) * kv->H + h) * d, (size_t)d * sizeof(float));
+        memcpy(dst, src + (size_t)(idx - L->win_count) * kv->xs + (size_t)h * d, (size_t)d * sizeof(float));
     }
 }
 
+/* every element of n rows of xs floats (all the cache's KV heads) */
 static vq_status check_rows(const vq_kvg *kv, int layer, int pos0, int n, const float *x,
                             const char *side, vq_err *err) {
-    const int w = kv->H * kv->d;
+    const int w = kv->xs;
     for (int i = 0; i < n; i++)
         for (int e = 0; e < w; e++) {
             float v = x[(size_t)i * w + e];
@@ -450,7 +477,15 @@ static void get_fp_row(const vq_kvg *kv, const void *kb, const void *vb, int slo
     }
 }
 
-/* Append to local layer `local` (arguments checked by vq_kv_append, n > 0). */
+vq_status vq_kvg_check_rows(const vq_kvg *g, int layer, int pos0, int n, const float *k, const float *v,
+                            vq_err *err) {
+    vq_status rc = check_rows(g, layer, pos0, n, k, "K", err);
+    return rc ? rc : check_rows(g, layer, pos0, n, v, "V", err);
+}
+
+/* Append to local layer `local` (arguments checked by vq_kv_append, n > 0). k, v: rows xs floats
+ * apart, the local layer's heads first (heads=ada: the router points them at its KV head and has
+ * checked every element of the rows). */
 vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, const float *v,
                         int ring, vq_err *err) {
     const int layer = kv->gl[local];
@@ -459,9 +494,10 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     if ((int64_t)rows + n > kv->dims.max_ctx)
         return vq_err_set(err, VQ_ERR_RANGE, "vq_kv_append: layer %d holds %d rows, +%d exceeds "
                           "max_ctx %d", layer, rows, n, kv->dims.max_ctx);
-    vq_status rc = check_rows(kv, layer, pos0, n, k, "K", err);
-    if (!rc) rc = check_rows(kv, layer, pos0, n, v, "V", err);
-    if (rc) return rc;
+    if (kv->vh == 1) {
+        vq_status rc = vq_kvg_check_rows(kv, layer, pos0, n, k, v, err);
+        if (rc) return rc;
+    }
     /* a sliding-window layer: rows at or below pos0 - span are invisible to every query from pos0
      * on (queries come in position order; truncate refuses to go back past what the ring freed) */
     if (ring && L->span > 0 && (int64_t)pos0 - L->span >= 0) {
@@ -480,7 +516,7 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
     }
 
     /* attention sink: the leading rows whose position is < S stay in full precision for good */
-    const size_t w = (size_t)kv->H * kv->d;
+    const size_t w = (size_t)kv->xs;
     int ns = 0;
     while (ns < n && pos0 + ns < kv->S && L->sink_count < kv->S) {
         int slot = L->sink_count++;

@@ -114,6 +114,19 @@ vq_status vq_kv_evict_positions(vq_kv *kv, int layer, const int32_t *pos, int n,
 /* The policy's score of every coded and window row of a layer, storage order (as vq_kv_read
  * lists them, sinks excluded; higher = kept); pos (optional) gets their positions. */
 vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *pos, vq_err *err);
+/* heads=ada (adakv.c; docs/eviction.md "AdaKV: per-head budgets"): each KV head of a layer holds
+ * its own rows, so an eviction step keeps a different number of rows per head (the top
+ * heads x budget (block, head) pairs of the layer by the policy's score, each head at least
+ * floor x budget rows). vq_kv_rows is then the most rows any head holds, vq_kv_pages the pages of
+ * all heads, vq_kv_page_bytes one head's page; vq_kv_read works while the heads hold the same
+ * positions (else VQ_ERR_STATE), vq_kv_evict_positions drops from every head and
+ * vq_kv_evict_scores sums the heads' scores under the same condition. */
+int vq_kv_per_head(const vq_kv *kv, int layer);                  /* 1: the layer stores rows per KV head */
+int vq_kv_head_rows(const vq_kv *kv, int layer, int h);          /* rows KV head h holds (shared: the layer's) */
+/* KV head h's rows as attention sees them, storage order: k, v: rows x head_dim; pos: positions */
+vq_status vq_kv_read_head(const vq_kv *kv, int layer, int h, float *k, float *v, int32_t *pos, vq_err *err);
+/* Drop exactly KV head h's coded rows at the listed positions (heads=ada only; whole blocks) */
+vq_status vq_kv_evict_head_positions(vq_kv *kv, int layer, int h, const int32_t *pos, int n, vq_err *err);
 
 /* ---- state: the cache's contents as a byte stream (kv_state.c; docs/state-format.md) ----
  * The stream holds the codes exactly as stored (pages in use), the full-precision window (oldest

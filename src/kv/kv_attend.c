@@ -204,7 +204,7 @@ static void obs_record(obs *ob, const sm *s, const float *S, int rows, int idx0)
 static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const task *t,
                      const void *kb, const void *vb, const int32_t *posb, int start, int cap,
                      int count, const int *qpos, obs *ob, int idx0) {
-    const int d = kv->d, G = kv->G, nh = kv->dims.n_heads, nv = s->nv;
+    const int d = kv->d, G = kv->G, nh = kv->qrow, nv = s->nv;
     const size_t w = (size_t)kv->H * d, hoff = (size_t)t->h * d;
     const int f16 = kv->wprec == 16;
     for (int r = 0; r < count; r++) {
@@ -289,7 +289,7 @@ static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, cons
         }
         if (gum) {   /* softmax((log w + g) / tau) over the rows this query saw */
             const float itau = (float)(1.0 / kv->ev.tau);
-            const int hq = t->h * s->G + j % s->G;
+            const int hq = (vq_kvg_head0(kv, t->layer) + t->h) * s->G + j % s->G;   /* the cache's */
             float mx = -INFINITY;
             double sum = 0;
             for (int b = 0; b < ob->nblk; b++)
@@ -328,7 +328,7 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     const vq_kvg *kv = t->kv;
     const vq_kv_layer *L = t->L;
     const vq_codec_state *sk = vq_kvg_st(kv, VQ_SIDE_K, t->layer, t->h), *sv = vq_kvg_st(kv, VQ_SIDE_V, t->layer, t->h);
-    const int d = kv->d, G = kv->G, nv = t->nq * G, nh = kv->dims.n_heads;
+    const int d = kv->d, G = kv->G, nv = t->nq * G, nh = kv->qrow;
     const int wc = L->win_count, sc = L->sink_count, smax = kv->P;
     const size_t qsb = al64(VQ_MAX(sk->qstate_bytes, 1));
     const int acc_stride = (int)(al64((size_t)sv->acc_floats * sizeof(float)) / sizeof(float));
@@ -411,18 +411,24 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     }
 }
 
-/* One group layer (local index); layer is the cache's, for messages. Arguments checked, n_q > 0. */
-vq_status vq_kvg_attend(const vq_kvg *kv, int local, int layer, int span, int n_q, const int *q_pos,
-                        const float *q, float *out, vq_err *err) {
-    const vq_kv_layer *L = &kv->layers[local];
-    const int nchunks = (n_q + QCHUNK - 1) / QCHUNK, ntasks = nchunks * kv->H;
-    const double work = (double)n_q * kv->dims.n_heads * kv->d * (L->n_coded + L->win_count + L->sink_count);
+/* Group layers local .. local + nloc - 1 (one cache layer: nloc = vh); layer is the cache's, for
+ * messages. Arguments checked, n_q > 0. Every (local layer, KV head, query chunk) is one task, so a
+ * cache layer split per head (heads=ada) still spreads its heads over the threads. */
+vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int span, int n_q,
+                        const int *q_pos, const float *q, float *out, vq_err *err) {
+    const int nchunks = (n_q + QCHUNK - 1) / QCHUNK, per = kv->H * nloc, ntasks = nchunks * per;
+    double rows = 0;
+    for (int l = local; l < local + nloc; l++)
+        rows += kv->layers[l].n_coded + kv->layers[l].win_count + kv->layers[l].sink_count;
+    const double work = (double)n_q * kv->G * kv->H * kv->d * rows;
     const int nthr = VQ_MAX(1, VQ_MIN(kv->n_slots, omp_get_max_threads()));
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (ntasks > 1 && work > 2e5)
     for (int i = 0; i < ntasks; i++) {
-        task t = {.kv = kv, .L = L, .layer = local, .span = span, .h = i % kv->H, .q0 = (i / kv->H) * QCHUNK,
-                  .q_pos = q_pos, .q = q, .out = out, .shared = nchunks > 1,
+        const int l = local + (i % per) / kv->H;
+        const size_t qoff = (size_t)vq_kvg_head0(kv, l) * kv->G * kv->d;   /* heads=ada: its query heads */
+        task t = {.kv = kv, .L = &kv->layers[l], .layer = l, .span = span, .h = i % kv->H, .q0 = (i / per) * QCHUNK,
+                  .q_pos = q_pos, .q = q + qoff, .out = out + qoff, .shared = nchunks > 1,
                   .gumbel = kv->ev_attn && vq_evict_gumbel(&kv->ev)};
         t.nq = VQ_MIN(QCHUNK, n_q - t.q0);
         /* a free slot of the group's scratch; only callers that attend on one cache from more

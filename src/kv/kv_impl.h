@@ -25,6 +25,10 @@ typedef struct vq_evict_cfg {
     double slope, tau;            /* pyramidkv budget slope; keyformer Gumbel temperature */
     int demote;                   /* reserved: re-code instead of drop (not built) */
     unsigned seen;                /* keys given (parser bookkeeping, one bit per key) */
+    /* heads=ada (adakv.c): rows stored per KV head, budgets allocated across a layer's heads */
+    int ada;                      /* 1: heads=ada; 0: heads=shared (the default) */
+    double floor;                 /* ada: each head keeps at least floor * budget rows */
+    unsigned ada_seen;            /* heads= / floor= given (parser bookkeeping) */
 } vq_evict_cfg;
 
 /* A parsed spec: one codec and its parameters per side, plus the store's own keys. */
@@ -93,10 +97,16 @@ typedef struct vq_kv_layer {
  * arrays indexed by layer are local (0..n_layers); gl[] maps them back to the cache's layers
  * (codec seeds and messages use the cache's layer number). */
 typedef struct vq_kvg {
-    vq_kv_dims dims;
+    vq_kv_dims dims;       /* heads=ada: n_layers = cache layers x vh, one KV head (G query heads) each */
     int *gl;               /* global layer of each local layer */
     char spec[512];        /* normalized spec of this group */
-    int H, G, d;           /* KV heads, query heads per KV head, head_dim */
+    int H, G, d;           /* KV heads (of a local layer), query heads per KV head, head_dim */
+    int vh;                /* local layers per cache layer: 1, or n_kv_heads with heads=ada (the
+                              per-head layout, adakv.c: local layer l*vh + h holds KV head h of the
+                              group's l-th cache layer, so pages, window, sinks, positions and
+                              scores exist per (layer, head) with the code unchanged) */
+    int xs;                /* floats between two rows of append's k/v (the cache's KV heads x d) */
+    int qrow;              /* query heads per row of attend's q/out (the cache's n_heads) */
     int rpb[2];            /* rows per block, K and V */
     int rpb_store;         /* rows leave the window in multiples of this (lcm of rpb[]) */
     int R;                 /* full-precision window (rows) */
@@ -107,7 +117,8 @@ typedef struct vq_kvg {
     int page_cap;          /* page pointers per layer */
     size_t page_bytes, *off_k, *off_v;   /* page size; per-head section offsets in a page */
     size_t bytes;          /* tally of every allocation the store made (and still holds) */
-    vq_codec_state *st[2]; /* st[side][layer * hs[side] + head]: vq_kvg_st */
+    vq_codec_state *st[2]; /* st[side][cache layer * hs[side] + head] (cache layers of the group,
+                              local / vh): vq_kvg_st */
     int hs[2];             /* states per layer and side: n_kv_heads for per_head codecs, else 1 */
     uint64_t calib_hash;   /* config hash recorded in the spec's calib=FILE (0: none) */
     char calib_model[64];  /* its model name */
@@ -135,6 +146,7 @@ typedef struct vq_kvg {
                               expected_attention: [local layer][H][G][2][d]: E[q]/sqrt(d), Var[q]/(2d) */
     float *ev_tmp;         /* eviction scratch: 2 x ev_cap floats (row scores, pooling) */
     struct vq_evict_blk { float s; int b; } *ev_blk;   /* ev_cap candidate blocks */
+    struct vq_ada_cand *ada_cand;   /* heads=ada: vh x ev_cap candidates of a layer's heads */
 } vq_kvg;
 
 struct vq_kv {
@@ -162,10 +174,14 @@ int vq_kvg_rows(const vq_kvg *g, int local);
 vq_status vq_kvg_append(vq_kvg *g, int local, int pos0, int n, const float *k, const float *v,
                         int ring, vq_err *err);
 vq_status vq_kvg_read(const vq_kvg *g, int local, float *k, float *v, int32_t *pos, vq_err *err);
-/* kv_attend.c: attention of one group layer (local index); layer = the cache's for messages;
- * span: the layer's attention span (0: unbounded) */
-vq_status vq_kvg_attend(const vq_kvg *g, int local, int layer, int span, int n_q, const int *q_pos,
-                        const float *q, float *out, vq_err *err);
+/* every element of n rows of k and v (xs floats each: all the cache's KV heads) finite, in range */
+vq_status vq_kvg_check_rows(const vq_kvg *g, int layer, int pos0, int n, const float *k, const float *v,
+                            vq_err *err);
+/* kv_attend.c: attention of the group layers local .. local + nloc - 1 (one cache layer: nloc =
+ * vh, each a KV head of it); layer = the cache's for messages; span: its attention span (0:
+ * unbounded) */
+vq_status vq_kvg_attend(const vq_kvg *g, int local, int nloc, int layer, int span, int n_q,
+                        const int *q_pos, const float *q, float *out, vq_err *err);
 
 vq_status vq_kvg_scratch_init(vq_kvg *g);
 size_t vq_kvg_bytes_at(const vq_kvg *g, int rows);   /* layout bytes when each layer holds rows */
@@ -194,8 +210,32 @@ int vq_kvg_evict_layer(vq_kvg *g, int local, int next_pos);
  * rows cannot be dropped. Returns rows dropped. */
 int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop);   /* rows kept (dry: only count) */   /* kv_attend.c; freed by vq_kvg_destroy */
 static inline size_t vq_kv_win_elem(const vq_kvg *kv) { return kv->wprec == 16 ? 2 : 4; }
-/* The codec state serving (side, local layer, KV head). */
+/* The codec state serving (side, local layer, KV head h of the local layer). With heads=ada a
+ * local layer is KV head local % vh of cache layer local / vh: the states are the shared layout's
+ * (one per cache layer, or per KV head for per_head codecs), not copies. */
+static inline int vq_kvg_head0(const vq_kvg *g, int local) { return g->vh > 1 ? local % g->vh : 0; }
 static inline const vq_codec_state *vq_kvg_st(const vq_kvg *g, int side, int local, int h) {
-    return &g->st[side][(size_t)local * g->hs[side] + (g->hs[side] > 1 ? h : 0)];
+    const int hh = vq_kvg_head0(g, local) + h;
+    return &g->st[side][(size_t)(local / g->vh) * g->hs[side] + (g->hs[side] > 1 ? hh : 0)];
 }
+
+/* ---- heads=ada (adakv.c): per-head rows and the AdaKV budget allocator ---- */
+int vq_ada_is_key(const char *key);
+vq_status vq_ada_key(vq_evict_cfg *ev, const char *key, const char *val, char *msg, size_t cap);
+vq_status vq_ada_check(vq_evict_cfg *ev, char *msg, size_t cap);   /* inside vq_evict_check */
+int vq_ada_print(const vq_evict_cfg *ev, char *out, size_t cap);   /* ",heads=ada,floor=.." or "" */
+/* A candidate (a coded block of one head that no protected row is in) and the allocator: see adakv.c */
+typedef struct vq_ada_cand { float s; int h, b, keep; } vq_ada_cand;
+int vq_ada_alloc(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows);
+/* One eviction step of cache layer (group's l-th, local layers l*vh ..): returns rows dropped */
+int vq_ada_evict_layer(vq_kvg *g, int l, int next_pos);
+/* the router's per-head paths (local: the cache layer's first local layer) */
+vq_status vq_ada_append(vq_kvg *g, int local, int layer, int pos0, int n, const float *k, const float *v,
+                        int ring, vq_err *err);
+vq_status vq_ada_read(const vq_kvg *g, int local, int layer, float *k, float *v, int32_t *pos, vq_err *err);
+/* evict.c's parts an AdaKV step shares with the shared layout's step */
+int vq_evict_budget(const vq_kvg *g, int local, int next_pos);   /* rows per head */
+int vq_evict_candidates(vq_kvg *g, int local, int next_pos, vq_evict_blk *out);
+void vq_evict_step_done(vq_kvg *g, int local);                     /* snapkv: the window restarts */
+void vq_evict_row_scores(const vq_kvg *g, int local, float *rs);   /* coded rows, then the window */
 #endif

@@ -21,18 +21,23 @@ static vq_status ovr_spec_err(vq_err *err, const char *spec, const char *clause,
                       "'@%.100s': %s", spec, clause, e->msg);
 }
 
-/* "0,1,2,3,7" -> "0..3,7" (runs of 3 or more as ranges) */
-static int print_layers(char *buf, size_t n, const int *gl, int cnt) {
+/* "0,1,2,3,7" -> "0..3,7" (runs of 3 or more as ranges); gl: a group's local layers, vh of them
+ * per cache layer */
+static int print_layers(char *buf, size_t n, const int *gl_local, int cnt_local, int vh) {
     size_t o = 0;
+    int cnt = cnt_local / vh, *gl = malloc(((size_t)cnt + 1) * sizeof(int));
+    if (!gl) return 0;
+    for (int i = 0; i < cnt; i++) gl[i] = gl_local[i * vh];
     for (int i = 0; i < cnt;) {
         int j = i;
         while (j + 1 < cnt && gl[j + 1] == gl[j] + 1) j++;
         int w = j - i >= 2 ? snprintf(buf + o, n - o, "%s%d..%d", i ? "," : "", gl[i], gl[j])
                            : snprintf(buf + o, n - o, "%s%d", i ? "," : "", gl[i]);
-        if (w < 0 || (size_t)w >= n - o) return 0;
+        if (w < 0 || (size_t)w >= n - o) { free(gl); return 0; }
         o += (size_t)w;
         i = j - i >= 2 ? j + 1 : i + 1;
     }
+    free(gl);
     return 1;
 }
 
@@ -163,10 +168,10 @@ vq_kv *vq_kv_create(const vq_kv_spec *spec, const vq_kv_dims *dims, uint64_t see
         kv->g[gid[c]] = g;
         kv->n_groups = VQ_MAX(kv->n_groups, gid[c] + 1);
     }
-    for (int i = 0; i < ng; i++)
+    for (int i = 0; i < ng; i++)   /* ll: the cache layer's first local layer (heads=ada: vh of them) */
         for (int j = 0; j < kv->g[i]->dims.n_layers; j++) {
             kv->lg[kv->g[i]->gl[j]] = i;
-            kv->ll[kv->g[i]->gl[j]] = j;
+            if (j % kv->g[i]->vh == 0) kv->ll[kv->g[i]->gl[j]] = j;
             kv->g[i]->layers[j].span = kv->span[kv->g[i]->gl[j]];
         }
 
@@ -175,7 +180,7 @@ vq_kv *vq_kv_create(const vq_kv_spec *spec, const vq_kv_dims *dims, uint64_t see
     for (int i = base_used; i < ng; i++) {
         char lay[VQ_KV_SPEC_MAX];
         size_t o = strlen(kv->spec);
-        if (!print_layers(lay, sizeof lay, kv->g[i]->gl, kv->g[i]->dims.n_layers) ||
+        if (!print_layers(lay, sizeof lay, kv->g[i]->gl, kv->g[i]->dims.n_layers, kv->g[i]->vh) ||
             snprintf(kv->spec + o, sizeof kv->spec - o, "@%s=%s", lay, kv->g[i]->spec) >=
                 (int)(sizeof kv->spec - o)) {
             vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': the normalized spec is longer than %d "
@@ -219,6 +224,8 @@ vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, co
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: layer %d: bad arguments pos0=%d n=%d%s",
                           layer, pos0, n, (n > 0 && (!k || !v)) ? " (k or v is NULL)" : "");
     if (n == 0) return VQ_OK;
+    if (GROUP(kv, layer)->vh > 1)
+        return vq_ada_append(GROUP(kv, layer), LOCAL(kv, layer), layer, pos0, n, k, v, !kv->ring_off, err);
     return vq_kvg_append(GROUP(kv, layer), LOCAL(kv, layer), pos0, n, k, v, !kv->ring_off, err);
 }
 
@@ -236,11 +243,13 @@ vq_status vq_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const fl
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_attend: layer %d: bad arguments n_q=%d", layer, n_q);
     if (n_q == 0) return VQ_OK;
     if (kv->ref_attend) return ref_attend(kv, layer, n_q, q_pos, q, out, err);
-    return vq_kvg_attend(GROUP(kv, layer), LOCAL(kv, layer), layer, kv->span[layer], n_q, q_pos, q, out, err);
+    return vq_kvg_attend(GROUP(kv, layer), LOCAL(kv, layer), GROUP(kv, layer)->vh, layer, kv->span[layer], n_q,
+                         q_pos, q, out, err);
 }
 
 vq_status vq_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err) {
     if (bad_layer(kv, layer)) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_read: bad kv or layer %d", layer);
+    if (GROUP(kv, layer)->vh > 1) return vq_ada_read(GROUP(kv, layer), LOCAL(kv, layer), layer, k, v, pos, err);
     return vq_kvg_read(GROUP(kv, layer), LOCAL(kv, layer), k, v, pos, err);
 }
 
@@ -274,11 +283,13 @@ int vq_kv_truncate(vq_kv *kv, int n) {
     for (;;) {
         int m = keep;
         for (int l = 0; l < kv->dims.n_layers; l++)
-            m = VQ_MIN(m, vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 1));
+            for (int h = 0; h < GROUP(kv, l)->vh; h++)   /* heads=ada: every KV head of the layer */
+                m = VQ_MIN(m, vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l) + h, keep, 1));
         if (m == keep) break;
         keep = m;
     }
-    for (int l = 0; l < kv->dims.n_layers; l++) vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 0);
+    for (int l = 0; l < kv->dims.n_layers; l++)
+        for (int h = 0; h < GROUP(kv, l)->vh; h++) vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l) + h, keep, 0);
     return keep;
 }
 
@@ -288,8 +299,34 @@ size_t vq_kv_bytes_tally(const vq_kv *kv) {
     for (int i = 0; i < kv->n_groups; i++) b += kv->g[i]->bytes;
     return b;
 }
-int vq_kv_rows(const vq_kv *kv, int layer) {
-    return bad_layer(kv, layer) ? 0 : vq_kvg_rows(GROUP(kv, layer), LOCAL(kv, layer));
+int vq_kv_rows(const vq_kv *kv, int layer) {   /* heads=ada: the most any KV head holds */
+    int r = 0;
+    for (int h = 0; !bad_layer(kv, layer) && h < GROUP(kv, layer)->vh; h++)
+        r = VQ_MAX(r, vq_kvg_rows(GROUP(kv, layer), LOCAL(kv, layer) + h));
+    return r;
+}
+int vq_kv_per_head(const vq_kv *kv, int layer) { return bad_layer(kv, layer) ? 0 : GROUP(kv, layer)->vh > 1; }
+int vq_kv_head_rows(const vq_kv *kv, int layer, int h) {
+    if (bad_layer(kv, layer) || h < 0 || h >= kv->dims.n_kv_heads) return 0;
+    const vq_kvg *g = GROUP(kv, layer);
+    return vq_kvg_rows(g, LOCAL(kv, layer) + (g->vh > 1 ? h : 0));
+}
+vq_status vq_kv_read_head(const vq_kv *kv, int layer, int h, float *k, float *v, int32_t *pos, vq_err *err) {
+    if (bad_layer(kv, layer) || h < 0 || h >= kv->dims.n_kv_heads || !k || !v || !pos)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_read_head: bad arguments (layer %d, head %d)", layer, h);
+    const vq_kvg *g = GROUP(kv, layer);
+    if (g->vh > 1) return vq_kvg_read(g, LOCAL(kv, layer) + h, k, v, pos, err);
+    /* the shared layout: every head's rows, head h's columns kept */
+    const int rows = vq_kv_rows(kv, layer), d = kv->dims.head_dim, H = kv->dims.n_kv_heads;
+    float *fk = malloc(((size_t)rows * H * d + 1) * sizeof(float)), *fv = malloc(((size_t)rows * H * d + 1) * sizeof(float));
+    vq_status st = fk && fv ? vq_kvg_read(g, LOCAL(kv, layer), fk, fv, pos, err)
+                            : vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_read_head: out of memory");
+    for (int r = 0; !st && r < rows; r++) {
+        memcpy(k + (size_t)r * d, fk + ((size_t)r * H + h) * d, (size_t)d * sizeof(float));
+        memcpy(v + (size_t)r * d, fv + ((size_t)r * H + h) * d, (size_t)d * sizeof(float));
+    }
+    free(fk); free(fv);
+    return st;
 }
 const char *vq_kv_spec_str(const vq_kv *kv) { return kv ? kv->spec : ""; }
 const char *vq_kv_layer_spec(const vq_kv *kv, int layer) {
@@ -298,16 +335,19 @@ const char *vq_kv_layer_spec(const vq_kv *kv, int layer) {
 double vq_kv_bits_per_elem(const vq_kv *kv) {
     if (!kv) return 0;
     double elems = 0;
-    for (int l = 0; l < kv->dims.n_layers; l++)
-        elems += (double)vq_kv_rows(kv, l) * kv->dims.n_kv_heads * kv->dims.head_dim * 2;
+    for (int l = 0; l < kv->dims.n_layers; l++)   /* heads=ada: each head's rows */
+        for (int h = 0; h < kv->dims.n_kv_heads; h++) elems += (double)vq_kv_head_rows(kv, l, h) * kv->dims.head_dim * 2;
     return elems > 0 ? (double)vq_kv_bytes(kv) * 8.0 / elems : 0;
 }
 /* layout of a layer's group; the layer-less forms report layer 0's group */
 size_t vq_kv_page_bytes(const vq_kv *kv) { return kv ? GROUP(kv, 0)->page_bytes : 0; }
 int vq_kv_page_rows(const vq_kv *kv) { return kv ? GROUP(kv, 0)->P : 0; }
 int vq_kv_window_rows(const vq_kv *kv) { return kv ? GROUP(kv, 0)->R : 0; }
-int vq_kv_pages(const vq_kv *kv, int layer) {
-    return bad_layer(kv, layer) ? 0 : GROUP(kv, layer)->layers[LOCAL(kv, layer)].n_pages;
+int vq_kv_pages(const vq_kv *kv, int layer) {   /* heads=ada: the pages of every KV head */
+    int n = 0;
+    for (int h = 0; !bad_layer(kv, layer) && h < GROUP(kv, layer)->vh; h++)
+        n += GROUP(kv, layer)->layers[LOCAL(kv, layer) + h].n_pages;
+    return n;
 }
 const vq_codec_state *vq_kv_codec_state(const vq_kv *kv, int layer, int side) {
     if (bad_layer(kv, layer) || side < 0 || side > 1) return NULL;
@@ -332,41 +372,43 @@ vq_status vq_kv_check_model(const vq_kv *kv, uint64_t config_hash, vq_err *err) 
     return VQ_OK;
 }
 
-/* ---- reference attention: decoded rows (vq_kv_read), float64 scores and softmax ---- */
+/* ---- reference attention: decoded rows (vq_kv_read_head), float64 scores and softmax ----
+ * One KV head at a time (with heads=ada each head holds its own rows). */
 static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
                             float *out, vq_err *err) {
     const int rows = vq_kv_rows(kv, layer), H = kv->dims.n_kv_heads, d = kv->dims.head_dim;
-    const int nh = kv->dims.n_heads, G = nh / H;
-    const size_t w = (size_t)H * d;
-    float *k = malloc(((size_t)rows * w + 1) * sizeof(float)), *v = malloc(((size_t)rows * w + 1) * sizeof(float));
+    const int nh = kv->dims.n_heads, G = nh / H, span = kv->span[layer];
+    float *k = malloc(((size_t)rows * d + 1) * sizeof(float)), *v = malloc(((size_t)rows * d + 1) * sizeof(float));
     int32_t *pos = malloc(((size_t)rows + 1) * sizeof(int32_t));
     double *s = malloc(((size_t)rows + 1) * sizeof(double)), *acc = malloc((size_t)d * sizeof(double));
     vq_status st = VQ_OK;
     if (!k || !v || !pos || !s || !acc) st = vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_attend (reference): out of memory");
-    if (!st) st = vq_kv_read(kv, layer, k, v, pos, err);
-    for (int i = 0; !st && i < n_q; i++)
-        for (int hq = 0; hq < nh; hq++) {
-            const float *qr = q + ((size_t)i * nh + hq) * d;
-            float *o = out + ((size_t)i * nh + hq) * d;
-            const int h = hq / G, span = kv->span[layer];
-            double mx = -INFINITY, sum = 0;
-            for (int r = 0; r < rows; r++) {
-                s[r] = -INFINITY;
-                if (pos[r] > q_pos[i] || (span > 0 && (int64_t)pos[r] <= (int64_t)q_pos[i] - span)) continue;
-                double dot = 0;
-                for (int e = 0; e < d; e++) dot += (double)qr[e] * k[(size_t)r * w + (size_t)h * d + e];
-                s[r] = dot / sqrt((double)d);
-                mx = s[r] > mx ? s[r] : mx;
+    for (int h = 0; !st && h < H; h++) {
+        const int rh = vq_kv_head_rows(kv, layer, h);
+        st = vq_kv_read_head(kv, layer, h, k, v, pos, err);
+        for (int i = 0; !st && i < n_q; i++)
+            for (int hq = h * G; hq < (h + 1) * G; hq++) {
+                const float *qr = q + ((size_t)i * nh + hq) * d;
+                float *o = out + ((size_t)i * nh + hq) * d;
+                double mx = -INFINITY, sum = 0;
+                for (int r = 0; r < rh; r++) {
+                    s[r] = -INFINITY;
+                    if (pos[r] > q_pos[i] || (span > 0 && (int64_t)pos[r] <= (int64_t)q_pos[i] - span)) continue;
+                    double dot = 0;
+                    for (int e = 0; e < d; e++) dot += (double)qr[e] * k[(size_t)r * d + e];
+                    s[r] = dot / sqrt((double)d);
+                    mx = s[r] > mx ? s[r] : mx;
+                }
+                for (int e = 0; e < d; e++) acc[e] = 0;
+                for (int r = 0; r < rh && mx > -INFINITY; r++) {
+                    if (s[r] == -INFINITY) continue;
+                    double wt = exp(s[r] - mx);
+                    sum += wt;
+                    for (int e = 0; e < d; e++) acc[e] += wt * v[(size_t)r * d + e];
+                }
+                for (int e = 0; e < d; e++) o[e] = sum > 0 ? (float)(acc[e] / sum) : 0.0f;
             }
-            for (int e = 0; e < d; e++) acc[e] = 0;
-            for (int r = 0; r < rows && mx > -INFINITY; r++) {
-                if (s[r] == -INFINITY) continue;
-                double wt = exp(s[r] - mx);
-                sum += wt;
-                for (int e = 0; e < d; e++) acc[e] += wt * v[(size_t)r * w + (size_t)h * d + e];
-            }
-            for (int e = 0; e < d; e++) o[e] = sum > 0 ? (float)(acc[e] / sum) : 0.0f;
-        }
+    }
     free(k); free(v); free(pos); free(s); free(acc);
     return st;
 }

@@ -12,7 +12,7 @@
 /* codecs that need a calibration (tq_split) get a synthetic one of this d (1 layer, 1 KV head) */
 static vq_calib g_cal;
 static void set_ctx(vq_codec_state *st, int d, vq_rng *rng) {
-    if (!st->codec->needs_calib) return;
+    if (!st->codec->needs_calib && !st->ctx.calib_path) return;   /* calib_path "want": kvquant qweight=1 */
     if (g_cal.head_dim != d) {
         vq_calib_free(&g_cal);
         vq_t_calib_make(&g_cal, 1, 1, 1, d, rng);
@@ -22,14 +22,25 @@ static void set_ctx(vq_codec_state *st, int d, vq_rng *rng) {
 }
 
 
-static void check_codec(vq_rng *rng, const vq_codec *c, const char *pk, const char *pv, int d, int side) {
-    vq_codec_param p[1];
+/* pl: "key=value,key=value" (or NULL): the parameters */
+static void check_params(vq_rng *rng, const vq_codec *c, const char *pl, int d, int side) {
+    vq_codec_param p[8];
     int np = 0;
-    if (pk) { snprintf(p[0].key, sizeof p[0].key, "%s", pk); snprintf(p[0].val, sizeof p[0].val, "%s", pv); np = 1; }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", pl ? pl : "");
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && np < 8; t = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(t, '=');
+        if (!eq) continue;
+        *eq = 0;
+        snprintf(p[np].key, sizeof p[np].key, "%s", t);
+        snprintf(p[np].val, sizeof p[np].val, "%s", eq + 1);
+        np++;
+    }
     vq_codec_state st;
     memset(&st, 0, sizeof st);
     st.codec = c;
     st.side = side;
+    if (pl && strstr(pl, "qweight=1")) st.ctx.calib_path = "want";
     set_ctx(&st, d, rng);
     vq_err err;
     if (c->init(&st, d, side, p, np, vq_rng_u64(rng), &err) != VQ_OK) {
@@ -135,6 +146,11 @@ static void check_codec(vq_rng *rng, const vq_codec *c, const char *pk, const ch
     free(x); free(xh); free(b1); free(b2); free(q); free(S); vq_aligned_free(qs);
     free(w); free(acc); free(out); free(out2);
 }
+static void check_codec(vq_rng *rng, const vq_codec *c, const char *pk, const char *pv, int d, int side) {
+    char pl[128] = "";
+    if (pk) snprintf(pl, sizeof pl, "%s=%s", pk, pv);
+    check_params(rng, c, pk ? pl : NULL, d, side);
+}
 
 static int run_all(uint64_t seed) {
     vq_rng rng;
@@ -183,6 +199,28 @@ static int run_all(uint64_t seed) {
             /* head_dim 2048: the lanes keys fold 2 queries a pass (their folds fill the buffer) */
             if (side == VQ_SIDE_K) check_codec(&rng, vq_codec_find("kivi"), "group", "32", 2048, side);
         }
+    /* 3-bit keys (a 2-bit and a 1-bit plane) and kvquant's sparse outliers: every scoring path
+     * (lanes with full tiles, a short last tile with G = 24, the rows layout), several fractions;
+     * each arm on both sides (the V side ignores outliers= and refuses bits=3) */
+    const char *kv3[] = {"bits=3", "bits=3,group=24", "bits=3,group=16", "bits=2,group=48"};
+    for (size_t i = 0; i < VQ_ARRAY_LEN(kv3); i++) {
+        check_params(&rng, vq_codec_find("kivi"), kv3[i], 64, VQ_SIDE_K);
+        check_params(&rng, vq_codec_find("kivi"), kv3[i], 128, VQ_SIDE_K);
+    }
+    const char *kvq[] = {"bits=2,outliers=0.01", "bits=3,outliers=0.01", "bits=4,outliers=0.02",
+                         "bits=3,outliers=0.05,group=24", "bits=2,outliers=0.125,group=16",
+                         "bits=3,outliers=0", "bits=2,outliers=0.01,layout=rows",
+                         "bits=4,outliers=0.03,layout=rows,group=20", "bits=2,outliers=0.001,group=64",
+                         "bits=3,outliers=0.01,group=2", "bits=3,outliers=0.02,qweight=1",
+                         "bits=2,outliers=0.05,group=24,qweight=1"};
+    for (size_t i = 0; i < VQ_ARRAY_LEN(kvq); i++)
+        for (int side = 0; side < 2; side++) {
+            check_params(&rng, vq_codec_find("kvquant"), kvq[i], 64, side);
+            check_params(&rng, vq_codec_find("kvquant"), kvq[i], 128, side);
+        }
+    /* head_dim 96 (not a power of two: the sparse index is divided, not shifted) */
+    check_params(&rng, vq_codec_find("kvquant"), "bits=4,outliers=0.02", 96, VQ_SIDE_K);
+    check_params(&rng, vq_codec_find("kvquant"), "bits=4,outliers=0.05,group=24", 96, VQ_SIDE_K);
     if (vq_codec_find("tq_split")) {   /* its widths and splits (2.5, 3 and 3.5 bits at d=64) */
         const char *pv[][2] = {{"hi", "3"}, {"lo", "1"}, {"frac", "0.125"}, {"pairs", "12"}, {"hi", "8"}, {"lo", "3"}};
         for (size_t i = 0; i < VQ_ARRAY_LEN(pv); i++)

@@ -99,15 +99,24 @@ static int run_all(uint64_t seed) {
                            /* turboquant_mse's lanes at 2 and 3 bits (16-row keys), packed, mixed */
                            "turboquant_mse:bits=3", "turboquant_mse:bits=2;window=5,sink=3",
                            "turboquant_mse:k=2,v=3,norm=f32;page=20", "turboquant_mse:bits=3,layout=packed",
-                           "k=turboquant_mse:bits=2;v=turboquant_mse:bits=4,layout=packed"};
+                           "k=turboquant_mse:bits=2;v=turboquant_mse:bits=4,layout=packed",
+                           /* 3-bit kivi keys; kvquant's sparse outliers with windows, sinks, pages
+                            * that are not a multiple of the group, mixed values, a short tile */
+                           "kivi:k=3,v=2,residual=0", "k=kivi:bits=3,group=24,residual=9;v=turboquant_mse:bits=4",
+                           "kvquant:k=3,v=4,outliers=0.02;sink=4", "kvquant:k=2,v=4,group=16,outliers=0.05;window=3,page=20",
+                           "k=kvquant:bits=3,outliers=0.01;v=turboquant_mse:bits=3;sink=2",
+                           "k=kvquant:bits=4,group=24,outliers=0.03;v=q8_0", "kvquant:bits=2,layout=rows,outliers=0.125"};
     for (size_t s = 0; s < VQ_ARRAY_LEN(extra); s++) {
-        if (!vq_codec_find("kivi") && strstr(extra[s], "kivi")) continue;
+        if ((!vq_codec_find("kivi") && strstr(extra[s], "kivi")) || (!vq_codec_find("kvquant") && strstr(extra[s], "kvquant"))) continue;
         run_spec(&rng, extra[s], 9, 3, 64, 1);
         run_spec(&rng, extra[s], 8, 4, 128, 1);
     }
-    if (vq_codec_find("tq_split")) {   /* split keys with other values, windows, sinks, overrides */
+    if (vq_codec_find("tq_split") && vq_codec_find("kvquant")) {   /* calibrated keys (tq_split, kvquant qweight=1) with
+                                                                       * other values, windows, sinks, overrides */
         const char *sx[] = {"k=tq_split:hi=4,lo=2;v=turboquant_mse:bits=4", "k=tq_split:hi=3,lo=2,frac=0.125;v=q8_0;window=5,sink=3",
-                            "k=tq_split:hi=4,lo=1;v=f16;page=20", "tq_split:hi=4,lo=2@1=f16"};
+                            "k=tq_split:hi=4,lo=1;v=f16;page=20", "tq_split:hi=4,lo=2@1=f16",
+                            "k=kvquant:bits=3,outliers=0.02,qweight=1;v=turboquant_mse:bits=4;sink=2",
+                            "kvquant:k=2,v=4,group=16,outliers=0.05,qweight=1;window=3,page=20"};
         for (size_t s = 0; s < VQ_ARRAY_LEN(sx); s++) {
             char spec[600];
             const char *at = strchr(sx[s], '@');

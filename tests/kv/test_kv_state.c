@@ -209,7 +209,9 @@ int main(void) {
                             "k=q8_0;v=q4_0;wprec=32,window=5,page=16", "q8_0:rotate=1",
                             "k=q4_0:layout=rows;v=q8_0;page=16", "turboquant_mse:k=3,v=2;window=3",
                             "turboquant_mse:k=2,v=3,norm=f32;sink=2,page=32",
-                            "turboquant_mse:bits=3,layout=packed" };
+                            "turboquant_mse:bits=3,layout=packed", "kivi:k=3,v=4,residual=0",
+                            "kvquant:k=3,v=4,outliers=0.02;sink=2",
+                            "k=kvquant:bits=2,group=16,outliers=0.05;v=turboquant_mse:bits=3;window=5,page=32" };
     const int rows[] = { 0, 1, 3, 37, 70, 87 };
     for (size_t i = 0; i < VQ_ARRAY_LEN(specs); i++)
         for (size_t j = 0; j < VQ_ARRAY_LEN(rows); j++)

@@ -44,6 +44,12 @@ static void test_specs(void) {
     spec_ok("f16:window=64", "f16;window=64,wprec=16,page=256");
     spec_ok("f16;window=64,wprec=32,page=100", "f16;window=64,wprec=32,page=100");
     spec_ok("kivi:residual=0,window=16", NULL);
+    /* 3-bit keys (kivi, kvquant); kvquant's outlier fraction in canonical form */
+    spec_ok("kivi:k=3,v=4", "k=kivi:bits=3,group=32,residual=128,layout=lanes;v=kivi:bits=4,group=32,residual=128,layout=lanes;window=128,wprec=16,page=256");
+    spec_ok("kvquant", "kvquant:bits=2,group=32,residual=0,layout=lanes,outliers=0.01,qweight=0");
+    spec_ok("kvquant:k=3,v=4,outliers=0.020,group=16", "k=kvquant:bits=3,group=16,residual=0,layout=lanes,outliers=0.02,qweight=0;v=kvquant:bits=4,group=16,residual=0,layout=lanes,outliers=0.02,qweight=0");
+    spec_ok("k=kvquant:bits=3,outliers=0;v=turboquant_mse:bits=3;sink=4", NULL);
+    spec_ok("kvquant:k=2,v=4,layout=rows,outliers=0.125", NULL);
     /* every codec in the table is reachable by name with its defaults */
     for (int i = 0; vq_codec_at(i); i++) {
         vq_err err;
@@ -60,7 +66,7 @@ static void test_specs(void) {
     spec_bad("nope", "f16");               /* the list of known codecs */
     spec_bad("nope", "kivi");
     spec_bad("nope", "window=R");          /* the store keys */
-    char help[4096];
+    char help[8192];
     size_t hl = vq_kv_spec_help(help, sizeof help);
     CHECK(hl > 0 && hl < sizeof help && strstr(help, "kivi: bits=2|4") && strstr(help, "q4_0: rotate=0|1") &&
           strstr(help, "wprec=16|32"));
@@ -72,6 +78,19 @@ static void test_specs(void) {
     spec_bad("kivi:bits=3", "bits=3");
     spec_bad("kivi:bits=9", "bits=9");
     spec_bad("kivi:group=0", "group=0");
+    spec_bad("kivi:outliers=0.01", "outliers");            /* kvquant's, not kivi's */
+    spec_bad("kvquant:outliers=0.2", "outliers=0.2");      /* at most 0.125 */
+    spec_bad("kvquant:outliers=-0.01", "outliers=-0.01");
+    spec_bad("kvquant:outliers=abc", "outliers=abc");
+    spec_bad("kvquant:outliers=0.01x", "outliers=0.01x");
+    spec_bad("kvquant:outliers=nan", "outliers=nan");
+    spec_bad("kvquant:bits=3", "keys only");
+    spec_bad("kvquant:qweight=1", "calib=FILE");            /* the weights come from a calibration */
+    spec_bad("kvquant:qweight=2", "qweight=2");               /* 3-bit values are not packed */
+    spec_bad("kvquant:k=3,v=4,layout=rows", "layout=lanes");
+    spec_bad("k=kvquant:group=1;v=f16", "group=1");         /* an outlier needs a second row */
+    spec_bad("k=kvquant:group=512;v=f16", "group=512");     /* row index in a byte */
+    spec_bad("k=kvquant:group=16,outliers=0;v=f16@1=k=kvquant:group=300;v=f16", "group=300");
     spec_bad("f16:window=-1", "window=-1");
     spec_bad("f16:window=abc", "window=abc");
     spec_bad("f16:wprec=8", "wprec=8");
