@@ -2,7 +2,7 @@
 """Builds docs/results.md (and the PNG plots beside the JSON) from what scripts/report.sh wrote into
 RESULTS/<stage>/: quality (ppl/*.json), memory (memory/summary.json + one JSON per arm), throughput
 (throughput/bench.json, llama.cpp arms when present), needle (needle/needle.json), eviction (eviction/:
-bench/report_evict.py's files) and bench-kernels.
+bench/report_evict.py's files), weights (weights/: bench/report_weights.py's files) and bench-kernels.
 Each stage's stamp.json gives the commit, date, machine and exact command. A stage without JSON is
 reported as "not run". Standard library only; plots need gnuplot (skipped with a note without it).
 
@@ -107,7 +107,7 @@ def gnuplot_labels(out_png, pts, xlabel, ylabel, title):
 
 
 def machine_section(results):
-    for st in ("throughput", "memory", "ppl", "needle", "eviction", "bench-kernels"):
+    for st in ("throughput", "memory", "ppl", "needle", "eviction", "weights", "bench-kernels"):
         s = load(os.path.join(results, st, "stamp.json"))
         if s and "machine" in s:
             m = s["machine"]
@@ -473,6 +473,152 @@ def eviction(results, md, plots):
     plots.append(("ΔPPL vs KV bytes per context token (the frontier)", png, why))
 
 
+
+def weights(results, md):
+    """The weights stage (bench/report_weights.py): one JSON per measured arm."""
+    d = os.path.join(results, "weights")
+    md.append("## Weights: formats' quality, size and speed (issue 11)\n")
+    files = {os.path.basename(f)[:-5]: load(f) for f in glob.glob(os.path.join(d, "*.json"))
+             if not f.endswith(("stamp.json", "skipped.json"))}
+    files = {k: v for k, v in files.items() if v}
+    if not files:
+        md.append("not run\n")
+        return
+    st, _ = stamp_line(d)
+    md.append(st + "\n")
+    md.append("Every arm's exact commands are in its JSON (`weights/<arm>.json`); perplexity does not depend on "
+              "load, the matvec and sharing figures do (the stamp's load average).\n")
+    pct = lambda x, b: f"{100 * (x / b - 1):+.2f} %" if b else "-"
+    # stories260K
+    st_rows = [v for k, v in files.items() if k.startswith("stories_")]
+    if st_rows:
+        base = next((v["ppl"] for v in st_rows if v["weights"] == "fp32"), None)
+        md.append(f"stories260K (fp32 weights), TinyStories sample, ctx 256, {st_rows[0]['scored']} tokens scored; "
+                  "every matrix re-coded in memory at load (`--weights`) except w2 (172 columns: fp32 in every arm). "
+                  "No K-quant can be compared here: the model's matrices have 64 or 172 columns, and K-quants need "
+                  "multiples of 256 (llama.cpp falls back to other types for such rows); q8_0 / q4_1 / q4_0 are "
+                  "ggml's own reference quantizers (the same bytes as gguf-py's), block 32:\n")
+        md.append("| weights | bits/weight | PPL | vs fp32 |")
+        md.append("|---|---|---|---|")
+        for v in sorted(st_rows, key=lambda v: -(v.get("nominal_bpw") or 0)):
+            md.append(f"| {v['weights']} | {v.get('nominal_bpw') or '-'} | {v['ppl']:.4f} | "
+                      f"{'—' if v['weights'] == 'fp32' else pct(v['ppl'], base)} |")
+        md.append("")
+    # SmolLM2 whole files and llama.cpp's mixes
+    sm = [v for k, v in files.items() if k.startswith("smol_")] + [v for k, v in files.items() if k.startswith("mix_")]
+    if sm:
+        base = next((v["ppl"] for v in sm if v["weights"] == "source"), None)
+        md.append(f"SmolLM2-135M from its Q4_1 file, WikiText-2 test, ctx 512, {sm[0]['scored']} predictions (positions "
+                  "256..510 of each window, as llama-perplexity scores); ours: every matrix re-coded into a reservoir "
+                  "file (`veloxquant quantize --weights T`); llama.cpp: its mixes from the same source "
+                  "(scripts/make_kquant_models.sh, no importance matrix), perplexity by our engine. Bits per weight: "
+                  "8 × bytes / weights over the file's matrices:\n")
+        md.append("| file | made by | file MB | bits/weight (matrices) | matrix types | PPL | vs the Q4_1 source |")
+        md.append("|---|---|---|---|---|---|---|")
+        for v in sorted(sm, key=lambda v: v["ppl"]):
+            by = "the source" if v["weights"] == "source" else ("llama.cpp" if v["part"] == "mixes" else "veloxquant")
+            ty = ", ".join(f"{t} ×{n}" for t, n in sorted(v.get("matrix_types", {}).items(), key=lambda x: -x[1]))
+            md.append(f"| {v['weights']} | {by} | {v['file_bytes'] / 1e6:.2f} | {v['bpw_matrices']:.3f} | {ty} | "
+                      f"{v['ppl']:.4f} | {'—' if v['weights'] == 'source' else pct(v['ppl'], base)} |")
+        md.append("")
+    # only ffn_down re-coded
+    for tag in ("smollm2", "gemma3"):
+        fd = [v for k, v in files.items() if k.startswith(f"fd_{tag}_") and not k.endswith("_errors")]
+        if not fd:
+            continue
+        er = files.get(f"fd_{tag}_errors") or {}
+        ec = {c["label"]: c for c in er.get("candidates", [])}
+        src = next((v for v in fd if v["weights"] == "source"), None)
+        base = src["ppl"] if src else None
+        lay = fd[0].get("layers", [])
+        rng, i = [], 0
+        while i < len(lay):
+            j = i
+            while j + 1 < len(lay) and lay[j + 1] == lay[j] + 1:
+                j += 1
+            rng.append(str(lay[i]) if i == j else f"{lay[i]}-{lay[j]}")
+            i = j + 1
+        md.append(f"Equal bits per weight on the matrices that can hold K-quants ({tag}): only `ffn_down` of layers "
+                  f"{', '.join(rng)} ({len(lay)} matrices, source type {fd[0].get('layers_src_type')}) re-coded, every "
+                  f"other tensor byte-identical to the source (checked: column 'elsewhere'). Errors against the source's dequantized floats: relative RMS of the weights, and of the "
+                  f"matrices' output on real activations (X from a float64 numpy pass over "
+                  f"{er.get('calib_tokens', '?')} tokens of {er.get('calib', '?')}: ‖ΔW·X‖/‖W·X‖, "
+                  "tools/reference/weight_errors.py; the same text the importance matrices were made on, so the '+im' "
+                  "arms' output errors are in-sample). Perplexity: WikiText-2, ctx 512, "
+                  f"{fd[0]['scored']} predictions.\n")
+        md.append("| arm | made by | ffn_down type | its bits/weight | elsewhere | weight rel. RMS | output rel. error | "
+                  "PPL | vs source |")
+        md.append("|---|---|---|---|---|---|---|---|---|")
+        for v in sorted(fd, key=lambda v: (-(v.get("recoded_bpw") or 99), v["weights"])):
+            e = ec.get(v["weights"], {})
+            md.append(f"| {v['weights']} | {v['engine_made_by']} | {', '.join(v.get('recoded_types') or []) or '-'} | "
+                      f"{v['recoded_bpw']:.4f} | " if v.get("recoded_bpw") else
+                      f"| {v['weights']} | the source | {v.get('layers_src_type')} | - | ")
+            md[-1] += (f"{'identical' if v.get('byte_identical_elsewhere') else 'DIFFERS: ' + ' '.join(v.get('other_tensors_differing', [])[:4])} | "
+                       f"{e['rel_rms']:.4f} | {e['rel_out']:.4f} | " if e else
+                       f"{'identical' if v.get('byte_identical_elsewhere') else 'DIFFERS'} | - | - | ")
+            md[-1] += f"{v['ppl']:.4f} | {'—' if v['weights'] == 'source' else pct(v['ppl'], base)} |"
+        md.append("")
+        md.append("Equal bits, stated: bits per weight count every byte of the re-coded matrices (codes and "
+                  "scales). tqw blocks hold 64 weights (two fp16 scales): 4.5 / 3.5 / 2.5 bpw; llama.cpp's "
+                  "super-blocks hold 256: Q4_K 4.5, Q3_K 3.4375, Q2_K 2.625; Q4_0 (block 32) 4.5. So tqw4 = Q4_K "
+                  "= Q4_0 exactly, tqw3 spends 0.0625 bpw (1.8 %) more than Q3_K, and tqw2 0.125 bpw (4.8 %) less "
+                  "than Q2_K (the nearest pairs the formats allow). 'T+im': llama-quantize with an importance "
+                  "matrix (llama-imatrix on the calibration text, never the scored text); tqw has none. KL against "
+                  "the source is not measured: `perplexity --kl` compares KV arms of one model in one process, "
+                  "not two weight files; the output-error column stands in for it.")
+        pairs = [("tqw4", "q4_K", "no worse than"), ("tqw3", "q3_K", "better than"), ("tqw2", "q2_K", "vs"),
+                 ("tqw4", "q4_K+im", "vs"), ("tqw3", "q3_K+im", "vs"), ("tqw2", "q2_K+im", "vs"), ("tqw4", "q4_0", "vs")]
+        byw = {v["weights"]: v for v in fd}
+        lines = []
+        for ours, theirs, goal in pairs:
+            if ours in byw and theirs in byw:
+                a_, b_ = byw[ours], byw[theirs]
+                ok = a_["ppl"] <= b_["ppl"] if goal == "no worse than" else a_["ppl"] < b_["ppl"]
+                verdict = "" if goal == "vs" else (" — goal met" if ok else " — goal missed")
+                goal = goal if goal != "vs" else "vs (no goal)"
+                ee = ""
+                if ours in ec and theirs in ec:
+                    ee = (f"; output error {ec[ours]['rel_out']:.4f} vs {ec[theirs]['rel_out']:.4f}, weight error "
+                          f"{ec[ours]['rel_rms']:.4f} vs {ec[theirs]['rel_rms']:.4f}")
+                lines.append(f"- {ours} ({a_['recoded_bpw']:.4g} bpw) {goal} {theirs} ({b_['recoded_bpw']:.4g} bpw): PPL "
+                             f"{a_['ppl']:.4f} vs {b_['ppl']:.4f}{ee}{verdict}")
+        if lines:
+            md.append("")
+            md += lines
+        if (fd[0].get("layers_src_type") or "").upper() == "Q4_1":
+            md.append("- Caveat: the source's ffn_down is Q4_1, whose values lie on a 16-level affine grid per 32 "
+                      "weights; Q4_K (and Q5_K, Q6_K) have that shape per 32 too and nearly reproduce it (see the "
+                      "weight errors), so on this model the K-quant arms start from a grid they fit and the comparison "
+                      "favours them; the fair source is a float or a type of another shape (Gemma's Q6_K layers).")
+        elif (fd[0].get("layers_src_type") or "").upper() == "Q6_K":
+            md.append("- The source's ffn_down is Q6_K (6-bit codes per 16 weights, int8 scales): a finer grid than "
+                      "any 4-bit type and of no arm's shape, so no arm starts from a grid it reproduces: the fair "
+                      "comparison of the two.")
+        md.append("")
+    sk = files.get("skipped") or load(os.path.join(d, "skipped.json"))
+    mv = files.get("matvec")
+    if mv:
+        md.append(f"Matrix-vector product, one token, one thread, SmolLM2's shapes, arms interleaved, weights streamed "
+                  f"from a pool larger than the cache (`{mv['command']}`{', VQ_ISA=' + mv['env_isa'] if mv.get('env_isa') else ''}):\n")
+        md.append("```\n" + mv["text"].rstrip() + "\n```\n")
+    sh_ = [v for k, v in files.items() if k.startswith("share_")]
+    if sh_:
+        md.append("Sharing (`veloxquant bench-share`): K processes decode at once; Pss of the weights' mapping summed "
+                  "over them against the file's size (goal: at most 1.1×; the copying baseline holds K×):\n")
+        md.append("| file | mode | procs | file MB | total weights Pss MB | × file | process Rss / Pss MB (mean) |")
+        md.append("|---|---|---|---|---|---|---|")
+        for v in sorted(sh_, key=lambda v: v["arm"]):
+            r = v["result"]
+            pr = r.get("proc", [])
+            rs = statistics.mean(p["rss_kb"] for p in pr) / 1024 if pr else 0
+            ps = statistics.mean(p["pss_kb"] for p in pr) / 1024 if pr else 0
+            md.append(f"| {v['file']} | {r['mode']} | {r['procs']} | {r['file_bytes'] / 1e6:.2f} | "
+                      f"{r['total_map_pss_kb'] / 1024:.2f} | {r['map_pss_over_file']:.3f} | {rs:.1f} / {ps:.1f} |")
+        md.append("")
+    if sk and (sk.get("skipped") or sk.get("failed")):
+        md.append("Not measured in this run: " + "; ".join(sk.get("skipped", []) + ["FAILED " + f for f in sk.get("failed", [])]) + "\n")
+
 def kernels(results, md, outdir):
     d = os.path.join(results, "bench-kernels")
     j = os.path.join(d, "bench_kernels.json")
@@ -506,6 +652,7 @@ def main():
     throughput(a.results, md, plots)
     needle(a.results, md)
     eviction(a.results, md, plots)
+    weights(a.results, md)
     kernels(a.results, md, outdir)
     # what the numbers mean and which goals they meet: written by hand after reading this run's
     # tables (docs/results/analysis.md), kept apart from the generated tables and quoted as is

@@ -4,7 +4,8 @@
 # Usage: scripts/make_kquant_models.sh [TYPE...]
 #   (default: Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K IQ4_NL IQ4_XS Q2_K-pure; NAME-pure = llama-quantize --pure NAME,
 #   every tensor that can be NAME is: the Q2_K mix itself puts no tensor of SmolLM2 in Q2_K)
-# LLAMA_BIN (default /work/llamacpp/build/bin) names the folder holding llama-quantize.
+# LLAMA_BIN (default /work/llamacpp/build/bin) names the folder holding llama-quantize; MODELS_OUT
+# (default models/) the folder the files go to.
 # SmolLM2's width 576 is no multiple of 256, so llama-quantize falls back to Q5_0/Q5_1/Q8_0/IQ4_NL
 # for every matrix with 576 columns; only ffn_down (1536 columns) gets the K-quant type itself.
 set -euo pipefail
@@ -16,7 +17,7 @@ src="$here/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 types=("$@")
 [ ${#types[@]} -gt 0 ] || types=(Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K IQ4_NL IQ4_XS Q2_K-pure)
 for t in "${types[@]}"; do
-  out="$here/models/SmolLM2-135M-Instruct.$t.gguf"
+  out="${MODELS_OUT:-$here/models}/SmolLM2-135M-Instruct.$t.gguf"
   if [ -f "$out" ]; then echo "make_kquant_models: $out present"; continue; fi
   flags=(--allow-requantize); q="$t"
   case "$t" in *-pure) flags+=(--pure); q="${t%-pure}";; esac

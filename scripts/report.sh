@@ -10,11 +10,15 @@
 #   needle      veloxquant needle --json (skipped with a note when the command is absent)
 #   eviction    bench/report_evict.py: every policy x {f16, 4-bit} x kept 75/50/25/12.5 % (decode ppl,
 #               ctx 2048), passkey at 1k/2k with 50 % kept, bench + RSS at ctx 8192 with 25 % kept
+#   weights     bench/report_weights.py: weight formats (stories260K and SmolLM2 perplexity per weight type,
+#               only-ffn_down equal-bits files beside llama.cpp's K-quants, llama.cpp's mixes, matvec
+#               speed, bench-share Pss)
 #   kernels     veloxquant bench-kernels --json-file
 # Knobs (env): BIN, RESULTS (default docs/results), OUTMD (default docs/results.md), STAGES (default
-# "quality memory throughput needle eviction kernels"), FORCE, THREADS; per stage: CTX/MAXTOK (quality, read by
+# "quality memory throughput needle eviction weights kernels"), FORCE, THREADS; per stage: CTX/MAXTOK (quality, read by
 # report_ppl.sh), PPL_ARMS (default: report_ppl.sh's list), MEM_CTX, BENCH_CTX, BENCH_REPS, BENCH_GEN, BENCH_ARMS, BW_MB, LLAMA_KV, NEEDLE_ARGS,
-# BK_ARGS, EVICT_ARGS (extra arguments of bench/report_evict.py), EVICT_JOBS. Smoke test: RESULTS=/tmp/r OUTMD=/tmp/r/results.md CTX=256 MAXTOK=512 MEM_CTX=128,256
+# BK_ARGS, EVICT_ARGS (extra arguments of bench/report_evict.py), EVICT_JOBS, WEIGHTS_ARGS (extra arguments of
+# bench/report_weights.py), LLAMA_BIN (llama-quantize's folder). Smoke test: RESULTS=/tmp/r OUTMD=/tmp/r/results.md CTX=256 MAXTOK=512 MEM_CTX=128,256
 #   BENCH_CTX=128,256 BENCH_REPS=2 BENCH_GEN=8 NEEDLE_ARGS="--ctx 256 --depths 0.5 --trials 1"
 #   BK_ARGS="--n 1024 --dims 64 --reps 2 --pool-mb 16" scripts/report.sh
 set -uo pipefail
@@ -22,7 +26,7 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-build/veloxquant}
 RESULTS=${RESULTS:-docs/results}
 OUTMD=${OUTMD:-docs/results.md}
-STAGES=${STAGES:-quality memory throughput needle eviction kernels}
+STAGES=${STAGES:-quality memory throughput needle eviction weights kernels}
 THREADS=${THREADS:-2}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 TEXT=${TEXT:-../shared/data/wikitext-2-raw-test.txt}
@@ -155,6 +159,20 @@ if has eviction; then
   else echo "report: eviction stage failed (see above); the report shows what was made" >&2; fi
 fi
 
+if has weights; then
+  D=$RESULTS/weights; mkdir -p "$D"; t_start weights
+  if [ -z "${FORCE:-}" ]; then KEPT=$(kept "$D" | sed 's/skipped.json //'); else KEPT=""; fi; export KEPT
+  # one JSON per arm, kept unless FORCE=1 (the stage resumes); files made on the way go to $D/files and
+  # are deleted after use; llama.cpp's arms are skipped (skipped.json says so) without llama-quantize
+  read -r -a wa <<< "${WEIGHTS_ARGS:-}"
+  C="python3 bench/report_weights.py --out $D --bin $BIN --threads $THREADS --llama-bin ${LLAMA_BIN:-/work/llamacpp/build/bin} ${WEIGHTS_ARGS:-}${FORCE:+ --force}"
+  if python3 bench/report_weights.py --out "$D" --bin "$BIN" --threads "$THREADS" \
+       --llama-bin "${LLAMA_BIN:-/work/llamacpp/build/bin}" "${wa[@]}" ${FORCE:+--force}; then stamp "$D" weights "$(elapsed)" "$C"
+  else echo "report: weights stage FAILED (see above and $D/skipped.json); the report shows what was made" >&2
+       stamp "$D" weights "$(elapsed)" "$C"; FAILED="${FAILED:-}weights "; fi
+  KEPT=""; export KEPT
+fi
+
 if has kernels; then
   D=$RESULTS/bench-kernels; mkdir -p "$D"; t_start kernels
   if [ -s "$D/bench_kernels.json" ] && [ -z "${FORCE:-}" ]; then echo "report: kernels: kept $D/bench_kernels.json" >&2
@@ -168,3 +186,4 @@ if has kernels; then
 fi
 
 python3 bench/report_gen.py --results "$RESULTS" --out "$OUTMD" --command "make report${FORCE:+ FORCE=1}"
+if [ -n "${FAILED:-}" ]; then echo "report: stages that failed: $FAILED(the document was written with what they made)" >&2; exit 1; fi

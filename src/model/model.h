@@ -48,7 +48,7 @@ typedef struct vq_model {
     void *gguf, *l2c;                       /* the open file (one of them) */
     int reservoir;                          /* the GGUF handle is a reservoir's body */
     int copied;                             /* the file was read into memory, not mapped */
-    char weights[256];                      /* the --weights spec applied at load ("" none) */
+    char weights[2048];                     /* the --weights spec applied at load ("" none) */
     void **owned; int n_owned;              /* weights re-quantized at load (freed with it) */
 } vq_model;
 
@@ -60,17 +60,27 @@ vq_model *vq_model_open_ex(const char *path, const char *tok_path, int copy, vq_
 void      vq_model_free(vq_model *m);
 
 /* ---- weights re-coded by tensor class (quantize.c) ----
- * A --weights spec: "TYPE[,CLASS=TYPE...]", CLASS one of embd, output, attn (attn_q, attn_k,
- * attn_v, attn_output), ffn (ffn_gate, ffn_up, ffn_down); TYPE a weight type with a quantizer
- * or "keep" (the source's bytes). Norms and biases are never re-coded; a matrix whose row length
- * is not a multiple of the target's block stays as it is. */
+ * A --weights spec: "TYPE[,ITEM=TYPE...]"; an ITEM is a CLASS, one of embd, output, attn (attn_q,
+ * attn_k, attn_v, attn_output), ffn (ffn_gate, ffn_up, ffn_down), or a per-layer item
+ * blk.L.CLASS / blk.A-B.CLASS (layers L, or A..B, of a layer class or group); TYPE a weight type
+ * with a quantizer or "keep" (the source's bytes). A later item overrides what an earlier one set
+ * for the same matrices. Norms and biases are never re-coded; a matrix whose row length is not a
+ * multiple of the target's block stays as it is. */
 #define VQ_WCLASS_N 9
 #define VQ_WKEEP 0xffffffffu
+#define VQ_WSPEC_LAYER_ITEMS 32
 typedef struct vq_wspec {
     uint32_t type[VQ_WCLASS_N];             /* per class: a weight type or VQ_WKEEP */
-    char text[256];                         /* normalized: every class=type */
+    int n_items;                            /* per-layer items, in spec order (a group: one per class) */
+    struct { int lo, hi, cls; uint32_t type; } item[VQ_WSPEC_LAYER_ITEMS];
+    int max_layer;                          /* the highest layer an item names (-1: none) */
+    char text[2048];                        /* normalized: every class=type, then the layer items */
 } vq_wspec;
 vq_status vq_wspec_parse(const char *s, vq_wspec *w, vq_err *err);
+/* the type of class cls in layer `layer` (-1 for embd/output): the last item naming it */
+uint32_t vq_wspec_type(const vq_wspec *w, int cls, int layer);
+/* refuses a spec whose layer items name a layer the model lacks (n_layers of them) */
+vq_status vq_wspec_check_layers(const vq_wspec *w, int n_layers, vq_err *err);
 /* Re-code the loaded model's matrices in memory (no longer zero-copy: for measurement). A tied
  * output is untied when embd and output get different types. */
 vq_status vq_model_requantize(vq_model *m, const vq_wspec *w, vq_err *err);

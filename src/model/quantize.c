@@ -60,12 +60,46 @@ static void list_quantizable(char *buf, size_t cap) {
     snprintf(buf + o, cap - o, ", keep");
 }
 
+/* the classes lo..hi an item key names (a class or a group), or 0 */
+static int key_classes(const char *p, size_t kn, int *lo, int *hi) {
+    *lo = *hi = -1;
+    if (kn == 4 && !memcmp(p, "attn", 4)) { *lo = CLASS_ATTN_LO; *hi = CLASS_ATTN_HI; }
+    else if (kn == 3 && !memcmp(p, "ffn", 3)) { *lo = CLASS_FFN_LO; *hi = CLASS_FFN_HI; }
+    else
+        for (int c = 0; c < VQ_WCLASS_N; c++)
+            if (strlen(CLASS_NAME[c]) == kn && !memcmp(p, CLASS_NAME[c], kn)) *lo = *hi = c;
+    return *lo >= 0;
+}
+
+/* "blk.A[-B]." at p (n bytes of key): the layers, and the key's rest; 0 when p is no such prefix,
+ * -1 when it starts with "blk." but the layers are malformed */
+static int layer_prefix(const char *p, size_t n, int *a, int *b, size_t *rest) {
+    if (n < 4 || memcmp(p, "blk.", 4)) return 0;
+    size_t i = 4;
+    long v[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        size_t d0 = i;
+        while (i < n && isdigit((unsigned char)p[i]) && i - d0 < 5) v[k] = 10 * v[k] + (p[i++] - '0');
+        if (i == d0 || (i < n && isdigit((unsigned char)p[i]))) return -1;   /* no digits, or > 5 */
+        if (k == 0 && i < n && p[i] == '-') { i++; continue; }
+        if (k == 0) v[1] = v[0];
+        break;
+    }
+    if (i >= n || p[i] != '.' || v[1] < v[0]) return -1;
+    *a = (int)v[0];
+    *b = (int)v[1];
+    *rest = i + 1;
+    return 1;
+}
+
 vq_status vq_wspec_parse(const char *s, vq_wspec *w, vq_err *err) {
     for (int c = 0; c < VQ_WCLASS_N; c++) w->type[c] = VQ_WKEEP;
+    w->n_items = 0;
+    w->max_layer = -1;
     w->text[0] = 0;
     if (!s || !*s) return vq_err_set(err, VQ_ERR_ARG, "weights spec is empty (e.g. q8_0 or tqw4,embd=q8_0)");
-    if (strlen(s) >= sizeof w->text)
-        return vq_err_set(err, VQ_ERR_ARG, "weights spec '%.64s...' is longer than %zu bytes", s, sizeof w->text - 1);
+    if (strlen(s) >= 512)
+        return vq_err_set(err, VQ_ERR_ARG, "weights spec '%.64s...' is longer than 511 bytes", s);
     char types[256];
     list_quantizable(types, sizeof types);
     int first = 1;
@@ -83,21 +117,45 @@ vq_status vq_wspec_parse(const char *s, vq_wspec *w, vq_err *err) {
                                   s, (int)n, p, types);
             for (int c = 0; c < VQ_WCLASS_N; c++) w->type[c] = t;
         } else {
-            size_t kn = (size_t)(eq - p);
+            size_t kn = (size_t)(eq - p), r = 0;
             if (!parse_type(eq + 1, n - kn - 1, &t))
                 return vq_err_set(err, VQ_ERR_ARG, "weights spec '%s': unknown weight type '%.*s' (known: %s)",
                                   s, (int)(n - kn - 1), eq + 1, types);
-            int lo = -1, hi = -1;
-            if (kn == 4 && !memcmp(p, "attn", 4)) { lo = CLASS_ATTN_LO; hi = CLASS_ATTN_HI; }
-            else if (kn == 3 && !memcmp(p, "ffn", 3)) { lo = CLASS_FFN_LO; hi = CLASS_FFN_HI; }
-            else
-                for (int c = 0; c < VQ_WCLASS_N; c++)
-                    if (strlen(CLASS_NAME[c]) == kn && !memcmp(p, CLASS_NAME[c], kn)) lo = hi = c;
-            if (lo < 0)
+            int la = -1, lb = -1, lo, hi;
+            int lp = layer_prefix(p, kn, &la, &lb, &r);
+            if (lp < 0)
+                return vq_err_set(err, VQ_ERR_ARG, "weights spec '%s': '%.*s': a per-layer item is blk.L.CLASS or "
+                                  "blk.A-B.CLASS (layers: decimal, at most 5 digits, A <= B)", s, (int)kn, p);
+            if (!key_classes(p + r, kn - r, &lo, &hi))
                 return vq_err_set(err, VQ_ERR_ARG, "weights spec '%s': unknown tensor class '%.*s' (known: embd, "
                                   "output, attn, ffn, attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, "
-                                  "ffn_down)", s, (int)kn, p);
-            for (int c = lo; c <= hi; c++) w->type[c] = t;
+                                  "ffn_down; per layer: blk.L.CLASS, blk.A-B.CLASS)", s, (int)(kn - r), p + r);
+            if (lp && lo < CLASS_ATTN_LO)
+                return vq_err_set(err, VQ_ERR_ARG, "weights spec '%s': '%.*s': embd and output are not per-layer "
+                                  "tensors", s, (int)kn, p);
+            /* an item overrides the earlier layer items it covers: those are dropped */
+            int k = 0;
+            for (int i = 0; i < w->n_items; i++) {
+                int c = w->item[i].cls;
+                int covered = c >= lo && c <= hi && (!lp || (w->item[i].lo >= la && w->item[i].hi <= lb));
+                if (!covered) w->item[k++] = w->item[i];
+            }
+            w->n_items = k;
+            if (!lp) {
+                for (int c = lo; c <= hi; c++) w->type[c] = t;
+            } else {
+                for (int c = lo; c <= hi; c++) {
+                    if (w->n_items == VQ_WSPEC_LAYER_ITEMS)
+                        return vq_err_set(err, VQ_ERR_ARG, "weights spec '%s': more than %d per-layer items (a group "
+                                          "counts one per class)", s, VQ_WSPEC_LAYER_ITEMS);
+                    w->item[w->n_items].lo = la;
+                    w->item[w->n_items].hi = lb;
+                    w->item[w->n_items].cls = c;
+                    w->item[w->n_items].type = t;
+                    w->n_items++;
+                }
+                if (lb > w->max_layer) w->max_layer = lb;
+            }
         }
         if (t != VQ_WKEEP && !vq_wtype_get(t)->from_float)
             return vq_err_set(err, VQ_ERR_ARG, "weights spec '%s': type %s has no quantizer here (quantizable: %s)",
@@ -109,16 +167,46 @@ vq_status vq_wspec_parse(const char *s, vq_wspec *w, vq_err *err) {
             if (!*p) return vq_err_set(err, VQ_ERR_ARG, "weights spec '%s' ends with ','", s);
         }
     }
-    /* normalized: the type of every class, in class order */
+    /* normalized: the type of every class, in class order, then the layer items in spec order
+     * (each at most 36 bytes: 32 of them and the classes fit the 2048 bytes) */
     size_t o = 0;
     for (int c = 0; c < VQ_WCLASS_N; c++)
         o += (size_t)snprintf(w->text + o, sizeof w->text - o, "%s%s=%s", c ? "," : "", CLASS_NAME[c],
                               type_name(w->type[c]));
+    for (int i = 0; i < w->n_items && o < sizeof w->text; i++) {
+        char lay[24];
+        if (w->item[i].lo == w->item[i].hi) snprintf(lay, sizeof lay, "%d", w->item[i].lo);
+        else snprintf(lay, sizeof lay, "%d-%d", w->item[i].lo, w->item[i].hi);
+        o += (size_t)snprintf(w->text + o, sizeof w->text - o, ",blk.%s.%s=%s", lay, CLASS_NAME[w->item[i].cls],
+                              type_name(w->item[i].type));
+    }
     return VQ_OK;
 }
 
-/* the class of a GGUF tensor name, or -1 (norms, biases: never re-coded) */
-static int class_of(const char *name) {
+uint32_t vq_wspec_type(const vq_wspec *w, int cls, int layer) {
+    if (cls < 0 || cls >= VQ_WCLASS_N) return VQ_WKEEP;
+    for (int i = w->n_items - 1; i >= 0 && layer >= 0; i--)
+        if (w->item[i].cls == cls && layer >= w->item[i].lo && layer <= w->item[i].hi) return w->item[i].type;
+    return w->type[cls];
+}
+
+vq_status vq_wspec_check_layers(const vq_wspec *w, int n_layers, vq_err *err) {
+    for (int i = 0; i < w->n_items; i++)
+        if (w->item[i].hi >= n_layers) {
+            char lay[24];
+            if (w->item[i].lo == w->item[i].hi) snprintf(lay, sizeof lay, "%d", w->item[i].lo);
+            else snprintf(lay, sizeof lay, "%d-%d", w->item[i].lo, w->item[i].hi);
+            return vq_err_set(err, VQ_ERR_ARG, "weights spec: blk.%s.%s names layer %d, but the model has %d "
+                              "layers (0..%d)", lay, CLASS_NAME[w->item[i].cls], w->item[i].hi, n_layers,
+                              n_layers - 1);
+        }
+    return VQ_OK;
+}
+
+/* the class of a GGUF tensor name, or -1 (norms, biases: never re-coded); its layer in *layer
+ * (-1 for embd and output) */
+static int class_of(const char *name, int *layer) {
+    *layer = -1;
     if (!strcmp(name, "token_embd.weight")) return 0;
     if (!strcmp(name, "output.weight")) return 1;
     int l, k = 0;
@@ -126,7 +214,7 @@ static int class_of(const char *name) {
     const char *r = name + k;
     for (int c = 2; c < VQ_WCLASS_N; c++) {
         size_t n = strlen(CLASS_NAME[c]);
-        if (!strncmp(r, CLASS_NAME[c], n) && !strcmp(r + n, ".weight")) return c;
+        if (!strncmp(r, CLASS_NAME[c], n) && !strcmp(r + n, ".weight")) { *layer = l; return c; }
     }
     return -1;
 }
@@ -187,6 +275,7 @@ static vq_status requant_mat(vq_model *m, vq_wmat *w, uint32_t dt, vq_err *err) 
 
 vq_status vq_model_requantize(vq_model *m, const vq_wspec *ws, vq_err *err) {
     vq_status s;
+    if ((s = vq_wspec_check_layers(ws, m->cfg.n_layers, err))) return s;
     int tied = m->output.data == m->tok_embd.data;
     if ((s = requant_mat(m, &m->tok_embd, ws->type[0], err))) return s;
     if (tied && ws->type[1] == ws->type[0]) m->output = m->tok_embd;
@@ -195,7 +284,7 @@ vq_status vq_model_requantize(vq_model *m, const vq_wspec *ws, vq_err *err) {
         vq_layer_weights *L = &m->layers[l];
         vq_wmat *mats[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
         for (int k = 0; k < 7; k++)
-            if ((s = requant_mat(m, mats[k], ws->type[2 + k], err))) return s;
+            if ((s = requant_mat(m, mats[k], vq_wspec_type(ws, 2 + k, l), err))) return s;
     }
     snprintf(m->weights, sizeof m->weights, "%s", ws->text);
     return VQ_OK;
@@ -234,7 +323,14 @@ vq_status vq_quantize(const char *in, const char *out, const char *weights, vq_q
     vq_wspec ws;
     vq_status s = vq_wspec_parse(weights, &ws, err);
     if (s) return s;
-    snprintf(info->weights, sizeof info->weights, "%s", ws.text);
+    /* the info's copy is the public struct's 256 bytes: a longer spec ends in "..." there (the
+     * file's veloxquant.reservoir.weights holds it whole) */
+    size_t wl = strlen(ws.text);
+    if (wl < sizeof info->weights) memcpy(info->weights, ws.text, wl + 1);
+    else {
+        memcpy(info->weights, ws.text, sizeof info->weights - 4);
+        memcpy(info->weights + sizeof info->weights - 4, "...", 4);
+    }
     /* the source: a GGUF file or a reservoir; refused before anything is written otherwise */
     uint8_t magic[8] = {0};
     FILE *f = fopen(in, "rb");
@@ -245,7 +341,9 @@ vq_status vq_quantize(const char *in, const char *out, const char *weights, vq_q
                           "checkpoint can be re-quantized at load instead: --weights SPEC)", in);
     vq_model *check = vq_model_open(in, NULL, err);   /* validates shapes and types as a load does */
     if (!check) return err ? err->code : VQ_ERR_FORMAT;
+    s = vq_wspec_check_layers(&ws, check->cfg.n_layers, err);
     vq_model_free(check);
+    if (s) return s;
     vq_gguf *g = vq_reservoir_sniff(magic, got) ? vq_reservoir_open(in, layout_of, 0, err) : vq_gguf_open(in, err);
     if (!g) return err ? err->code : VQ_ERR_FORMAT;
     uint64_t n = vq_gguf_n_tensors(g);
@@ -273,8 +371,8 @@ vq_status vq_quantize(const char *in, const char *out, const char *weights, vq_q
         const vq_wtype *sw = vq_wtype_get(t->type);
         snprintf(qi->src_type, sizeof qi->src_type, "%s", sw ? sw->name : vq_ggml_type_name(t->type) ? vq_ggml_type_name(t->type) : "?");
         qi->src_bytes = t->nbytes;
-        int c = class_of(name);
-        uint32_t dt = c < 0 ? VQ_WKEEP : ws.type[c];
+        int layer, c = class_of(name, &layer);
+        uint32_t dt = vq_wspec_type(&ws, c, layer);
         const vq_wtype *dw = dt == VQ_WKEEP ? NULL : vq_wtype_get(dt);
         rt[i] = (vq_res_tensor){ .n_dims = t->n_dims, .type = t->type, .data = t->data, .nbytes = t->nbytes };
         memcpy(rt[i].ne, t->ne, sizeof rt[i].ne);

@@ -6,8 +6,9 @@
  *   one window) within 1 % of the GGUF's;
  * - sharing: 2 processes mapping the reservoir hold at most 1.1x its size in Pss of the mapping,
  *   the copying baseline at least 1.9x;
- * - refusals: bad specs (unknown type, class, a type with no quantizer, a stray comma), a
- *   llama2.c checkpoint, a damaged reservoir (the message names the tensor). */
+ * - per-layer items (blk.A-B.CLASS=TYPE): only the named matrices re-coded, file == in memory;
+ * - refusals: bad specs (unknown type, class, a type with no quantizer, a stray comma, a layer
+ *   the model lacks), a llama2.c checkpoint, a damaged reservoir (the message names the tensor). */
 #include "eval/eval.h"
 #include "../vq_test.h"
 
@@ -101,6 +102,44 @@ int main(void) {
     free(lm);
     vq_model_free(qm);
     vq_model_free(q);   /* before the sharing check: a third mapping would take a third of the Pss */
+
+    /* per-layer items: exactly the named matrices are re-coded (the rest keep the source's bytes),
+     * and the file equals the same spec applied in memory, bit for bit */
+    const char *lspec = "keep,blk.2-3.ffn_down=tqw4,blk.5.attn=q8_0,blk.3.ffn_down=q4_0";
+    snprintf(out, sizeof out, "%s/layers.vqr", dir);
+    CHECKF(vq_quantize(mp, out, lspec, &qi, &e) == VQ_OK, "%s", e.msg);
+    int ok = qi.n_converted == 6 && qi.n_tensors == 272;
+    for (int i = 0; i < qi.n_tensors; i++) {
+        const char *nm = qi.t[i].name, *want = "";
+        if (!strcmp(nm, "blk.2.ffn_down.weight")) want = "tqw4";
+        else if (!strcmp(nm, "blk.3.ffn_down.weight")) want = "q4_0";
+        else if (!strncmp(nm, "blk.5.attn_", 11) && !strstr(nm, "norm")) want = "q8_0";
+        if (*want ? strcmp(qi.t[i].dst_type, want) : strcmp(qi.t[i].dst_type, qi.t[i].src_type)) {
+            ok = 0;
+            fprintf(stderr, "%s: %s -> %s, expected %s\n", nm, qi.t[i].src_type, qi.t[i].dst_type, *want ? want : "kept");
+        }
+    }
+    CHECKF(ok, "%d converted", qi.n_converted);
+    CHECKF(strstr(qi.weights, "ffn_down=keep,blk.2-3.ffn_down=tqw4,blk.5.attn_q=q8_0") != NULL, "%s", qi.weights);
+    vq_quantize_info_free(&qi);
+    vq_model *lf = load(out, NULL), *lmem = load(mp, lspec);
+    float *l1 = lf ? logits_of(lf, tok, n) : NULL, *l2 = lmem ? logits_of(lmem, tok, n) : NULL;
+    CHECK(l1 && l2 && !memcmp(l1, l2, lb));
+    CHECK(l1 && ref && memcmp(l1, ref, lb));
+    CHECK(lf && lf->layers[3].w_down.type == 2 && lf->layers[2].w_down.type == 0x10004 && lf->layers[4].w_down.type == 3);
+    free(l1);
+    free(l2);
+    vq_model_free(lmem);
+    vq_model_free(lf);
+    /* a layer the model lacks: refused by both paths, nothing written */
+    snprintf(out, sizeof out, "%s/bad.vqr", dir);
+    CHECKF(vq_quantize(mp, out, "keep,blk.30.ffn_down=q8_0", NULL, &e) == VQ_ERR_ARG &&
+           strstr(e.msg, "names layer 30") && strstr(e.msg, "30 layers"), "%s", e.msg);
+    struct stat lsb;
+    CHECK(stat(out, &lsb) != 0);
+    vq_model_params lp = vq_model_default_params();
+    lp.weights = "keep,blk.29-31.attn_q=q8_0";
+    CHECKF(vq_model_load(mp, &lp, &e) == NULL && e.code == VQ_ERR_ARG && strstr(e.msg, "names layer 31"), "%s", e.msg);
 
     /* q8_0 of Q4_1 values: nearly lossless */
     char wp[1024];
