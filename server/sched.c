@@ -447,13 +447,13 @@ static void *loop(void *arg) {
     pthread_mutex_lock(&s->mu);
     for (;;) {
         if (s->ctl.pending) run_ctl(s);
+        /* cancelled requests (a client gone) give their slot and bytes back first, so the queue
+         * behind them is admitted in this same pass */
+        for (int i = 0; i < N; i++)
+            if (s->slots[i].job && s->slots[i].job->cancelled) finish(s, &s->slots[i], SRV_FIN_CANCEL, NULL);
         admit(s);
         int active = 0;
-        for (int i = 0; i < N; i++) {
-            slot *sl = &s->slots[i];
-            if (sl->job && sl->job->cancelled) finish(s, sl, SRV_FIN_CANCEL, NULL);
-            if (sl->job) active++;
-        }
+        for (int i = 0; i < N; i++) active += s->slots[i].job != NULL;
         if (!active) {
             if (s->stop && s->qlen == 0) break;
             publish(s);

@@ -445,6 +445,36 @@ def case_smollm2(binary):
         if rc != 0 or failures:
             print(log[-3000:])
 
+    print("a request queued behind a stream whose client disconnects is admitted at once")
+    srv = Server(binary, margs, "-np", "1", "-c", str(ctx), "--queue", "4")
+    try:
+        body = json.dumps({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400,
+                           "stream": True}).encode()
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        got = b""
+        while got.count(b"data: ") < 3:
+            got += s.recv(4096)
+        queued = {}
+        th = threading.Thread(target=lambda: queued.__setitem__("r", srv.request(
+            "POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})))
+        th.start()
+        end = time.time() + 60
+        while srv.metrics()["veloxquant_requests_queued"] < 1 and time.time() < end:
+            time.sleep(0.01)
+        check(srv.metrics()["veloxquant_requests_queued"] == 1, "the second request waits in the queue")
+        t0 = time.time()
+        s.close()
+        th.join(30)
+        dt = time.time() - t0
+        check(not th.is_alive() and queued.get("r", (0,))[0] == 200,
+              f"the queued request completed {dt:.3f} s after the disconnect ({queued.get('r', ('none',))[0]})")
+    finally:
+        rc, log = srv.stop()
+        check(rc == 0, f"exit {rc} on SIGTERM")
+        if rc != 0 or failures:
+            print(log[-3000:])
+
     print("a full queue gives 503; SIGTERM finishes the stream in flight, then exits 0")
     srv = Server(binary, margs, "-np", "1", "-c", str(ctx), "--queue", "1")
     long_req = {"messages": [{"role": "user", "content": "Write a long story about a dragon."}], "max_tokens": 60,
