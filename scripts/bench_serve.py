@@ -77,6 +77,14 @@ def parse():
                    help="a llama-cpp-python server arm with this K and V cache type (repeatable)")
     a.add_argument("--llamacpp-python", default=os.path.join(SRC, ".venv-llamacpp", "bin", "python"),
                    help="the python with llama_cpp and its server extras")
+    a.add_argument("--llama-server", action="append", choices=sorted(GGML_TYPE),
+                   help="a C++ llama-server arm with this K and V cache type (repeatable): -np N parallel slots, "
+                   "N = the conversations its KV bytes fit in --budget-mb (at most the largest --conc), "
+                   "-c N*--conv-tokens, continuous batching, flash attention on")
+    a.add_argument("--llama-server-bin", default=os.environ.get("LLAMA_SERVER", "/work/llamacpp/build/bin/llama-server"),
+                   help="the llama-server binary (env LLAMA_SERVER)")
+    a.add_argument("--server-cpus", help="pin every server to these CPUs (taskset list, e.g. 2,3) and this "
+                   "script with its clients to the others: for a quiet many-core machine")
     a.add_argument("--budget-mb", type=int, default=256)
     a.add_argument("--conv-tokens", type=int, default=2048, help="a conversation's length (its reservation)")
     a.add_argument("--prompt-tokens", type=int, default=256, help="approximate prompt length")
@@ -144,6 +152,7 @@ class Srv:
         self.log = open(args.server_log, "w") if args.server_log else subprocess.DEVNULL
         if args.server_log:
             cmd.append("--verbose")
+        cmd = pin_cmd(args, cmd)
         self.cmd = cmd
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log)
         line = self.p.stdout.readline().decode()
@@ -186,11 +195,11 @@ class LlamaSrv:
     """llama-cpp-python's server with one cache type for K and V."""
     def __init__(self, args, typ, verbose, log=None):
         self.port = free_port()
-        self.cmd = [args.llamacpp_python, "-m", "llama_cpp.server", "--model", args.model,
+        self.cmd = pin_cmd(args, [args.llamacpp_python, "-m", "llama_cpp.server", "--model", args.model,
                     "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
                     "--n_ctx", str(args.conv_tokens), "--type_k", str(GGML_TYPE[typ]), "--type_v", str(GGML_TYPE[typ]),
                     "--flash_attn", "true", "--logits_all", "false", "--interrupt_requests", "false",
-                    "--verbose", "true" if verbose else "false", "--host", "127.0.0.1", "--port", str(self.port)]
+                    "--verbose", "true" if verbose else "false", "--host", "127.0.0.1", "--port", str(self.port)])
         self.log_path = log
         self.log = open(log, "w") if log else subprocess.DEVNULL
         self.p = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
@@ -220,6 +229,74 @@ class LlamaSrv:
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
+
+
+def pin_cmd(args, cmd):
+    return (["taskset", "-c", args.server_cpus] + cmd) if args.server_cpus else cmd
+
+
+class LlamaCppServer:
+    """The C++ llama-server: N parallel slots over one KV cache of N * --conv-tokens cells (unified,
+    its default), continuous batching (its default), flash attention on, K and V of one type, its
+    host-memory prompt cache off (-cram 0: it would hold memory outside the KV budget)."""
+    def __init__(self, args, typ, n_par, verbose=False, log=None):
+        self.port = free_port()
+        self.n_par = n_par
+        self.cmd = pin_cmd(args, [args.llama_server_bin, "-m", args.model, "-t", str(args.threads),
+                                  "-tb", str(args.threads), "-c", str(n_par * args.conv_tokens), "-np", str(n_par),
+                                  "-ctk", typ, "-ctv", typ, "-fa", "on", "-cram", "0", "--no-webui", "--metrics",
+                                  "--host", "127.0.0.1", "--port", str(self.port)] + (["-v"] if verbose else []))
+        self.log_path = log
+        self.log = open(log, "w") if log else subprocess.DEVNULL
+        self.p = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 300
+        while True:
+            if self.p.poll() is not None:
+                sys.exit(f"bench_serve: llama-server ({typ}) exited {self.p.returncode}: {' '.join(self.cmd)}")
+            try:
+                if get(self.port, "GET", "/health", timeout=5)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                self.stop()
+                sys.exit(f"bench_serve: llama-server ({typ}) did not answer in 300 s")
+            time.sleep(0.2)
+
+    def idle(self):
+        """Wait until no slot is processing (GET /slots), at most 60 s."""
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            st, out = get(self.port, "GET", "/slots")
+            if st == 200 and not any(s.get("is_processing") for s in json.loads(out)):
+                return None
+            time.sleep(0.02)
+        return None
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+def llama_server_probe(args, typ):
+    """One slot of --conv-tokens once: the KV bytes llama-server logs for one conversation."""
+    log = (args.server_log + f".llama-server-{typ}-probe") if args.server_log else f"/tmp/bench_serve.{os.getpid()}.log"
+    s = LlamaCppServer(args, typ, 1, True, log)
+    s.stop()
+    text = open(log, errors="replace").read()
+    if not args.server_log:
+        os.unlink(log)
+    m = re.search(r"llama_kv_cache: size =\s*([0-9.]+) MiB \(\s*(\d+) cells.*?K \((\w+)\).*?V \((\w+)\)", text)
+    if not m:
+        sys.exit(f"bench_serve: llama-server ({typ}): no KV size in its log")
+    if m.group(3) != typ or m.group(4) != typ:
+        sys.exit(f"bench_serve: llama-server ({typ}): its cache is K {m.group(3)} V {m.group(4)}")
+    return {"kv_mib": float(m.group(1)), "cells": int(m.group(2)),
+            "rot": re.findall(r"attn_rot_[kv] = \d", text), "flash_attn": re.findall(r"flash_attn\s*= \w+", text)[:1]}
 
 
 def llamacpp_probe(args, typ):
@@ -340,8 +417,20 @@ def main():
     try:
         arms = []
         info = {}
+        if args.server_cpus:   # the servers on these CPUs, this script and its clients on the others
+            cpus = set()
+            for part in args.server_cpus.split(","):
+                lo, _, hi = part.partition("-")
+                cpus.update(range(int(lo), int(hi or lo) + 1))
+            rest = set(os.sched_getaffinity(0)) - cpus
+            if not rest:
+                sys.exit("bench_serve: --server-cpus leaves no CPU for the clients")
+            os.sched_setaffinity(0, rest)
+        lsv = args.llama_server or []
         for t in lcp:   # one at a time, before the load: each reads its model and logs its cache
             info[t] = llamacpp_probe(args, t)
+        for t in lsv:
+            info["server " + t] = llama_server_probe(args, t)
         if specs:
             srv = Srv(args, max(concs))
             servers.append(srv)
@@ -351,6 +440,14 @@ def main():
             ls = LlamaSrv(args, t, False, (args.server_log + f".llamacpp-{t}") if args.server_log else None)
             servers.append(ls)
             arms.append({"label": f"llama.cpp {t}", "srv": ls, "extra": {}, "ours": False, "type": t})
+        for t in lsv:
+            i = info["server " + t]
+            n_par = max(1, min(max(concs), int(args.budget_mb // i["kv_mib"])))
+            ls = LlamaCppServer(args, t, n_par, False,
+                                (args.server_log + f".llama-server-{t}") if args.server_log else None)
+            servers.append(ls)
+            i["n_par"] = n_par   # its cache: n_par sequences of --conv-tokens cells (not unified when -np is given)
+            arms.append({"label": f"llama-server {t}", "srv": ls, "extra": {}, "ours": False, "type": "server " + t})
         t_start = machine()
         runs, load, load_after = run(args, arms, concs, words, n_words, info)
     finally:
@@ -395,7 +492,7 @@ def run(args, arms, concs, words, n_words, info):
         else:
             i = info[a["type"]]
             a["reserve"] = int(round(i["kv_mib"] * 2**20))
-            a["serves"] = i["n_seq_max"]
+            a["serves"] = i.get("n_par", i.get("n_seq_max"))
         a["fit"] = int(args.budget_mb * 1048576 // a["reserve"])
     runs = []
     load = os.getloadavg()
@@ -536,7 +633,7 @@ def plot(args, arms, concs, runs):
     gp = (f"set terminal pngcairo size 1500,560 noenhanced font ',10'\nset output '{args.plot}'\n"
           f"set multiplot layout 1,3 title \"{os.path.basename(args.model)}: {args.conv_tokens}-token conversations "
           f"(prompt ~{args.prompt_tokens}, {args.gen} streamed each), KV budget {args.budget_mb} MiB, {args.threads} "
-          f"threads\\nsolid: veloxquant serve; dashed: llama-cpp-python server; median, bars min..max of "
+          f"threads\\nsolid: veloxquant serve; dashed: llama.cpp (llama-cpp-python server, C++ llama-server); median, bars min..max of "
           f"{args.reps}\"\n" + xt +
           "set title 'conversations decoding at once (fit: by KV bytes)'\nset ylabel 'streams'\nset key left top\n"
           f"plot {p1}\n"
