@@ -48,7 +48,7 @@ test: setup
 bench: build
 	./$(BUILD)/veloxquant bench --kv f16 --kv q4_0 --kv turboquant_mse:k=4,v=4 --reps 5
 
-# The measured report (scripts/report.sh): quality, memory, throughput, needle, eviction, weights, kernels -> JSON in
+# The measured report (scripts/report.sh): quality, memory, throughput, needle, eviction, weights, serve, kernels -> JSON in
 # docs/results/<stage>/, then docs/results.md + PNGs. Stages whose JSON exists are kept; FORCE=1 reruns.
 # Run it on a quiet machine: it takes hours at full size (docs/results.md says what each stage measured).
 report: build

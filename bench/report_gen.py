@@ -2,7 +2,8 @@
 """Builds docs/results.md (and the PNG plots beside the JSON) from what scripts/report.sh wrote into
 RESULTS/<stage>/: quality (ppl/*.json), memory (memory/summary.json + one JSON per arm), throughput
 (throughput/bench.json, llama.cpp arms when present), needle (needle/needle.json), eviction (eviction/:
-bench/report_evict.py's files), weights (weights/: bench/report_weights.py's files) and bench-kernels.
+bench/report_evict.py's files), weights (weights/: bench/report_weights.py's files), serve (serve/serve.json and serve.txt:
+scripts/bench_serve.py) and bench-kernels.
 Each stage's stamp.json gives the commit, date, machine and exact command. A stage without JSON is
 reported as "not run". Standard library only; plots need gnuplot (skipped with a note without it).
 
@@ -107,7 +108,7 @@ def gnuplot_labels(out_png, pts, xlabel, ylabel, title):
 
 
 def machine_section(results):
-    for st in ("throughput", "memory", "ppl", "needle", "eviction", "weights", "bench-kernels"):
+    for st in ("throughput", "memory", "ppl", "needle", "eviction", "weights", "serve", "bench-kernels"):
         s = load(os.path.join(results, st, "stamp.json"))
         if s and "machine" in s:
             m = s["machine"]
@@ -619,6 +620,31 @@ def weights(results, md):
     if sk and (sk.get("skipped") or sk.get("failed")):
         md.append("Not measured in this run: " + "; ".join(sk.get("skipped", []) + ["FAILED " + f for f in sk.get("failed", [])]) + "\n")
 
+def serve(results, md, plots, outdir):
+    d = os.path.join(results, "serve")
+    j = os.path.join(d, "serve.json")
+    md.append("## Server under load (`veloxquant serve` beside llama.cpp's server)\n")
+    if not os.path.exists(j):
+        md.append("not run\n")
+        return
+    st, _ = stamp_line(d)
+    md.append(st + "\n")
+    sk = os.path.join(d, "skipped.txt")
+    if os.path.exists(sk):
+        md.append(open(sk).read().strip() + "\n")
+    md.append("Columns and method: docs/serve.md \"Benchmark\". Every conversation reserves its full length; "
+              "each client streams --gen tokens, then disconnects; our arms share one server (the spec per "
+              "request), llama-server arms run one server per cache type with as many slots as the budget "
+              "holds by its logged KV bytes (equal memory).\n")
+    t = os.path.join(d, "serve.txt")
+    if os.path.exists(t):
+        md.append("```\n" + open(t).read().rstrip() + "\n```\n")
+    png = os.path.join(d, "serve.png")
+    plots.append(("conversations at once and aggregate decode tok/s against concurrency", png,
+                  None if os.path.exists(png) else "no serve.png"))
+    md.append(f"Every load of every repeat: [{os.path.relpath(j, outdir)}]({os.path.relpath(j, outdir)}).\n")
+
+
 def kernels(results, md, outdir):
     d = os.path.join(results, "bench-kernels")
     j = os.path.join(d, "bench_kernels.json")
@@ -653,6 +679,7 @@ def main():
     needle(a.results, md)
     eviction(a.results, md, plots)
     weights(a.results, md)
+    serve(a.results, md, plots, outdir)
     kernels(a.results, md, outdir)
     # what the numbers mean and which goals they meet: written by hand after reading this run's
     # tables (docs/results/analysis.md), kept apart from the generated tables and quoted as is

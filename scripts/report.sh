@@ -13,12 +13,15 @@
 #   weights     bench/report_weights.py: weight formats (stories260K and SmolLM2 perplexity per weight type,
 #               only-ffn_down equal-bits files beside llama.cpp's K-quants, llama.cpp's mixes, matvec
 #               speed, bench-share Pss)
+#   serve       scripts/bench_serve.py: `veloxquant serve` under 1/4/16 concurrent clients at a 256 MiB KV
+#               budget, beside the C++ llama-server at equal memory (its arms skipped with a note when
+#               LLAMA_SERVER, default /work/llamacpp/build/bin/llama-server, is absent); ~10 min
 #   kernels     veloxquant bench-kernels --json-file
 # Knobs (env): BIN, RESULTS (default docs/results), OUTMD (default docs/results.md), STAGES (default
-# "quality memory throughput needle eviction weights kernels"), FORCE, THREADS; per stage: CTX/MAXTOK (quality, read by
+# "quality memory throughput needle eviction weights serve kernels"), FORCE, THREADS; per stage: CTX/MAXTOK (quality, read by
 # report_ppl.sh), PPL_ARMS (default: report_ppl.sh's list), MEM_CTX, BENCH_CTX, BENCH_REPS, BENCH_GEN, BENCH_ARMS, BW_MB, LLAMA_KV, NEEDLE_ARGS,
 # BK_ARGS, EVICT_ARGS (extra arguments of bench/report_evict.py), EVICT_JOBS, WEIGHTS_ARGS (extra arguments of
-# bench/report_weights.py), LLAMA_BIN (llama-quantize's folder). Smoke test: RESULTS=/tmp/r OUTMD=/tmp/r/results.md CTX=256 MAXTOK=512 MEM_CTX=128,256
+# bench/report_weights.py), LLAMA_BIN (llama-quantize's folder), SERVE_ARGS (bench_serve.py's load). Smoke test: RESULTS=/tmp/r OUTMD=/tmp/r/results.md CTX=256 MAXTOK=512 MEM_CTX=128,256
 #   BENCH_CTX=128,256 BENCH_REPS=2 BENCH_GEN=8 NEEDLE_ARGS="--ctx 256 --depths 0.5 --trials 1"
 #   BK_ARGS="--n 1024 --dims 64 --reps 2 --pool-mb 16" scripts/report.sh
 set -uo pipefail
@@ -26,7 +29,7 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-build/veloxquant}
 RESULTS=${RESULTS:-docs/results}
 OUTMD=${OUTMD:-docs/results.md}
-STAGES=${STAGES:-quality memory throughput needle eviction weights kernels}
+STAGES=${STAGES:-quality memory throughput needle eviction weights serve kernels}
 THREADS=${THREADS:-2}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 TEXT=${TEXT:-../shared/data/wikitext-2-raw-test.txt}
@@ -171,6 +174,23 @@ if has weights; then
   else echo "report: weights stage FAILED (see above and $D/skipped.json); the report shows what was made" >&2
        stamp "$D" weights "$(elapsed)" "$C"; FAILED="${FAILED:-}weights "; fi
   KEPT=""; export KEPT
+fi
+
+if has serve; then
+  D=$RESULTS/serve; mkdir -p "$D"; t_start serve
+  if [ -s "$D/serve.json" ] && [ -z "${FORCE:-}" ]; then echo "report: serve: kept $D/serve.json" >&2
+  else
+    LS=${LLAMA_SERVER:-/work/llamacpp/build/bin/llama-server}
+    SERVE_ARGS=${SERVE_ARGS:-"--budget-mb 256 --conv-tokens 2048 --prompt-tokens 128 --gen 64 --conc 1,4,16 --reps 5"}
+    read -r -a sa <<< "$SERVE_ARGS"
+    la=(); if [ -x "$LS" ]; then la=(--llama-server f16 --llama-server q8_0 --llama-server q4_0 --llama-server-bin "$LS"); rm -f "$D/skipped.txt"
+    else echo "serve: the C++ llama-server arms skipped: $LS not found (build it as tests/fixtures/README.md says, or set LLAMA_SERVER)" | tee "$D/skipped.txt" >&2; fi
+    C="python3 scripts/bench_serve.py --bin $BIN --model $MODEL --text $TEXT --threads $THREADS ${la[*]} $SERVE_ARGS --json $D/serve.json --plot $D/serve.png"
+    if python3 scripts/bench_serve.py --bin "$BIN" --model "$MODEL" --text "$TEXT" --threads "$THREADS" "${la[@]}" "${sa[@]}" \
+         --json "$D/serve.json.tmp" --plot "$D/serve.png" > "$D/serve.txt"; then
+      mv "$D/serve.json.tmp" "$D/serve.json"; stamp "$D" serve "$(elapsed)" "$C"
+    else echo "report: serve stage failed" >&2; rm -f "$D/serve.json.tmp"; FAILED="${FAILED:-}serve "; fi
+  fi
 fi
 
 if has kernels; then
