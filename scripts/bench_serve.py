@@ -19,6 +19,14 @@ and the others wait for the lock. Its KV bytes per conversation are read from it
 startup ("llama_kv_cache: size = ..."), so "fit" is what the budget would hold by its bytes; "at
 once" is what it serves (1). The clients send the same bodies (without our "kv" field).
 
+C++ llama-server arms (--llama-server TYPE, repeatable; --llama-server-bin or env LLAMA_SERVER):
+one server per TYPE with N = min(largest --conc, --budget-mb // its logged KV MiB for one
+conversation) parallel slots of --conv-tokens cells (-np N -c N*conv), continuous batching, flash
+attention on, K and V of TYPE (rotated by llama.cpp for quantized types: its log says
+attn_rot_k/v), its host prompt cache off (-cram 0): equal memory, several conversations at once.
+A one-slot probe server per TYPE reads the KV size from the log first. Between loads the script
+waits until GET /slots shows no slot processing.
+
 All servers are started first and stay up; after --warmup unrecorded rounds (every arm at the
 first concurrency: a fresh server's first load can be far slower than the next), the arms
 interleave: for each rep, for each concurrency, every arm in turn (the order rotated by one arm
