@@ -191,6 +191,23 @@ class Srv:
         self.p.wait(120)
 
 
+def wait_ready(srv, name, path):
+    """Poll GET path until 200 (at most 300 s); exit with a message if the process dies or never answers."""
+    deadline = time.time() + 300
+    while True:
+        if srv.p.poll() is not None:
+            sys.exit(f"bench_serve: {name} exited {srv.p.returncode}: {' '.join(srv.cmd)}")
+        try:
+            if get(srv.port, "GET", path, timeout=5)[0] == 200:
+                return
+        except OSError:
+            pass
+        if time.time() > deadline:
+            srv.stop()
+            sys.exit(f"bench_serve: {name} did not answer in 300 s")
+        time.sleep(0.2)
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -211,19 +228,7 @@ class LlamaSrv:
         self.log_path = log
         self.log = open(log, "w") if log else subprocess.DEVNULL
         self.p = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 300
-        while True:
-            if self.p.poll() is not None:
-                sys.exit(f"bench_serve: llama_cpp.server ({typ}) exited {self.p.returncode}: {' '.join(self.cmd)}")
-            try:
-                if get(self.port, "GET", "/v1/models", timeout=5)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                self.stop()
-                sys.exit(f"bench_serve: llama_cpp.server ({typ}) did not answer in 300 s")
-            time.sleep(0.2)
+        wait_ready(self, f"llama_cpp.server ({typ})", "/v1/models")
 
     def idle(self):
         """/v1/models takes the server's model lock: it answers once no request holds it."""
@@ -257,19 +262,7 @@ class LlamaCppServer:
         self.log_path = log
         self.log = open(log, "w") if log else subprocess.DEVNULL
         self.p = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 300
-        while True:
-            if self.p.poll() is not None:
-                sys.exit(f"bench_serve: llama-server ({typ}) exited {self.p.returncode}: {' '.join(self.cmd)}")
-            try:
-                if get(self.port, "GET", "/health", timeout=5)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                self.stop()
-                sys.exit(f"bench_serve: llama-server ({typ}) did not answer in 300 s")
-            time.sleep(0.2)
+        wait_ready(self, f"llama-server ({typ})", "/health")
 
     def idle(self):
         """Wait until no slot is processing (GET /slots), at most 60 s."""

@@ -42,6 +42,19 @@ SANITIZED = os.environ.get("VQ_SANITIZER_BUILD") == "1"
 failures = 0
 
 
+def open_stream(port, n_events):
+    """A raw streamed chat request (a long story) read until n_events SSE events arrived; returns
+    the socket, left open (closing it is the disconnect)."""
+    body = json.dumps({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400,
+                       "stream": True}).encode()
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while got.count(b"data: ") < n_events:
+        got += s.recv(4096)
+    return s
+
+
 def check(cond, what):
     global failures
     if cond:
@@ -425,13 +438,7 @@ def case_smollm2(binary):
         del n16
 
         print("a client that disconnects mid-stream frees its slot at once")
-        body = json.dumps({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400,
-                           "stream": True}).encode()
-        s = socket.create_connection(("127.0.0.1", srv.port))
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-        got = b""
-        while got.count(b"data: ") < 3:
-            got += s.recv(4096)
+        s = open_stream(srv.port, 3)
         t0 = time.time()
         s.close()
         m = srv.wait_idle(10)
@@ -448,13 +455,7 @@ def case_smollm2(binary):
     print("a request queued behind a stream whose client disconnects is admitted at once")
     srv = Server(binary, margs, "-np", "1", "-c", str(ctx), "--queue", "4")
     try:
-        body = json.dumps({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400,
-                           "stream": True}).encode()
-        s = socket.create_connection(("127.0.0.1", srv.port))
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-        got = b""
-        while got.count(b"data: ") < 3:
-            got += s.recv(4096)
+        s = open_stream(srv.port, 3)
         queued = {}
         th = threading.Thread(target=lambda: queued.__setitem__("r", srv.request(
             "POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})))
