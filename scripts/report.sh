@@ -40,7 +40,7 @@ BENCH_ARMS=${BENCH_ARMS:-"f16 q4_0 turboquant_mse:k=4,v=4 kivi:bits=4"}
 # the defaults below are what docs/results.md was made with (on its 2-core machine all stages take
 # about 2 h 30 min, the quality stage's two batched passes ~1 h 50 min of it)
 NEEDLE_ARGS=${NEEDLE_ARGS:-"--kv f16 --kv turboquant_mse:k=4,v=4 --kv q4_0:rotate=1 --ctx 1024,4096,8192 --depths 0,0.5,1 --trials 1"}
-BK_ARGS=${BK_ARGS:-"--n 16384,65536 --dims 64,128 --reps 5 --pool-mb 128 --kv q8_0 --kv q4_0 --kv q4_0:rotate=1 --kv turboquant_mse:k=4,v=4 --kv turboquant_mse:k=3,v=3 --kv kivi:bits=4 --kv rabitq"}
+BK_ARGS=${BK_ARGS:-"--n 16384,65536 --dims 64,128 --reps 5 --pool-mb 128 --kv q8_0 --kv q4_0 --kv q4_0:rotate=1 --kv turboquant_mse:k=4,v=4 --kv turboquant_mse:k=3,v=3 --kv turboquant_mse:k=2,v=2 --kv kivi:bits=4 --kv kivi:k=3,v=4,residual=0 --kv kvquant:k=3,v=4 --kv kvquant:k=2,v=4,outliers=0.02 --kv rabitq"}
 MEM_CTX=${MEM_CTX:-1024,2048,4096,8192}
 BW_MB=${BW_MB:-1024}
 LLAMA_KV=${LLAMA_KV:-f16}
