@@ -6,6 +6,10 @@
 # Two passes: OUT/arms.json (the issue's list at defaults + K/V, layer and window diagnostics) and
 # OUT/arms_window.json (4/3/2-bit codecs with a recent full-precision window and an attention sink,
 # against q4_0:rotate=1 with the same; q4_0:rotate=1,layout=rows is llama.cpp's rotated q4_0). f16 is in both passes (same arithmetic: equal figures).
+# A third, OUT/arms_lowbit.json (issue 12): the low-bit key formats (3-bit kivi keys, kvquant with and
+# without query-weighted outliers, tq_split) over 4-bit turboquant_mse values, beside q4_0:rotate=1;
+# the calibrated ones read OUT/calib.vqc (`veloxquant calibrate` on the Moby-Dick calibration text,
+# 16384 tokens, made here when absent).
 # A pass whose JSON is there is kept unless FORCE=1.
 # usage: scripts/report_ppl.sh OUT_DIR [ARM...]   (arms given: one pass, OUT/arms_custom.json)
 set -euo pipefail
@@ -44,3 +48,14 @@ pass arms_window f16 \
   "q4_0:rotate=1;window=128" "turboquant_prod:bits=3;window=128" "turboquant_rvq:bits=1;window=128" \
   "turboquant_mse:bits=4;window=32,sink=4" "turboquant_mse:bits=3;window=32,sink=4" \
   "turboquant_mse:bits=2;window=32,sink=4" "q4_0:rotate=1;window=32,sink=4"
+CAL=$OUT/calib.vqc
+if [ ! -s "$OUT/arms_lowbit.json" ] || [ -n "${FORCE:-}" ]; then
+  if [ ! -s "$CAL" ]; then
+    "$BIN" calibrate -m "$MODEL" -f "${CALIB_TEXT:-../shared/data/calibration-moby-dick.txt}" -o "$CAL.tmp" \
+      --tokens 16384 --ctx 2048 -t "$THREADS" && mv "$CAL.tmp" "$CAL"
+  fi
+fi
+V=turboquant_mse:bits=4
+pass arms_lowbit f16 "q4_0:rotate=1" "k=kivi:bits=3,residual=0;v=$V" "k=kvquant:bits=3;v=$V" \
+  "k=kvquant:bits=3,qweight=1;v=$V;calib=$CAL" "k=kvquant:bits=2,outliers=0.02,qweight=1;v=$V;sink=4;calib=$CAL" \
+  "k=tq_split:hi=4,lo=1,frac=0.5;v=$V;calib=$CAL"
