@@ -216,7 +216,18 @@ def free_port():
     return port
 
 
-class LlamaSrv:
+class LlamaProc:
+    """A llama.cpp server process (self.p): SIGTERM, then SIGKILL after 60 s."""
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+class LlamaSrv(LlamaProc):
     """llama-cpp-python's server with one cache type for K and V."""
     def __init__(self, args, typ, verbose, log=None):
         self.port = free_port()
@@ -235,20 +246,13 @@ class LlamaSrv:
         get(self.port, "GET", "/v1/models")
         return None
 
-    def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
 
 
 def pin_cmd(args, cmd):
     return (["taskset", "-c", args.server_cpus] + cmd) if args.server_cpus else cmd
 
 
-class LlamaCppServer:
+class LlamaCppServer(LlamaProc):
     """The C++ llama-server: N parallel slots over one KV cache of N * --conv-tokens cells (unified,
     its default), continuous batching (its default), flash attention on, K and V of one type, its
     host-memory prompt cache off (-cram 0: it would hold memory outside the KV budget)."""
@@ -272,15 +276,10 @@ class LlamaCppServer:
             if st == 200 and not any(s.get("is_processing") for s in json.loads(out)):
                 return None
             time.sleep(0.02)
+        print(f"bench_serve: warning: llama-server on port {self.port} still had a slot processing after 60 s; "
+              "the next load starts anyway", file=sys.stderr)
         return None
 
-    def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
 
 
 def llama_server_probe(args, typ):

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/core.h"
+#include "kv/kv.h"
 #include "../vq_test.h"
 
 /* out[i, qh, :] = softmax_r(q.k_r / sqrt(d) over rows with pos_r <= q_pos[i]) . v_r, in float64.
@@ -83,4 +84,47 @@ static inline void fill_uniform(vq_rng *r, float *x, size_t n, float amp) {
 
 /* fixed default, VQ_TEST_SEED overrides, printed: vq_t_seed in vq_test.h */
 static inline uint64_t test_seed(void) { return vq_t_seed(12345); }
+
+/* a cache of spec over dims (seed 42); a failure is a test failure (NULL returned) */
+static inline vq_kv *kv_make(const char *spec, const vq_kv_dims *dims) {
+    vq_err err;
+    vq_kv *kv = vq_kv_create_str(spec, dims, 42, &err);
+    CHECKF(kv != NULL, "%s: %s", spec, kv ? "" : err.msg);
+    return kv;
+}
+
+/* rows 0..n-1 (positions = row index) of K and V (n x n_kv_heads*head_dim) appended to every
+ * layer in chunks of chunk rows */
+static inline void kv_fill_rows(vq_kv *kv, const vq_kv_dims *dims, const float *K, const float *V, int n, int chunk) {
+    const size_t w = (size_t)dims->n_kv_heads * dims->head_dim;
+    vq_err err;
+    for (int l = 0; l < dims->n_layers; l++)
+        for (int p = 0; p < n; p += chunk) {
+            int c = n - p < chunk ? n - p : chunk;
+            CHECKF(vq_kv_append(kv, l, p, c, K + (size_t)p * w, V + (size_t)p * w, &err) == VQ_OK, "%s", err.msg);
+        }
+}
+
+/* float64 softmax weights of one query row q (NH*d, at position qp) over rows (k: rows x H*d,
+ * causal by pos), summed over each KV head's query heads into wsum[rows] */
+static inline void ref_softmax_weights(int rows, const float *k, const int32_t *pos, int H, int NH, int d,
+                                       const float *q, int qp, double *wsum) {
+    const int G = NH / H;
+    double *s = malloc(sizeof(double) * (size_t)(rows > 0 ? rows : 1));
+    for (int r = 0; r < rows; r++) wsum[r] = 0;
+    for (int hq = 0; hq < NH; hq++) {
+        int h = hq / G;
+        double mx = -INFINITY, sum = 0;
+        for (int r = 0; r < rows; r++) {
+            double dot = 0;
+            for (int e = 0; e < d; e++) dot += (double)q[(size_t)hq * d + e] * k[((size_t)r * H + h) * d + e];
+            s[r] = pos[r] <= qp ? dot / sqrt((double)d) : -INFINITY;
+            mx = fmax(mx, s[r]);
+        }
+        for (int r = 0; r < rows; r++) sum += s[r] == -INFINITY ? 0 : exp(s[r] - mx);
+        for (int r = 0; r < rows; r++) wsum[r] += s[r] == -INFINITY ? 0 : exp(s[r] - mx) / sum;
+    }
+    free(s);
+}
+
 #endif

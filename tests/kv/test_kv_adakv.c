@@ -26,20 +26,8 @@ static int below(vq_rng *r, int n) { return (int)(vq_rng_u64(r) % (uint64_t)n); 
 #define NQ 20   /* queries of the several-chunk attention (chunks of 16) */
 static char calib_path[64];
 
-static vq_kv *make(const char *spec) {
-    vq_err err;
-    vq_kv *kv = vq_kv_create_str(spec, &D, 42, &err);
-    CHECKF(kv != NULL, "%s: %s", spec, kv ? "" : err.msg);
-    return kv;
-}
-static void fill_rows(vq_kv *kv, const float *K, const float *V, int n, int chunk) {
-    vq_err err;
-    for (int l = 0; l < D.n_layers; l++)
-        for (int p = 0; p < n; p += chunk) {
-            int c = VQ_MIN(chunk, n - p);
-            CHECKF(vq_kv_append(kv, l, p, c, K + (size_t)p * W, V + (size_t)p * W, &err) == VQ_OK, "%s", err.msg);
-        }
-}
+static vq_kv *make(const char *spec) { return kv_make(spec, &D); }
+static void fill_rows(vq_kv *kv, const float *K, const float *V, int n, int chunk) { kv_fill_rows(kv, &D, K, V, n, chunk); }
 
 static void parsing(void) {
     vq_err err;

@@ -14,20 +14,8 @@ static vq_kv_dims D = {.n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim =
 #define W ((size_t)D.n_kv_heads * D.head_dim)
 #define QW ((size_t)D.n_heads * D.head_dim)
 
-static vq_kv *make(const char *spec) {
-    vq_err err;
-    vq_kv *kv = vq_kv_create_str(spec, &D, 42, &err);
-    CHECKF(kv != NULL, "%s: %s", spec, kv ? "" : err.msg);
-    return kv;
-}
-static void fill_rows(vq_kv *kv, const float *K, const float *V, int n, int chunk) {
-    vq_err err;
-    for (int l = 0; l < D.n_layers; l++)
-        for (int p = 0; p < n; p += chunk) {
-            int c = VQ_MIN(chunk, n - p);
-            CHECKF(vq_kv_append(kv, l, p, c, K + (size_t)p * W, V + (size_t)p * W, &err) == VQ_OK, "%s", err.msg);
-        }
-}
+static vq_kv *make(const char *spec) { return kv_make(spec, &D); }
+static void fill_rows(vq_kv *kv, const float *K, const float *V, int n, int chunk) { kv_fill_rows(kv, &D, K, V, n, chunk); }
 
 static void parsing(void) {
     vq_err err;
@@ -182,24 +170,8 @@ static void known_set(vq_rng *r, const float *K, const float *V, const float *Q,
     free(rk); free(rv); free(pos); free(pos0); free(drop); free(out); free(ref);
 }
 
-/* float64 softmax weights of one query row, summed over each KV head's query heads */
 static void ref_weights(const float *rk, const int32_t *pos, int rows, const float *q, int qp, double *wsum) {
-    const int G = D.n_heads / D.n_kv_heads, d = D.head_dim;
-    double *s = malloc(sizeof(double) * rows);
-    for (int r = 0; r < rows; r++) wsum[r] = 0;
-    for (int hq = 0; hq < D.n_heads; hq++) {
-        int h = hq / G;
-        double mx = -INFINITY, sum = 0;
-        for (int r = 0; r < rows; r++) {
-            double dot = 0;
-            for (int e = 0; e < d; e++) dot += (double)q[(size_t)hq * d + e] * rk[(size_t)r * W + (size_t)h * d + e];
-            s[r] = pos[r] <= qp ? dot / sqrt((double)d) : -INFINITY;
-            mx = fmax(mx, s[r]);
-        }
-        for (int r = 0; r < rows; r++) sum += s[r] == -INFINITY ? 0 : exp(s[r] - mx);
-        for (int r = 0; r < rows; r++) wsum[r] += s[r] == -INFINITY ? 0 : exp(s[r] - mx) / sum;
-    }
-    free(s);
+    ref_softmax_weights(rows, rk, pos, D.n_kv_heads, D.n_heads, D.head_dim, q, qp, wsum);
 }
 
 static void observer(const float *K, const float *V, const float *Q, int N) {
