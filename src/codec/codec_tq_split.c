@@ -20,6 +20,7 @@
 #include "codec/bitpack.h"
 #include "codec/calib.h"
 #include "codec/codec_vec.h"
+#include "codec/tq_lanes.h"
 
 /* A subset's rotation: a subset of n coordinates (a multiple of 8) is cut into power-of-two
  * blocks (48 = 32 + 16), each rotated by its own randomized Hadamard transform. A dense Haar
@@ -59,12 +60,13 @@ static void brot_inverse(const brot *b, const float *y, float *x) {
 
 typedef struct split {
     int d, side, n[2], bits[2];   /* [0] = hi subset, [1] = lo subset: coordinates, bits */
+    int lanes;                    /* keys: the lanes layout (below) */
     vq_isa isa;
     int16_t *ch[2];               /* channel of subset coordinate j (n[sub] entries) */
     brot rot[2];
     vq_codebook cb[2];
     float cent[2][256];           /* centroids padded with 0 (SIMD table loads) */
-    size_t off[2];                /* code offsets in the block */
+    size_t off[2];                /* code offsets in the block (lanes: each subset's 16 norms) */
 } split;
 
 static void split_fini(vq_codec_state *st) {
@@ -78,7 +80,7 @@ static void split_fini(vq_codec_state *st) {
 static vq_status split_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
                             uint64_t seed, vq_err *err) {
     const vq_codec *c = st->codec;
-    vq_status s = vq_codec_params_check(c, p, np, "hi,lo,frac,pairs,bits", err);
+    vq_status s = vq_codec_params_check(c, p, np, "hi,lo,frac,pairs,bits,layout", err);
     if (s) return s;
     if (d < 16 || d % 16 || d > VQ_TQ_MAX_D)
         return vq_err_set(err, VQ_ERR_ARG, "codec %s: head_dim %d not supported (a multiple of 16, "
@@ -169,14 +171,32 @@ static vq_status split_init(vq_codec_state *st, int d, int side, const vq_codec_
         if ((s = vq_lloydmax_build(&t->cb[sub], VQ_LAW_SPHERE, t->n[sub], t->bits[sub], err))) return s;
         memcpy(t->cent[sub], t->cb[sub].c, sizeof(float) * (size_t)t->cb[sub].n);
     }
-    t->off[0] = 4;
-    t->off[1] = 4 + vq_bitpack_bytes(hi, (size_t)t->n[0]);
+    const char *lay = vq_codec_param_get(p, np, "layout");
+    if (lay && strcmp(lay, "auto") && strcmp(lay, "lanes") && strcmp(lay, "rows"))
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: layout=%s is not auto, lanes or rows (%s)", c->name, lay,
+                          c->params_help);
+    const int can = side == VQ_SIDE_K && vq_tql_key_supported(hi, t->n[0]) && vq_tql_key_supported(lo, t->n[1]);
+    if (lay && !strcmp(lay, "lanes") && !can)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: layout=lanes needs the key side and each subset's "
+                          "coordinates a multiple of 32 at 1 or 3 bits, of 16 at 2 bits (got %s side, hi=%d on %d, "
+                          "lo=%d on %d coordinates)", c->name, side == VQ_SIDE_K ? "key" : "value", hi, t->n[0],
+                          lo, t->n[1]);
+    t->lanes = can && !(lay && !strcmp(lay, "rows"));
     st->d = d;
-    st->rows_per_block = 1;
-    st->block_bytes = t->off[1] + vq_bitpack_bytes(lo, (size_t)t->n[1]);
+    if (t->lanes) {   /* 16 rows: [16 hi norms fp16][hi codes][16 lo norms fp16][lo codes] */
+        t->off[0] = 0;
+        t->off[1] = 2 * VQ_TQL_ROWS + (size_t)VQ_TQL_ROWS * (size_t)t->n[0] * (size_t)hi / 8;
+        st->rows_per_block = VQ_TQL_ROWS;
+        st->block_bytes = t->off[1] + 2 * VQ_TQL_ROWS + (size_t)VQ_TQL_ROWS * (size_t)t->n[1] * (size_t)lo / 8;
+    } else {
+        t->off[0] = 4;
+        t->off[1] = 4 + vq_bitpack_bytes(hi, (size_t)t->n[0]);
+        st->rows_per_block = 1;
+        st->block_bytes = t->off[1] + vq_bitpack_bytes(lo, (size_t)t->n[1]);
+    }
     st->qstate_bytes = sizeof(float) * (size_t)d;
     st->acc_floats = d;
-    snprintf(st->params, sizeof st->params, "hi=%d,lo=%d,pairs=%d", hi, lo, nhp);
+    snprintf(st->params, sizeof st->params, "hi=%d,lo=%d,pairs=%d,layout=%s", hi, lo, nhp, t->lanes ? "lanes" : "rows");
     return VQ_OK;
 }
 
@@ -192,8 +212,102 @@ static double subset_unit(const split *t, int sub, const float *x, float *y) {
     return nrm;
 }
 
+/* ---------------- lanes layout (keys): each subset a turboquant_mse lanes key block ----------------
+ * A block of 16 rows holds two key blocks of tq_lanes.h's layout one after the other, each with its
+ * 16 fp16 norms: the hi subset (n_hi coordinates, hi bits) then the lo one. Scoring runs the lanes
+ * kernels of turboquant_mse on each (16 rows interleaved by coordinate, the codebook in a register,
+ * one shift + permute + FMA per coordinate and query) and adds the two partial scores. */
+static size_t lanes_codes_bytes(const split *t, int sub) {
+    return (size_t)VQ_TQL_ROWS * (size_t)t->n[sub] * (size_t)t->bits[sub] / 8;
+}
+
+static void lanes_encode(const split *t, const float *x, uint8_t *block) {
+    float y[VQ_TQ_MAX_D];
+    uint8_t idx[VQ_TQ_MAX_D];
+    for (int sub = 0; sub < 2; sub++) {
+        uint8_t *b = block + t->off[sub], *codes = b + 2 * VQ_TQL_ROWS;
+        memset(codes, 0, lanes_codes_bytes(t, sub));
+        for (int r = 0; r < VQ_TQL_ROWS; r++) {
+            double nrm = subset_unit(t, sub, x + (size_t)r * t->d, y);
+            vq_tq_put_h((float)nrm, b + 2 * r);
+            vq_lloydmax_quantize(&t->cb[sub], y, 1.0f, t->n[sub], idx);
+            for (int i = 0; i < t->n[sub]; i++) vq_tql_key_set(t->bits[sub], codes, r, i, idx[i]);
+        }
+    }
+}
+
+/* y = ‖x_S‖ c[idx] of row r's subset sub (the rotated domain) */
+static void lanes_row(const split *t, int sub, const uint8_t *block, int r, float scale, float *y) {
+    const uint8_t *b = block + t->off[sub], *codes = b + 2 * VQ_TQL_ROWS;
+    const float nrm = vq_tq_get_h(b + 2 * r) * scale;
+    for (int i = 0; i < t->n[sub]; i++) y[i] = nrm * t->cent[sub][vq_tql_key_get(t->bits[sub], codes, r, i)];
+}
+
+static void lanes_decode(const split *t, const uint8_t *block, float *x) {
+    float y[VQ_TQ_MAX_D];
+    for (int r = 0; r < VQ_TQL_ROWS; r++)
+        for (int sub = 0; sub < 2; sub++) {
+            lanes_row(t, sub, block, r, 1.0f, y);
+            brot_inverse(&t->rot[sub], y, y);
+            for (int j = 0; j < t->n[sub]; j++) x[(size_t)r * t->d + t->ch[sub][j]] = y[j];
+        }
+}
+
+#define LANES_CHUNK 64   /* blocks per pass: both subsets' partial scores of 4 queries stay in L1 */
+static void lanes_score(const split *t, size_t bb, int n_q, const void *const *qs, const uint8_t *blocks,
+                        int n_blocks, float *scores) {
+    vq_tq v[2];   /* the fields the lanes kernels read: d, bits, norm32, isa, cent1 */
+    for (int sub = 0; sub < 2; sub++) {
+        v[sub].d = t->n[sub];
+        v[sub].bits = t->bits[sub];
+        v[sub].norm32 = 0;
+        v[sub].isa = t->isa;
+        memcpy(v[sub].cent1, t->cent[sub], sizeof(float) * 16);
+    }
+    const size_t n_rows = (size_t)n_blocks * VQ_TQL_ROWS;
+    float part[2][4 * LANES_CHUNK * VQ_TQL_ROWS];
+    for (int j0 = 0; j0 < n_q; j0 += 4) {
+        const int m = VQ_MIN(4, n_q - j0);
+        const float *q[2][4];
+        for (int j = 0; j < m; j++) {
+            q[0][j] = (const float *)qs[j0 + j];
+            q[1][j] = q[0][j] + t->n[0];
+        }
+        for (int b0 = 0; b0 < n_blocks; b0 += LANES_CHUNK) {
+            const int nb = VQ_MIN(LANES_CHUNK, n_blocks - b0);
+            const size_t nr = (size_t)nb * VQ_TQL_ROWS;
+            for (int sub = 0; sub < 2; sub++)
+                vq_tql_score(&v[sub], VQ_SIDE_K, m, q[sub], blocks + (size_t)b0 * bb + t->off[sub], nb, bb, part[sub]);
+            for (int j = 0; j < m; j++) {
+                float *o = scores + (size_t)(j0 + j) * n_rows + (size_t)b0 * VQ_TQL_ROWS;
+                const float *ph = part[0] + (size_t)j * nr, *pl = part[1] + (size_t)j * nr;
+                for (size_t r = 0; r < nr; r++) o[r] = ph[r] + pl[r];
+            }
+        }
+    }
+}
+
+/* keys summed as values (the contract allows it; the store never does): scalar */
+static void lanes_accumulate(const split *t, size_t bb, int n_q, const float *w, const uint8_t *blocks,
+                             int n_blocks, float *const *acc) {
+    const size_t n_rows = (size_t)n_blocks * VQ_TQL_ROWS;
+    float y[VQ_TQ_MAX_D];
+    for (int b = 0; b < n_blocks; b++)
+        for (int r = 0; r < VQ_TQL_ROWS; r++)
+            for (int sub = 0; sub < 2; sub++) {
+                lanes_row(t, sub, blocks + (size_t)b * bb, r, 1.0f, y);
+                for (int j = 0; j < n_q; j++) {
+                    const float wj = w[(size_t)j * n_rows + (size_t)b * VQ_TQL_ROWS + r];
+                    float *a = acc[j] + (sub ? t->n[0] : 0);
+                    if (wj != 0.0f)
+                        for (int i = 0; i < t->n[sub]; i++) a[i] += wj * y[i];
+                }
+            }
+}
+
 static void split_encode(const vq_codec_state *st, const float *x, uint8_t *block) {
     const split *t = st->impl;
+    if (t->lanes) { lanes_encode(t, x, block); return; }
     float y[VQ_TQ_MAX_D];
     uint8_t idx[VQ_TQ_MAX_D];
     for (int sub = 0; sub < 2; sub++) {
@@ -206,6 +320,7 @@ static void split_encode(const vq_codec_state *st, const float *x, uint8_t *bloc
 
 static void split_decode(const vq_codec_state *st, const uint8_t *block, float *x) {
     const split *t = st->impl;
+    if (t->lanes) { lanes_decode(t, block, x); return; }
     float y[VQ_TQ_MAX_D];
     for (int sub = 0; sub < 2; sub++) {
         vq_tq_expand_isa(t->isa, block + t->off[sub], t->bits[sub], t->cent[sub], t->n[sub],
@@ -229,6 +344,7 @@ static void split_prep(const vq_codec_state *st, const float *q, void *qs) {
 static void split_score(const vq_codec_state *st, int n_q, const void *const *qs,
                         const uint8_t *blocks, int n_blocks, float *scores) {
     const split *t = st->impl;
+    if (t->lanes) { lanes_score(t, st->block_bytes, n_q, qs, blocks, n_blocks, scores); return; }
     const float *qh[64], *ql[64];
     float rh[64], rl[64];
     for (int j0 = 0; j0 < n_q; j0 += 64) {   /* one pass over the codes per 64 queries */
@@ -252,6 +368,7 @@ static void split_score(const vq_codec_state *st, int n_q, const void *const *qs
 static void split_accumulate(const vq_codec_state *st, int n_q, const float *w,
                              const uint8_t *blocks, int n_blocks, float *const *acc) {
     const split *t = st->impl;
+    if (t->lanes) { lanes_accumulate(t, st->block_bytes, n_q, w, blocks, n_blocks, acc); return; }
     float c[2][VQ_TQ_MAX_D] __attribute__((aligned(64)));
     for (int r = 0; r < n_blocks; r++) {
         int any = 0;
@@ -283,8 +400,9 @@ const vq_codec vq_codec_tq_split = {
     .name = "tq_split",
     .params_help = "hi=1..8 (default 4: bits of the high-energy pairs), lo=1..8 (default 2, or the "
                    "spec's k=/bits=), frac=0..1 (default 0.25: share of RoPE pairs at hi bits, rounded "
-                   "to a multiple of 4 pairs) or pairs=N (a multiple of 4); needs calib=FILE in the KV "
-                   "spec; head_dim a multiple of 16",
+                   "to a multiple of 4 pairs) or pairs=N (a multiple of 4), layout=auto|lanes|rows (default "
+                   "auto: keys in 16-row lanes blocks when each subset allows it); needs calib=FILE in the "
+                   "KV spec; head_dim a multiple of 16",
     .per_head = 1, .needs_calib = 1,
     .init = split_init, .fini = split_fini, .encode = split_encode, .decode = split_decode,
     .prep_query = split_prep, .score = split_score, .accumulate = split_accumulate,

@@ -23,6 +23,25 @@ int vq_tql_supported(int bits, int d) {
     return bits >= 2 && bits <= 4 && d % 32 == 0 && d <= VQ_TQ_MAX_D;
 }
 
+/* the key layout alone (tq_split's subsets): 4 bits at any even n, 2 bits at n % 16 == 0 (a last
+ * group of 16 fills one word), 1 and 3 bits at n % 32 == 0; the score kernels serve them all */
+int vq_tql_key_supported(int bits, int n) {
+    if (n <= 0 || n > VQ_TQ_MAX_D) return 0;
+    switch (bits) {
+    case 4: return n % 2 == 0;
+    case 2: return n % 16 == 0;
+    case 1: case 3: return n % 32 == 0;
+    default: return 0;
+    }
+}
+void vq_tql_key_set(int bits, uint8_t *codes, int r, int i, unsigned v) {
+    if (bits == 4) codes[(size_t)(i / 2) * 16 + r] |= (uint8_t)(v << (4 * (i & 1)));
+    else vq_tqll_key_set(bits, codes, r, i, v);
+}
+unsigned vq_tql_key_get(int bits, const uint8_t *codes, int r, int i) {
+    return bits == 4 ? (codes[(size_t)(i / 2) * 16 + r] >> (4 * (i & 1))) & 15u : vq_tqll_key_get(bits, codes, r, i);
+}
+
 /* the packed layout's bytes per row at every width: norm + d * bits / 8 (d % 32 == 0: whole bytes) */
 size_t vq_tql_block_bytes(const vq_tq *t, int side) {
     size_t nb = t->norm32 ? 4 : 2, cb = (size_t)t->d * (size_t)t->bits / 8;

@@ -51,6 +51,7 @@ static int place(int bits, int side, int r, int i, size_t at[2], int n[2]) {
         return 1;
     }
     const size_t word = 8 * WB, base = 8 * (g * (size_t)bits * WB + 4 * (size_t)r);
+    if (bits == 1) { at[0] = base + (size_t)k; n[0] = 1; return 1; }
     if (bits == 2) { at[0] = base + (size_t)(k >> 4) * word + 2 * (size_t)(k & 15); n[0] = 2; return 1; }
     if (k < 30) { at[0] = base + (size_t)(k / 10) * word + 3 * (size_t)(k % 10); n[0] = 3; return 1; }
     at[0] = base + (size_t)(k - 30) * word + 30;
@@ -67,6 +68,18 @@ static unsigned code_get(int bits, int side, const uint8_t *codes, int r, int i)
     unsigned v = bget(codes, at[0], n[0]);
     if (np == 2) v |= bget(codes, at[1], n[1]) << n[0];
     return v;
+}
+
+/* key blocks of other codecs (tq_split's subsets): one code of row r, codes zeroed before the first */
+void vq_tqll_key_set(int bits, uint8_t *codes, int r, int i, unsigned v) {
+    size_t at[2];
+    int n[2];
+    int np = place(bits, VQ_SIDE_K, r, i, at, n);
+    bor(codes, at[0], n[0], v);
+    if (np == 2) bor(codes, at[1], n[1], v >> n[0]);
+}
+unsigned vq_tqll_key_get(int bits, const uint8_t *codes, int r, int i) {
+    return code_get(bits, VQ_SIDE_K, codes, r, i);
 }
 
 /* ---------------- encode / decode ---------------- */
@@ -169,7 +182,7 @@ T_AVX512 static INL void score_512_m(const vq_tq *t, const int bits, const int m
     ptab(t, 16, tb);
     const __m512 tab = _mm512_loadu_ps(tb);
     const __m512i four = _mm512_set1_epi32(4);
-    const int ng = t->d / 32;
+    const int ng = t->d / 32, tail = bits == 2 && t->d % 32;   /* 2 bits: a last group of 16 */
     const size_t h = hdr(t, VQ_SIDE_K), gb = (size_t)bits * WB;
     for (int b = 0; b < n_blocks; b++) {
         const uint8_t *blk = blocks + (size_t)b * bb, *c = blk + h;
@@ -177,10 +190,25 @@ T_AVX512 static INL void score_512_m(const vq_tq *t, const int bits, const int m
         __m512 a0[4], a1[4];
 #pragma GCC unroll 4
         for (int j = 0; j < m; j++) a0[j] = a1[j] = _mm512_setzero_ps();
+        if (tail) {
+            const __m512i x0 = _mm512_loadu_si512(c + (size_t)ng * gb);
+#pragma GCC unroll 8
+            for (int s = 0; s < 8; s++) {
+                K512(x0, 4 * s, 32 * ng + 2 * s, a0);
+                K512(x0, 4 * s + 2, 32 * ng + 2 * s + 1, a1);
+            }
+        }
         for (int g = 0; g < ng; g++) {
             const uint8_t *cg = c + (size_t)g * gb;
             const int i0 = 32 * g;
-            if (bits == 2) {
+            if (bits == 1) {
+                const __m512i x0 = _mm512_loadu_si512(cg);
+#pragma GCC unroll 16
+                for (int s = 0; s < 16; s++) {
+                    K512(x0, 2 * s, i0 + 2 * s, a0);
+                    K512(x0, 2 * s + 1, i0 + 2 * s + 1, a1);
+                }
+            } else if (bits == 2) {
                 const __m512i x0 = _mm512_loadu_si512(cg), x1 = _mm512_loadu_si512(cg + WB);
 #pragma GCC unroll 16
                 for (int s = 0; s < 16; s++) {
@@ -216,20 +244,18 @@ T_AVX512 static INL void score_512_m(const vq_tq *t, const int bits, const int m
 T_AVX512 static void score_512(const vq_tq *t, int nq, const float *const *q, const uint8_t *blocks,
                                int n_blocks, size_t bb, float *scores) {
     const size_t stride = (size_t)n_blocks * VQ_TQL_ROWS;
-    const int two = t->bits == 2;
     for (int j0 = 0; j0 < nq; j0 += 4) {
         float *s = scores + (size_t)j0 * stride;
         const float *const *qj = q + j0;
-        switch (VQ_MIN(4, nq - j0) * 2 + two) {
-        case 2: score_512_m(t, 3, 1, qj, blocks, n_blocks, bb, s, stride); break;
-        case 3: score_512_m(t, 2, 1, qj, blocks, n_blocks, bb, s, stride); break;
-        case 4: score_512_m(t, 3, 2, qj, blocks, n_blocks, bb, s, stride); break;
-        case 5: score_512_m(t, 2, 2, qj, blocks, n_blocks, bb, s, stride); break;
-        case 6: score_512_m(t, 3, 3, qj, blocks, n_blocks, bb, s, stride); break;
-        case 7: score_512_m(t, 2, 3, qj, blocks, n_blocks, bb, s, stride); break;
-        case 8: score_512_m(t, 3, 4, qj, blocks, n_blocks, bb, s, stride); break;
-        default: score_512_m(t, 2, 4, qj, blocks, n_blocks, bb, s, stride); break;
+#define SC_512(M)                                                                          \
+        case 4 * M + 1: score_512_m(t, 1, M, qj, blocks, n_blocks, bb, s, stride); break; \
+        case 4 * M + 2: score_512_m(t, 2, M, qj, blocks, n_blocks, bb, s, stride); break; \
+        case 4 * M + 3: score_512_m(t, 3, M, qj, blocks, n_blocks, bb, s, stride); break;
+        switch (VQ_MIN(4, nq - j0) * 4 + t->bits) {
+        SC_512(1) SC_512(2) SC_512(3) SC_512(4)
+        default: break;   /* unreachable: bits 1..3 */
         }
+#undef SC_512
     }
 }
 
@@ -326,7 +352,7 @@ T_AVX2 static INL void score_256_m(const vq_tq *t, const int bits, const int m,
     ptab(t, 8, tb);
     const __m256 tab = _mm256_loadu_ps(tb);
     const __m256i four = _mm256_set1_epi32(4);
-    const int ng = t->d / 32;
+    const int ng = t->d / 32, tail = bits == 2 && t->d % 32;   /* 2 bits: a last group of 16 */
     const size_t h = hdr(t, VQ_SIDE_K), gb = (size_t)bits * WB;
     for (int b = 0; b < n_blocks; b++) {
         const uint8_t *blk = blocks + (size_t)b * bb, *c = blk + h;
@@ -335,10 +361,26 @@ T_AVX2 static INL void score_256_m(const vq_tq *t, const int bits, const int m,
             __m256 a0[4], a1[4];
 #pragma GCC unroll 4
             for (int j = 0; j < m; j++) a0[j] = a1[j] = _mm256_setzero_ps();
+            if (tail) {
+                const __m256i x0 = _mm256_loadu_si256((const __m256i *)(c + (size_t)ng * gb + 32 * half));
+#pragma GCC unroll 8
+                for (int s = 0; s < 8; s++) {
+                    K256(x0, 4 * s, 32 * ng + 2 * s, a0);
+                    K256(x0, 4 * s + 2, 32 * ng + 2 * s + 1, a1);
+                }
+            }
             for (int g = 0; g < ng; g++) {
                 const uint8_t *cg = c + (size_t)g * gb + 32 * half;
                 const int i0 = 32 * g;
                 const __m256i x0 = _mm256_loadu_si256((const __m256i *)cg);
+                if (bits == 1) {
+#pragma GCC unroll 16
+                    for (int s = 0; s < 16; s++) {
+                        K256(x0, 2 * s, i0 + 2 * s, a0);
+                        K256(x0, 2 * s + 1, i0 + 2 * s + 1, a1);
+                    }
+                    continue;
+                }
                 const __m256i x1 = _mm256_loadu_si256((const __m256i *)(cg + WB));
                 if (bits == 2) {
 #pragma GCC unroll 16
@@ -376,20 +418,18 @@ T_AVX2 static INL void score_256_m(const vq_tq *t, const int bits, const int m,
 T_AVX2 static void score_256(const vq_tq *t, int nq, const float *const *q, const uint8_t *blocks,
                              int n_blocks, size_t bb, float *scores) {
     const size_t stride = (size_t)n_blocks * VQ_TQL_ROWS;
-    const int two = t->bits == 2;
     for (int j0 = 0; j0 < nq; j0 += 4) {
         float *s = scores + (size_t)j0 * stride;
         const float *const *qj = q + j0;
-        switch (VQ_MIN(4, nq - j0) * 2 + two) {
-        case 2: score_256_m(t, 3, 1, qj, blocks, n_blocks, bb, s, stride); break;
-        case 3: score_256_m(t, 2, 1, qj, blocks, n_blocks, bb, s, stride); break;
-        case 4: score_256_m(t, 3, 2, qj, blocks, n_blocks, bb, s, stride); break;
-        case 5: score_256_m(t, 2, 2, qj, blocks, n_blocks, bb, s, stride); break;
-        case 6: score_256_m(t, 3, 3, qj, blocks, n_blocks, bb, s, stride); break;
-        case 7: score_256_m(t, 2, 3, qj, blocks, n_blocks, bb, s, stride); break;
-        case 8: score_256_m(t, 3, 4, qj, blocks, n_blocks, bb, s, stride); break;
-        default: score_256_m(t, 2, 4, qj, blocks, n_blocks, bb, s, stride); break;
+#define SC_256(M)                                                                          \
+        case 4 * M + 1: score_256_m(t, 1, M, qj, blocks, n_blocks, bb, s, stride); break; \
+        case 4 * M + 2: score_256_m(t, 2, M, qj, blocks, n_blocks, bb, s, stride); break; \
+        case 4 * M + 3: score_256_m(t, 3, M, qj, blocks, n_blocks, bb, s, stride); break;
+        switch (VQ_MIN(4, nq - j0) * 4 + t->bits) {
+        SC_256(1) SC_256(2) SC_256(3) SC_256(4)
+        default: break;   /* unreachable: bits 1..3 */
         }
+#undef SC_256
     }
 }
 

@@ -228,6 +228,16 @@ static int run_all(uint64_t seed) {
                 check_codec(&rng, vq_codec_find("tq_split"), pv[i][0], pv[i][1], 64, side);
                 check_codec(&rng, vq_codec_find("tq_split"), pv[i][0], pv[i][1], 128, side);
             }
+        /* the lanes layout's subsets: 1, 2 (with a last group of 16), 3 and 4 bits, each beside
+         * the rows layout of the same codes; layout=lanes where a subset cannot is refused */
+        const char *sp[] = {"frac=0.5,lo=1", "frac=0.5,hi=3,lo=1", "frac=0.5,hi=4,lo=3", "frac=0.5,hi=2,lo=1",
+                            "hi=4,lo=2", "pairs=8,hi=2,lo=2", "frac=0.5,lo=1,layout=rows", "hi=4,lo=2,layout=rows",
+                            "frac=0.5,hi=3,lo=3,layout=lanes", "hi=4,lo=1,layout=lanes"};
+        for (size_t i = 0; i < VQ_ARRAY_LEN(sp); i++)
+            for (int side = 0; side < 2; side++) {
+                check_params(&rng, vq_codec_find("tq_split"), sp[i], 64, side);
+                check_params(&rng, vq_codec_find("tq_split"), sp[i], 128, side);
+            }
     }
     vq_calib_free(&g_cal);
     return vq_t_done();

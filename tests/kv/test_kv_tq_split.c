@@ -59,8 +59,28 @@ int main(void) {
     st.ctx = (vq_codec_ctx){ .layer = 1, .n_layers = 2, .head = 0, .n_kv_heads = 2, .calib = &cal };
     vq_codec_param p3[3] = { {"hi", "4"}, {"lo", "2"}, {"pairs", "8"} };
     CHECK(st.codec->init(&st, d, VQ_SIDE_K, p3, 3, 1, &err) == VQ_OK);
-    CHECKF(st.block_bytes == 24, "block bytes %zu", st.block_bytes);
-    CHECKF(!strcmp(st.params, "hi=4,lo=2,pairs=8"), "params '%s'", st.params);
+    /* lanes (the default on keys when each subset allows it): 16 rows, the same 24 bytes a row */
+    CHECKF(st.rows_per_block == 16 && st.block_bytes == 16 * 24, "lanes: %d rows, block bytes %zu",
+           st.rows_per_block, st.block_bytes);
+    CHECKF(!strcmp(st.params, "hi=4,lo=2,pairs=8,layout=lanes"), "params '%s'", st.params);
+    st.codec->fini(&st);
+    vq_codec_param p4[4] = { {"hi", "4"}, {"lo", "2"}, {"pairs", "8"}, {"layout", "rows"} };
+    CHECK(st.codec->init(&st, d, VQ_SIDE_K, p4, 4, 1, &err) == VQ_OK);
+    CHECKF(st.rows_per_block == 1 && st.block_bytes == 24, "rows: %d rows, block bytes %zu", st.rows_per_block,
+           st.block_bytes);
+    CHECKF(!strcmp(st.params, "hi=4,lo=2,pairs=8,layout=rows"), "params '%s'", st.params);
+    st.codec->fini(&st);
+    /* values keep one row per block; layout=lanes there, or on a subset it cannot hold, is refused */
+    CHECK(st.codec->init(&st, d, VQ_SIDE_V, p3, 3, 1, &err) == VQ_OK);
+    CHECKF(st.rows_per_block == 1 && st.block_bytes == 24, "V side: %d rows, %zu bytes", st.rows_per_block, st.block_bytes);
+    st.codec->fini(&st);
+    vq_codec_param p5[4] = { {"hi", "4"}, {"lo", "1"}, {"pairs", "8"}, {"layout", "lanes"} };   /* 48 coords at 1 bit */
+    CHECK(st.codec->init(&st, d, VQ_SIDE_K, p5, 4, 1, &err) == VQ_ERR_ARG);
+    CHECKF(strstr(err.msg, "layout=lanes") && strstr(err.msg, "lo=1 on 48"), "message: %s", err.msg);
+    st.codec->fini(&st);
+    vq_codec_param p6[2] = { {"frac", "0.5"}, {"layout", "lanes"} };
+    CHECK(st.codec->init(&st, d, VQ_SIDE_V, p6, 2, 1, &err) == VQ_ERR_ARG);
+    CHECKF(strstr(err.msg, "value side"), "message: %s", err.msg);
     st.codec->fini(&st);
     vq_codec_param p2[2] = { {"frac", "0.125"}, {"lo", "1"} };   /* 4 pairs at 4 bits, 56 coords at 1 */
     CHECK(st.codec->init(&st, d, VQ_SIDE_K, p2, 2, 1, &err) == VQ_OK);
