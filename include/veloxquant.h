@@ -486,6 +486,20 @@ typedef struct vq_calibrate_info {
 } vq_calibrate_info;
 VQ_API vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, const char *out_path,
                               vq_calibrate_info *info, vq_err *err);
+/* A calibration file's layers ranked by their query x key energy E_l = Σ_{KV heads} Σ_{RoPE pairs}
+ * pair_energy: a key codec of a given relative error shifts a layer's scores by an amount whose
+ * mean square grows with E_l, so the layers with the most are where more key bits help most (the
+ * per-layer budget of issue 12: `--kv-layers` / `@LAYERS=SPEC` with the top layers).
+ * docs/lowbit-keys.md "Per-layer budgets from calibration" measures it. */
+typedef struct vq_calib_layers {
+    char model[64];
+    int n_layers, n_heads, n_kv_heads, head_dim;
+    long n_tokens;
+    double *energy;                /* [n_layers]: E_l */
+    int *rank;                     /* [n_layers]: layers by E_l, highest first (ties: lower layer) */
+} vq_calib_layers;
+VQ_API vq_status vq_calib_layers_read(const char *path, vq_calib_layers *out, vq_err *err);
+VQ_API void vq_calib_layers_free(vq_calib_layers *l);
 
 /* Sharing benchmark: n_procs processes each load model_path themselves and decode (1 thread,
  * f16 cache); while all decode, each one's /proc/PID/smaps gives the Rss and Pss of the

@@ -83,3 +83,101 @@ int cmd_calibrate(int argc, char **argv) {
     vq_model_free(m);
     return 0;
 }
+
+static const char *calib_layers_help =
+    "usage: veloxquant calib-layers FILE [--top N] [--spec SPEC] [--json]\n"
+    "Ranks a calibration file's layers by query x key energy (the sum over KV heads and RoPE pairs\n"
+    "of the pair energy): the layers where a key codec's error moves the scores most, so where more\n"
+    "key bits help most (docs/lowbit-keys.md, \"Per-layer budgets from calibration\").\n"
+    "  --top N      the N highest layers as a --kv-layers value (default: a fifth of the layers)\n"
+    "  --spec SPEC  the KV spec those layers get (checked); without it the value ends in =SPEC\n"
+    "  --json       the table and the value as JSON\n"
+    "e.g. veloxquant calib-layers smollm2.vqc --top 6 --spec 'k=kvquant:bits=3,qweight=1;v=turboquant_mse:bits=4;calib=smollm2.vqc'\n";
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+int cmd_calib_layers(int argc, char **argv) {
+    const char *file = NULL, *spec = NULL;
+    long top = -1;
+    int as_json = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(calib_layers_help, stdout); finish_stdout(); return 0; }
+        else if (!strcmp(a, "--top")) { top = parse_long(a, v, 1, 4096); i++; }
+        else if (!strcmp(a, "--spec")) { if (!v || !*v) die("%s needs a KV spec", a); spec = v; i++; }
+        else if (!strcmp(a, "--json")) as_json = 1;
+        else if (a[0] == '-' && a[1]) die("calib-layers: unknown option '%s' (see veloxquant calib-layers --help)", a);
+        else if (file) die("calib-layers: one calibration file, got '%s' and '%s'", file, a);
+        else file = a;
+    }
+    if (!file) die("calib-layers: a calibration FILE is required (one of `veloxquant calibrate`)");
+    vq_err err;
+    if (spec) {   /* checked like any --kv (a per-layer override's spec is a full spec) */
+        vq_kv_spec *ks = vq_kv_spec_parse(spec, &err);
+        if (!ks) die("calib-layers: --spec: %s", err.msg);
+        vq_kv_spec_free(ks);
+        if (strchr(spec, '@')) die("calib-layers: --spec '%s' holds '@' (an override of its own): give one spec", spec);
+    }
+    vq_calib_layers cl;
+    if (vq_calib_layers_read(file, &cl, &err)) die("%s", err.msg);
+    const int L = cl.n_layers;
+    if (top < 0) top = L >= 5 ? L / 5 : 1;
+    if (top > L) die("calib-layers: --top %ld is more than the file's %d layers", top, L);
+    double total = 0;
+    for (int l = 0; l < L; l++) total += cl.energy[l];
+    int *sel = malloc(sizeof(int) * (size_t)top);
+    if (!sel) die("calib-layers: out of memory");
+    memcpy(sel, cl.rank, sizeof(int) * (size_t)top);
+    qsort(sel, (size_t)top, sizeof(int), cmp_int);
+    size_t vcap = (size_t)top * 6 + (spec ? strlen(spec) : 4) + 8, vn = 0;
+    char *val = malloc(vcap);
+    if (!val) die("calib-layers: out of memory");
+    for (long i = 0; i < top; i++) vn += (size_t)snprintf(val + vn, vcap - vn, "%s%d", i ? "," : "", sel[i]);
+    snprintf(val + vn, vcap - vn, "=%s", spec ? spec : "SPEC");
+    int *rank_of = malloc(sizeof(int) * (size_t)L);
+    if (!rank_of) die("calib-layers: out of memory");
+    for (int r = 0; r < L; r++) rank_of[cl.rank[r]] = r + 1;
+    if (as_json) {
+        json j;
+        json_init(&j, stdout);
+        json_obj(&j);
+        json_kstr(&j, "file", file);
+        json_kstr(&j, "model", cl.model);
+        json_kint(&j, "n_layers", L);
+        json_kint(&j, "tokens", cl.n_tokens);
+        json_key(&j, "layers");
+        json_arr(&j);
+        for (int l = 0; l < L; l++) {
+            json_obj(&j);
+            json_kint(&j, "layer", l);
+            json_knum(&j, "energy", "%.6g", cl.energy[l]);
+            json_knum(&j, "share", "%.6f", total > 0 ? cl.energy[l] / total : 0.0);
+            json_kint(&j, "rank", rank_of[l]);
+            json_obj_end(&j);
+        }
+        json_arr_end(&j);
+        json_key(&j, "top");
+        json_arr(&j);
+        for (long i = 0; i < top; i++) json_int(&j, sel[i]);
+        json_arr_end(&j);
+        json_kstr(&j, "kv_layers", val);
+        json_obj_end(&j);
+        json_newline(&j);
+    } else {
+        printf("calibration %s: model %s, %d layers, %d KV heads, head_dim %d, %ld tokens\n", file, cl.model, L,
+               cl.n_kv_heads, cl.head_dim, cl.n_tokens);
+        printf("rank  layer  q.k energy   share\n");
+        for (int r = 0; r < L; r++) {
+            int l = cl.rank[r];
+            printf("%4d  %5d  %10.4g  %5.1f%%%s\n", r + 1, l, cl.energy[l], total > 0 ? 100.0 * cl.energy[l] / total : 0.0,
+                   r < top ? "  *" : "");
+        }
+        printf("top %ld layers (*), as a --kv-layers value:\n--kv-layers '%s'\n", top, val);
+    }
+    finish_stdout();
+    free(sel);
+    free(val);
+    free(rank_of);
+    vq_calib_layers_free(&cl);
+    return 0;
+}

@@ -13,6 +13,7 @@ int cmd_needle(int argc, char **argv);
 int cmd_serve(int argc, char **argv);     /* cmd_serve.c, on server/ */
 int cmd_evict_corr(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_calib_layers(int argc, char **argv);   /* cmd_calibrate.c */
 int cmd_quantize(int argc, char **argv);
 int cmd_bench_share(int argc, char **argv);
 #endif

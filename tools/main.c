@@ -20,6 +20,7 @@ static const char *main_help =
     "  needle       passkey retrieval: a number hidden at a depth of filler text, per KV arm\n"
     "  evict-corr   Spearman correlation of eviction policies' scores with later queries' attention\n"
     "  calibrate    per-layer, per-head q/k/v statistics of a model on a text (for calib=FILE)\n"
+    "  calib-layers a calibration's layers ranked by q.k energy: which layers get more key bits\n"
     "  quantize     re-code a model's weights into a reservoir file (page-aligned, shared, zero-copy)\n"
     "  bench-share  K processes decoding one model: what each holds of its weights (Pss), vs copying\n"
     "  serve        an OpenAI-compatible HTTP server: many conversations, compressed caches, batched decode\n";
@@ -29,6 +30,7 @@ static const struct { const char *name; int (*run)(int, char **); } commands[] =
     { "info", cmd_info },           { "tokenize", cmd_tokenize },           { "bench-kernels", cmd_bench_kernels },
     { "kv-fidelity", cmd_kv_fidelity }, { "needle", cmd_needle },       { "serve", cmd_serve },
     { "evict-corr", cmd_evict_corr },   { "calibrate", cmd_calibrate },
+    { "calib-layers", cmd_calib_layers },
     { "quantize", cmd_quantize },       { "bench-share", cmd_bench_share },
 };
 

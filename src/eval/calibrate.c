@@ -187,3 +187,44 @@ done:
     free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows); free(a.qq); free(a.tmp);
     return s;
 }
+
+/* ---------------- per-layer ranking (vq_calib_layers_read) ---------------- */
+vq_status vq_calib_layers_read(const char *path, vq_calib_layers *out, vq_err *err) {
+    memset(out, 0, sizeof *out);
+    vq_calib c;
+    vq_status s = vq_calib_read(path, &c, err);
+    if (s) return s;
+    const int L = c.n_layers, H = c.n_kv_heads, np = c.head_dim / 2;
+    out->energy = calloc((size_t)L, sizeof(double));
+    out->rank = malloc(sizeof(int) * (size_t)L);
+    if (!out->energy || !out->rank) {
+        vq_calib_free(&c);
+        vq_calib_layers_free(out);
+        return vq_err_set(err, VQ_ERR_NOMEM, "calibration '%s': out of memory", path);
+    }
+    snprintf(out->model, sizeof out->model, "%s", c.model);
+    out->n_layers = L;
+    out->n_heads = c.n_heads;
+    out->n_kv_heads = H;
+    out->head_dim = c.head_dim;
+    out->n_tokens = (long)c.n_tokens;
+    for (int l = 0; l < L; l++) {
+        for (size_t i = 0; i < (size_t)H * np; i++) out->energy[l] += c.pair_energy[(size_t)l * H * np + i];
+        out->rank[l] = l;
+    }
+    for (int i = 1; i < L; i++) {   /* insertion sort, stable: ties keep the lower layer first */
+        int o = out->rank[i], j = i;
+        while (j > 0 && out->energy[out->rank[j - 1]] < out->energy[o]) { out->rank[j] = out->rank[j - 1]; j--; }
+        out->rank[j] = o;
+    }
+    vq_calib_free(&c);
+    return VQ_OK;
+}
+
+void vq_calib_layers_free(vq_calib_layers *l) {
+    if (!l) return;
+    free(l->energy);
+    free(l->rank);
+    l->energy = NULL;
+    l->rank = NULL;
+}

@@ -99,7 +99,19 @@ run calib_missing x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 
 head -c 1000 "$T/c.vqc" > "$T/trunc.vqc"
 run calib_trunc x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "k=tq_split:hi=4,lo=2;v=q8_0;calib=$T/trunc.vqc" && err_has calib_trunc "bytes, its dims need|truncated"
 run calib_nocalib x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "k=tq_split:hi=4,lo=2;v=q8_0" && err_has calib_nocalib "calib=FILE"
-for c in generate perplexity bench info tokenize bench-kernels kv-fidelity needle calibrate serve evict-corr; do
+run cl 0 "$BIN" calib-layers "$T/c.vqc" --top 2 --spec "q8_0;calib=$T/c.vqc" --json && json_ok calib-layers "$T/cl.out"
+if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=sorted(d['layers'],key=lambda x:(-x['energy'],x['layer'])); \
+  t=sorted(x['layer'] for x in r[:2]); assert d['top']==t and d['kv_layers']==','.join(map(str,t))+'=q8_0;calib=$T/c.vqc', d" "$T/cl.out" 2> "$T/cl.py"
+then pass "calib-layers: the top layers by energy, as a --kv-layers value"; else fail "calib-layers: $(tail -c 300 "$T/cl.py")"; fi
+run cl_table 0 "$BIN" calib-layers "$T/c.vqc" && grep -q -- "--kv-layers '" "$T/cl_table.out" && pass "calib-layers table"
+run cl_use 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv q4_0 \
+  --kv-layers "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['kv_layers'])" "$T/cl.out")" && pass "calib-layers value runs as --kv-layers"
+run cl_missing x "$BIN" calib-layers "$T/none.vqc" && err_has cl_missing "none.vqc"
+run cl_trunc x "$BIN" calib-layers "$T/trunc.vqc" && err_has cl_trunc "bytes, its dims need|truncated"
+run cl_top x "$BIN" calib-layers "$T/c.vqc" --top 99 && err_has cl_top "more than the file's"
+run cl_spec x "$BIN" calib-layers "$T/c.vqc" --spec "nosuchcodec" && err_has cl_spec "nosuchcodec"
+run cl_nofile x "$BIN" calib-layers && err_has cl_nofile "FILE is required"
+for c in generate perplexity bench info tokenize bench-kernels kv-fidelity needle calibrate calib-layers serve evict-corr; do
   run "help_$c" 0 "$BIN" "$c" --help || true
 done
 pass "every --help"
