@@ -166,6 +166,12 @@ T_AVX512 static INL float vnorm_512(const vq_tq *t, const uint8_t *blk) {
     return _cvtsh_ss(hb);
 }
 
+/* a score dispatch's cases: m queries (1..4) x bits (1..3) -> F(t, bits, m, ...) with both constant */
+#define SCORE_CASES(F, M)                                                      \
+    case 4 * M + 1: F(t, 1, M, qj, blocks, n_blocks, bb, s, stride); break;   \
+    case 4 * M + 2: F(t, 2, M, qj, blocks, n_blocks, bb, s, stride); break;   \
+    case 4 * M + 3: F(t, 3, M, qj, blocks, n_blocks, bb, s, stride); break;
+
 /* ---------------- AVX-512 ---------------- */
 /* one coordinate (code at bit sh of every lane of x) into the m queries' sums */
 #define K512(X, SH, I, A)                                                                  \
@@ -247,15 +253,11 @@ T_AVX512 static void score_512(const vq_tq *t, int nq, const float *const *q, co
     for (int j0 = 0; j0 < nq; j0 += 4) {
         float *s = scores + (size_t)j0 * stride;
         const float *const *qj = q + j0;
-#define SC_512(M)                                                                          \
-        case 4 * M + 1: score_512_m(t, 1, M, qj, blocks, n_blocks, bb, s, stride); break; \
-        case 4 * M + 2: score_512_m(t, 2, M, qj, blocks, n_blocks, bb, s, stride); break; \
-        case 4 * M + 3: score_512_m(t, 3, M, qj, blocks, n_blocks, bb, s, stride); break;
         switch (VQ_MIN(4, nq - j0) * 4 + t->bits) {
-        SC_512(1) SC_512(2) SC_512(3) SC_512(4)
+        SCORE_CASES(score_512_m, 1) SCORE_CASES(score_512_m, 2) SCORE_CASES(score_512_m, 3)
+        SCORE_CASES(score_512_m, 4)
         default: break;   /* unreachable: bits 1..3 */
         }
-#undef SC_512
     }
 }
 
@@ -421,15 +423,11 @@ T_AVX2 static void score_256(const vq_tq *t, int nq, const float *const *q, cons
     for (int j0 = 0; j0 < nq; j0 += 4) {
         float *s = scores + (size_t)j0 * stride;
         const float *const *qj = q + j0;
-#define SC_256(M)                                                                          \
-        case 4 * M + 1: score_256_m(t, 1, M, qj, blocks, n_blocks, bb, s, stride); break; \
-        case 4 * M + 2: score_256_m(t, 2, M, qj, blocks, n_blocks, bb, s, stride); break; \
-        case 4 * M + 3: score_256_m(t, 3, M, qj, blocks, n_blocks, bb, s, stride); break;
         switch (VQ_MIN(4, nq - j0) * 4 + t->bits) {
-        SC_256(1) SC_256(2) SC_256(3) SC_256(4)
+        SCORE_CASES(score_256_m, 1) SCORE_CASES(score_256_m, 2) SCORE_CASES(score_256_m, 3)
+        SCORE_CASES(score_256_m, 4)
         default: break;   /* unreachable: bits 1..3 */
         }
-#undef SC_256
     }
 }
 
