@@ -265,3 +265,34 @@ uint64_t vq_calib_config_hash(const char *text) {
     for (const unsigned char *s = (const unsigned char *)text; *s; s++) { h ^= *s; h *= 1099511628211ull; }
     return h;
 }
+
+/* The key pre-transform of a KV store (store keys kmean= / kscale=; docs/lowbit-keys.md, "Key
+ * pre-transform"): k' = a ⊙ (k − c). c = E[k] when mean (the mean key after RoPE); a_i =
+ * (w_i / σ_i²)^alpha with w_i = Σ_{g in group} E[q_g,i²] and σ_i² the key's second moment about
+ * c, scaled so that Σ a_i² σ_i² = Σ σ_i² (the codes see as much energy as before). The ratio
+ * w/σ² is bounded to 1e-6 of its largest value (a channel no query reads, or a constant one). */
+void vq_calib_key_affine(const vq_calib *c, int layer, int kv_head, int mean, double alpha,
+                         float *cent, float *scale) {
+    const int d = c->head_dim, G = c->n_heads / c->n_kv_heads;
+    const size_t kh = ((size_t)layer * c->n_kv_heads + kv_head) * (size_t)d;
+    double var[VQ_CALIB_MAX_DIM], r[VQ_CALIB_MAX_DIM], rmax = 0, e0 = 0, e1 = 0;
+    for (int i = 0; i < d; i++) {
+        const double mu = mean ? c->k_mean[kh + i] : 0.0;
+        cent[i] = (float)mu;
+        var[i] = fmax(0.0, (double)c->k_sq[kh + i] - mu * mu);
+        double w = 0;
+        for (int g = 0; g < G; g++)
+            w += c->q_sq[((size_t)layer * c->n_heads + (size_t)kv_head * G + g) * (size_t)d + i];
+        r[i] = var[i] > 0 ? w / var[i] : 0.0;
+        rmax = fmax(rmax, r[i]);
+    }
+    for (int i = 0; i < d; i++) {
+        double a = 1.0;
+        if (alpha > 0 && rmax > 0) a = pow(fmax(r[i], rmax * 1e-6), alpha);
+        r[i] = a;
+        e0 += var[i];
+        e1 += a * a * var[i];
+    }
+    const double k = e1 > 0 && e0 > 0 ? sqrt(e0 / e1) : 1.0;
+    for (int i = 0; i < d; i++) scale[i] = (float)(r[i] * k);
+}

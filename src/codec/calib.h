@@ -60,6 +60,12 @@ vq_status vq_calib_check(const vq_calib *c, const char *path, int n_layers, int 
                          int n_kv_heads, int head_dim, const char *model, uint64_t config_hash,
                          vq_err *err);
 
+/* The key pre-transform k' = scale ⊙ (k − cent) of (layer, KV head) (store keys kmean=/kscale=,
+ * calib.c says how): cent = the mean key when mean, else 0; scale_i ∝ (query energy / key
+ * variance)^alpha (alpha 0: all 1). head_dim floats each. */
+void vq_calib_key_affine(const vq_calib *c, int layer, int kv_head, int mean, double alpha,
+                         float *cent, float *scale);
+
 /* FNV-1a 64 over text (the model layer builds the config text; eval calls this). */
 uint64_t vq_calib_config_hash(const char *text);
 #endif

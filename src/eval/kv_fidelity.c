@@ -108,12 +108,12 @@ static double kl_one(const float *q, const float *K, const float *khat, size_t w
 }
 
 /* Decoded rows of the cache put back in position order (rows at positions >= n are ignored). */
-static vq_status read_by_pos(vq_kv *kv, const vq_kvfid_capture *c, float *kr, float *vr, int32_t *pos,
-                             float *kh, float *vh, vq_err *err) {
-    vq_status s = vq_kv_read(kv, 0, kr, vr, pos, err);
+static vq_status read_by_pos(vq_kv *kv, int layer, const vq_kvfid_capture *c, float *kr, float *vr,
+                             int32_t *pos, float *kh, float *vh, vq_err *err) {
+    vq_status s = vq_kv_read(kv, layer, kr, vr, pos, err);
     if (s) return s;
     size_t w = (size_t)c->n_kv * c->hd;
-    int rows = vq_kv_rows(kv, 0);
+    int rows = vq_kv_rows(kv, layer);
     for (int i = 0; i < rows; i++) {
         if (pos[i] < 0 || pos[i] >= c->n) continue;
         memcpy(kh + (size_t)pos[i] * w, kr + (size_t)i * w, w * sizeof(float));
@@ -129,12 +129,24 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *
     vq_kv_dims dims = { 1, nh, H, d, n, NULL, 0 };
     vq_err e; vq_err_clear(&e);
     vq_kv *kv = vq_kv_create(spec, &dims, seed + 1000003ull * (uint64_t)l, &e);
+    int cl = 0;          /* the cache layer the rows go to */
+    size_t fixed0 = 0;   /* a whole-model cache: the other layers' share of its fixed bytes */
+    if (!kv) {   /* a spec with calib=FILE (or per-layer overrides) needs the model's layer count: a
+                  * cache of every layer, only layer l filled */
+        vq_kv_dims all = { c->n_layers, nh, H, d, n, NULL, 0 };
+        vq_err e2; vq_err_clear(&e2);
+        kv = vq_kv_create(spec, &all, seed + 1000003ull * (uint64_t)l, &e2);
+        if (kv) {
+            cl = l;
+            fixed0 = vq_kv_bytes(kv) / (size_t)c->n_layers * (size_t)(c->n_layers - 1);
+        }
+    }
     if (!kv) {   /* unusable here (e.g. head_dim): reported, not fatal */
         r->ok = 0;
         snprintf(r->why, sizeof r->why, "%.250s", e.msg);
         return VQ_OK;
     }
-    const vq_codec_state *sk = vq_kv_codec_state(kv, 0, VQ_SIDE_K), *sv = vq_kv_codec_state(kv, 0, VQ_SIDE_V);
+    const vq_codec_state *sk = vq_kv_codec_state(kv, cl, VQ_SIDE_K), *sv = vq_kv_codec_state(kv, cl, VQ_SIDE_V);
     /* keys a query sees change after it ran only when rows wait in a window or a multi-row block */
     int dynamic = vq_kv_window_rows(kv) > 0 || sk->rows_per_block > 1 || sv->rows_per_block > 1;
     float *kr = malloc(sizeof(float) * n * w), *vr = malloc(sizeof(float) * n * w);
@@ -145,17 +157,17 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *
     vq_status s = (kr && vr && kh && vh && oh && pos && sc && klq) ? VQ_OK : vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory");
     const float *Q = c->q[l], *K = c->k[l], *V = c->v[l];
     for (int t = 0; t < n && !s; t++) {
-        s = vq_kv_append(kv, 0, t, 1, K + t * w, V + t * w, err);
-        if (!s) s = vq_kv_attend(kv, 0, 1, &t, Q + t * wq, oh + t * wq, err);
+        s = vq_kv_append(kv, cl, t, 1, K + t * w, V + t * w, err);
+        if (!s) s = vq_kv_attend(kv, cl, 1, &t, Q + t * wq, oh + t * wq, err);
         if (!s && dynamic) {
-            s = read_by_pos(kv, c, kr, vr, pos, kh, vh, err);
+            s = read_by_pos(kv, cl, c, kr, vr, pos, kh, vh, err);
             #pragma omp parallel for schedule(static)
             for (int h = 0; h < nh; h++)
                 klq[(size_t)t * nh + h] = kl_one(Q + t * wq + (size_t)h * d, K, kh, w, (size_t)(h / G) * d, d, t,
                                                  sc + (size_t)h * 2 * (n + 1));
         }
     }
-    if (!s) s = read_by_pos(kv, c, kr, vr, pos, kh, vh, err);   /* the stored state after all rows */
+    if (!s) s = read_by_pos(kv, cl, c, kr, vr, pos, kh, vh, err);   /* the stored state after all rows */
     if (!s && !dynamic) {
         #pragma omp parallel for schedule(dynamic, 1)
         for (int h = 0; h < nh; h++)
@@ -184,8 +196,8 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *
         L->kl = kl / ((double)n * nh);
         L->rel_err = re / ((double)n * nh);
         if (l == 0) {
-            r->bits = vq_kv_bits_per_elem(kv);
-            r->bytes = vq_kv_bytes(kv);
+            r->bytes = vq_kv_bytes(kv) - fixed0;
+            r->bits = cl || fixed0 ? (double)r->bytes * 8.0 / ((double)n * H * d * 2) : vq_kv_bits_per_elem(kv);
             r->code_bits = 4.0 * ((double)sk->block_bytes / sk->rows_per_block + (double)sv->block_bytes / sv->rows_per_block) / d;
             snprintf(r->norm, sizeof r->norm, "%s", vq_kv_spec_str(kv));
         }

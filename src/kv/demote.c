@@ -144,6 +144,8 @@ static void read_block(const vq_kvg *g, int local, int c, float *k, float *v, fl
             const uint8_t *src = page + (s ? g->off_v[h] : g->off_k[h]) + (size_t)(rin / rb) * st->block_bytes;
             for (int t = 0; t < rpb; t += rb)
                 st->codec->decode(st, src + (size_t)(t / rb) * st->block_bytes, tmp + (size_t)t * d);
+            const float *kx = s ? NULL : vq_kvg_kx(g, local, h);
+            if (kx) vq_kx_inv(kx, d, tmp, rpb);
             for (int t = 0; t < rpb; t++)
                 memcpy(out + (size_t)t * w + (size_t)h * d, tmp + (size_t)t * d, (size_t)d * sizeof(float));
         }

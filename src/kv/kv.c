@@ -37,6 +37,9 @@ static size_t ev_cal_bytes(const vq_kvg *kv) {   /* the group's Q-Filters or que
     const size_t per = (size_t)kv->dims.n_layers * kv->H * kv->d * sizeof(float);
     return vq_evict_needs_filter(&kv->ev) ? per : vq_evict_needs_qstats(&kv->ev) ? per * kv->G * 2 : 0;
 }
+static size_t kx_bytes(const vq_kvg *kv) {   /* the key pre-transform (kmean= / kscale=) */
+    return kv->kx ? (size_t)(kv->dims.n_layers / kv->vh) * kv->kx_hc * 3 * kv->d * sizeof(float) : 0;
+}
 static size_t layer_fixed_bytes(const vq_kvg *kv) {
     size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
     return (size_t)kv->page_cap * (sizeof(uint8_t *) + sizeof(int32_t)) +
@@ -62,7 +65,7 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
         b += states_bytes(kv, l);
         b += layer_fixed_bytes(kv) + (size_t)(kv->layers[l].n_pages + kv->layers[l].n_spare) * kv->page_bytes;
     }
-    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0) + ev_cal_bytes(kv) +
+    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0) + ev_cal_bytes(kv) + kx_bytes(kv) +
            (kv->tier ? vq_kvg_bytes(kv->tier) : 0);
 }
 /* Rows coded (not in the window or the sink) once a layer has taken `rows` rows in order. */
@@ -87,7 +90,8 @@ size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
         b += states_bytes(kv, l) + layer_fixed_bytes(kv) + pages * kv->page_bytes;
     }
     /* a demoted tier holds at most the rows (an upper bound, as the main layers' with eviction) */
-    return b + vq_evict_raw_bytes(kv, rows) + ev_cal_bytes(kv) + (kv->tier ? vq_kvg_bytes_at(kv->tier, rows) : 0);
+    return b + vq_evict_raw_bytes(kv, rows) + ev_cal_bytes(kv) + kx_bytes(kv) +
+           (kv->tier ? vq_kvg_bytes_at(kv->tier, rows) : 0);
 }
 
 /* Truncate a layer to positions < n: every sink and window row below n is kept, and the coded
@@ -171,6 +175,7 @@ void vq_kvg_destroy(vq_kvg *kv) {
     vq_aligned_free(kv->enc_tmp);
     kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
     kv_free(kv, kv->ev_cal, ev_cal_bytes(kv));
+    kv_free(kv, kv->kx, kx_bytes(kv));
     vq_aligned_free(kv->ev_tmp);
     vq_aligned_free(kv->ev_blk);
     vq_aligned_free(kv->ada_cand);
@@ -354,6 +359,18 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
                 kv->bytes += st->state_bytes;
                 fpw = VQ_MAX(fpw, st->fp_window);
             }
+    if (sp.kmean || sp.kscale > 0) {   /* the key pre-transform of every (cache layer, KV head) */
+        kv->kx_hc = Hc;
+        kv->kx = vq_aligned_alloc((size_t)NLc * Hc * 3 * kv->d * sizeof(float));
+        if (!kv->kx) { vq_calib_free(&cal); goto nomem; }
+        kv->bytes += kx_bytes(kv);
+        for (int l = 0; l < NLc; l++)
+            for (int h = 0; h < Hc; h++) {
+                float *x = kv->kx + ((size_t)l * Hc + h) * 3 * kv->d;
+                vq_calib_key_affine(&cal, gl0[l], h, sp.kmean, sp.kscale, x, x + kv->d);
+                for (int i = 0; i < kv->d; i++) x[2 * kv->d + i] = 1.0f / x[kv->d + i];
+            }
+    }
     vq_calib_free(&cal);
     kv->rpb[0] = kv->st[0][0].rows_per_block;
     kv->rpb[1] = kv->st[1][0].rows_per_block;
@@ -504,6 +521,18 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
         vq_status rc = vq_kvg_check_rows(kv, layer, pos0, n, k, v, err);
         if (rc) return rc;
     }
+    for (int h = 0; kv->kx && h < kv->H; h++) {   /* the coded keys a ⊙ (k − c) stay in the range too */
+        const float *kx = vq_kvg_kx(kv, local, h);
+        for (int i = 0; i < n; i++)
+            for (int e = 0; e < kv->d; e++) {
+                const float x = kx[kv->d + e] * (k[(size_t)i * kv->xs + (size_t)h * kv->d + e] - kx[e]);
+                if (!(fabsf(x) <= VQ_KV_ABS_MAX))
+                    return vq_err_set(err, VQ_ERR_ARG, "vq_kv_append: layer %d row %d (pos %d) K head %d elem %d: "
+                                      "%g becomes %g under the key pre-transform (kmean=/kscale=), beyond +-65504",
+                                      layer, i, pos0 + i, vq_kvg_head0(kv, local) + h, e,
+                                      (double)k[(size_t)i * kv->xs + (size_t)h * kv->d + e], (double)x);
+            }
+    }
     /* a sliding-window layer: rows at or below pos0 - span are invisible to every query from pos0
      * on (queries come in position order; truncate refuses to go back past what the ring freed) */
     if (ring && L->span > 0 && (int64_t)pos0 - L->span >= 0) {
@@ -579,6 +608,8 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
                     const vq_codec_state *st = vq_kvg_st(kv, s, local, h);
                     for (int t = 0; t < rpb; t++)
                         get_row(kv, L, s, b + t, h, s ? v : k, tmp + (size_t)t * d);
+                    const float *kx = s ? NULL : vq_kvg_kx(kv, local, h);
+                    if (kx) vq_kx_fwd(kx, d, tmp, rpb);
                     uint8_t *dst = page + (s ? kv->off_v[h] : kv->off_k[h]) +
                                    (size_t)(rin / rb) * st->block_bytes;
                     for (int t = 0; t < rpb; t += rb)
@@ -622,6 +653,8 @@ vq_status vq_kvg_read(const vq_kvg *kv, int layer, float *k, float *v, int32_t *
                                      (size_t)(rin / rb) * st->block_bytes;
                 for (int t = 0; t < kv->rpb_store; t += rb)
                     st->codec->decode(st, src + (size_t)(t / rb) * st->block_bytes, tmp + (size_t)t * d);
+                const float *kx = s ? NULL : vq_kvg_kx(kv, layer, h);
+                if (kx) vq_kx_inv(kx, d, tmp, kv->rpb_store);
                 for (int t = 0; t < kv->rpb_store; t++)
                     memcpy(out + (size_t)(c + t) * w + (size_t)h * d, tmp + (size_t)t * d,
                            (size_t)d * sizeof(float));

@@ -248,7 +248,7 @@ static size_t task_bytes(const vq_kvg *kv, int nv) {
     return nv * qsb + al64(nv * sizeof(void *)) * 2 + al64((size_t)nv * smax * sizeof(float)) +
            2 * al64(nv * sizeof(float)) + (size_t)nv * acc_stride * sizeof(float) +
            al64((size_t)nv * d * sizeof(float)) + al64((size_t)d * sizeof(float)) +
-           al64((size_t)smax * sizeof(int32_t)) + obs_bytes(kv, nv);
+           al64((size_t)smax * sizeof(int32_t)) + al64((size_t)nv * sizeof(float)) + obs_bytes(kv, nv);
 }
 
 /* The group's attention scratch: one slot per thread attention may use, made with the cache so
@@ -351,6 +351,7 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     s.accw = (float *)(void *)p; p += al64((size_t)nv * d * sizeof(float));
     float *tmp = (float *)(void *)p; p += al64((size_t)d * sizeof(float));
     int32_t *wpos = (int32_t *)(void *)p; p += al64((size_t)smax * sizeof(int32_t));
+    float *qc = (float *)(void *)p; p += al64((size_t)nv * sizeof(float));   /* kmean=: q·c per query */
     obs ob0, *ob = NULL;
     if (kv->ev_attn && L->ev_score && raw) {
         ob0.raw = raw;
@@ -372,8 +373,15 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     for (int i = 0; i < t->nq; i++) { maxpos = VQ_MAX(maxpos, qpos[i]); minpos = VQ_MIN(minpos, qpos[i]); }
     /* a sliding-window layer: rows below every query's window are skipped a page at a time */
     const int64_t lo_min = t->span > 0 ? (int64_t)minpos - t->span + 1 : INT64_MIN;
+    const float *kx = vq_kvg_kx(kv, t->layer, t->h);
     for (int j = 0; j < nv; j++) {
         const float *qrow = t->q + ((size_t)(t->q0 + j / G) * nh + (size_t)t->h * G + j % G) * d;
+        if (kx) {   /* the coded keys are a ⊙ (k − c): q·k = (q ⊘ a)·k' + q·c */
+            double c = 0;
+            for (int i = 0; i < d; i++) { tmp[i] = qrow[i] * kx[2 * d + i]; c += (double)qrow[i] * kx[i]; }
+            qc[j] = (float)c;
+            qrow = tmp;
+        }
         sk->codec->prep_query(sk, qrow, qst + j * qsb);
         qptr[j] = qst + j * qsb;
         accptr[j] = s.acc + (size_t)j * acc_stride;
@@ -392,6 +400,8 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
             if (pmax < lo_min) continue;
         }
         sk->codec->score(sk, nv, qptr, page + kv->off_k[t->h], rows / kv->rpb[0], S);
+        for (int j = 0; kx && j < nv; j++)
+            for (int r = 0; r < rows; r++) S[(size_t)j * rows + r] += qc[j];
         softmax_update(&s, S, rows, (const int32_t *)(const void *)page, qpos);
         obs_record(ob, &s, S, rows, pg * kv->P);
         sv->codec->accumulate(sv, nv, S, page + kv->off_v[t->h], rows / kv->rpb[1], accptr);

@@ -53,6 +53,8 @@ typedef struct vq_kv_parsed {
     vq_evict_cfg ev;                      /* token eviction (evict=...; ev.pol NULL: none) */
     char calib[VQ_KV_CALIB_MAX];          /* calib=FILE (docs/calibration-format.md), "" if none */
     vq_kv_demote dm;                      /* demote=CODEC (needs evict=; dm.codec NULL: none) */
+    int kmean;                            /* kmean=1: keys coded about the calibration's mean key */
+    double kscale;                        /* kscale=A: keys scaled by (query energy / key variance)^A */
     int cache_layers;                     /* layers of the whole cache (set by vq_kv_create) */
 } vq_kv_parsed;
 
@@ -129,6 +131,11 @@ typedef struct vq_kvg {
     vq_codec_state *st[2]; /* st[side][cache layer * hs[side] + head] (cache layers of the group,
                               local / vh): vq_kvg_st */
     int hs[2];             /* states per layer and side: n_kv_heads for per_head codecs, else 1 */
+    /* kmean= / kscale= (the key pre-transform, kv.c): coded keys are k' = a ⊙ (k − c), queries
+     * scored on them are q ⊘ a, plus q·c; window and sink rows stay as given. [cache layer of the
+     * group][KV head of the cache][3][d]: c, a, 1/a. NULL: none. */
+    float *kx;
+    int kx_hc;             /* KV heads of the cache (the array's second dimension) */
     uint64_t calib_hash;   /* config hash recorded in the spec's calib=FILE (0: none) */
     char calib_model[64];  /* its model name */
     float *enc_tmp;        /* encode scratch: rpb_store rows of d floats */
@@ -241,6 +248,20 @@ static inline size_t vq_kv_win_elem(const vq_kvg *kv) { return kv->wprec == 16 ?
  * local layer is KV head local % vh of cache layer local / vh: the states are the shared layout's
  * (one per cache layer, or per KV head for per_head codecs), not copies. */
 static inline int vq_kvg_head0(const vq_kvg *g, int local) { return g->vh > 1 ? local % g->vh : 0; }
+/* The key pre-transform of (local layer, KV head h of it): c, a, 1/a (d floats each), or NULL */
+static inline const float *vq_kvg_kx(const vq_kvg *g, int local, int h) {
+    if (!g->kx) return NULL;
+    return g->kx + ((size_t)(local / g->vh) * g->kx_hc + (size_t)(vq_kvg_head0(g, local) + h)) * 3 * (size_t)g->d;
+}
+/* rows of d floats, in place: to the coded domain (a ⊙ (x − c)) and back (x ⊘ a + c) */
+static inline void vq_kx_fwd(const float *kx, int d, float *x, int rows) {
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < d; i++) x[(size_t)r * d + i] = kx[d + i] * (x[(size_t)r * d + i] - kx[i]);
+}
+static inline void vq_kx_inv(const float *kx, int d, float *x, int rows) {
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < d; i++) x[(size_t)r * d + i] = x[(size_t)r * d + i] * kx[2 * d + i] + kx[i];
+}
 static inline const vq_codec_state *vq_kvg_st(const vq_kvg *g, int side, int local, int h) {
     const int hh = vq_kvg_head0(g, local) + h;
     return &g->st[side][(size_t)(local / g->vh) * g->hs[side] + (g->hs[side] > 1 ? hh : 0)];

@@ -14,7 +14,10 @@ static const char *STORE_HELP =
     "(full-precision first rows: positions < sink, the attention sink), wprec=16|32 (window and "
     "sink precision, default 16), page=1..65536 (rows per page, default 256), calib=FILE (a "
     "calibration file of `veloxquant calibrate`, for codecs that use one, e.g. tq_split; the "
-    "path may not contain ',', ';' or '@'); with evict=: demote=CODEC[:params] re-codes the rows an "
+    "path may not contain ',', ';' or '@'); kmean=0|1 (keys coded about the calibration's mean key: "
+    "exact for attention, needs calib=), kscale=0..1 (keys scaled per channel by (query energy / key "
+    "variance)^A before coding, queries by the inverse: 0.25 is the optimum for rotated codecs; needs "
+    "calib=); with evict=: demote=CODEC[:params] re-codes the rows an "
     "eviction step drops with that codec instead of dropping them (k=B,v=B inside it set its bits, "
     "e.g. demote=turboquant_mse:k=2,v=2)";
 
@@ -59,7 +62,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 
 static int is_store_key(const char *k) {
     return !strcmp(k, "window") || !strcmp(k, "sink") || !strcmp(k, "wprec") || !strcmp(k, "page") ||
-           !strcmp(k, "calib") || vq_evict_is_key(k);
+           !strcmp(k, "calib") || !strcmp(k, "kmean") || !strcmp(k, "kscale") || vq_evict_is_key(k);
 }
 
 static vq_status add_param(vq_kv_parsed *o, int side, const char *key, const char *val,
@@ -95,6 +98,20 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
         snprintf(o->calib, sizeof o->calib, "%s", val);
         return VQ_OK;
     }
+    if (!strcmp(key, "kscale")) {
+        char *end = NULL;
+        errno = 0;
+        double a = strtod(val, &end);
+        if (errno || end == val || *end || !(a >= 0.0 && a <= 1.0)) {
+            snprintf(m, sizeof m, "kscale=%.40s is not a number in 0..1 (the exponent of query energy / "
+                     "key variance; 0.25 for rotated codecs)", val);
+            return spec_err(err, spec, m);
+        }
+        if (o->store_seen & 16) goto twice;
+        o->store_seen |= 16;
+        o->kscale = a;
+        return VQ_OK;
+    }
     if (!strcmp(key, "window")) {
         if (!parse_int(val, 0, 1048576, &x)) goto bad;
         if (o->window >= 0) goto twice;
@@ -104,6 +121,11 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
         if (o->store_seen & 1) goto twice;
         o->store_seen |= 1;
         o->sink = x;
+    } else if (!strcmp(key, "kmean")) {
+        if (!parse_int(val, 0, 1, &x)) goto bad;
+        if (o->store_seen & 8) goto twice;
+        o->store_seen |= 8;
+        o->kmean = x;
     } else if (!strcmp(key, "wprec")) {
         if (!parse_int(val, 16, 32, &x) || (x != 16 && x != 32)) goto bad;
         if (o->store_seen & 2) goto twice;
@@ -119,7 +141,7 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
 bad:
     snprintf(m, sizeof m, "%s=%s is out of range or not an integer (%s)", key, val,
              !strcmp(key, "window") ? "0..1048576" : !strcmp(key, "sink") ? "0..65536"
-             : !strcmp(key, "wprec") ? "16 or 32" : "1..65536");
+             : !strcmp(key, "wprec") ? "16 or 32" : !strcmp(key, "kmean") ? "0 or 1" : "1..65536");
     return spec_err(err, spec, m);
 twice:
     snprintf(m, sizeof m, "store key '%s' given twice (each key once)", key);
@@ -222,7 +244,7 @@ static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *
         if (is_store_key(key)) {
             st = store_key(o, key, val, spec, err);
         } else if (side == -1) {
-            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page, calib, evict, budget, sinks, recent, every, obs, pool, slope, tau) and no codec precedes it", key);
+            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page, calib, kmean, kscale, evict, budget, sinks, recent, every, obs, pool, slope, tau) and no codec precedes it", key);
             return spec_err(err, spec, m);
         } else if (side == 2 && (!strcmp(key, "k") || !strcmp(key, "v"))) {
             int s = key[0] == 'k' ? VQ_SIDE_K : VQ_SIDE_V;
@@ -281,6 +303,9 @@ vq_status vq_kv_part_parse(const char *spec, vq_kv_parsed *o, vq_err *err) {
                                    : !seen[0] ? "no codec for the K side (k=...)"
                                               : "no codec for the V side (v=...)");
     char m[240];
+    if ((o->kmean || o->kscale > 0) && !o->calib[0])
+        return spec_err(err, spec, "kmean= and kscale= need calib=FILE (the mean key and the query and key "
+                        "energies come from a calibration: veloxquant calibrate -m MODEL -f TEXT -o FILE)");
     if (vq_evict_check(&o->ev, m, sizeof m)) return spec_err(err, spec, m);
     if (o->dm.codec && !o->ev.pol)
         return spec_err(err, spec, "demote= needs evict=POLICY,budget=B (the demoted tier holds the "
@@ -331,6 +356,11 @@ void vq_kv_normalize(char *out, size_t cap, const vq_codec_state *st_k, const vq
     }
     if (sp->dm.codec && (size_t)o < cap) {
         int e = snprintf(out + o, cap - (size_t)o, ";demote=%s", sp->dm.norm);
+        if (e > 0) o += e;
+    }
+    if ((sp->kmean || sp->kscale > 0) && (size_t)o < cap) {
+        int e = sp->kscale > 0 ? snprintf(out + o, cap - (size_t)o, ";kmean=%d,kscale=%g", sp->kmean, sp->kscale)
+                               : snprintf(out + o, cap - (size_t)o, ";kmean=%d", sp->kmean);
         if (e > 0) o += e;
     }
     if (sp->calib[0] && (size_t)o < cap) snprintf(out + o, cap - (size_t)o, ";calib=%s", sp->calib);

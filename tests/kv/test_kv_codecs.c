@@ -116,7 +116,16 @@ static int run_all(uint64_t seed) {
         const char *sx[] = {"k=tq_split:hi=4,lo=2;v=turboquant_mse:bits=4", "k=tq_split:hi=3,lo=2,frac=0.125;v=q8_0;window=5,sink=3",
                             "k=tq_split:hi=4,lo=1;v=f16;page=20", "tq_split:hi=4,lo=2@1=f16",
                             "k=kvquant:bits=3,outliers=0.02,qweight=1;v=turboquant_mse:bits=4;sink=2",
-                            "kvquant:k=2,v=4,group=16,outliers=0.05,qweight=1;window=3,page=20"};
+                            "kvquant:k=2,v=4,group=16,outliers=0.05,qweight=1;window=3,page=20",
+                            /* the key pre-transform (kscale= / kmean=) on every key layout: lanes
+                             * (2-4-bit turboquant_mse, q4_0, q8_0, kivi, tq_split), packed, rows */
+                            "turboquant_mse:bits=3;kscale=0.25", "turboquant_mse:k=2,v=4;kmean=1,kscale=0.25;window=5,sink=3",
+                            "turboquant_mse:bits=4,layout=packed;kscale=0.5;page=20", "q4_0:rotate=1;kscale=0.25",
+                            "q8_0;kmean=1", "q4_0:rotate=1,layout=rows;kmean=1,kscale=0.25;sink=4",
+                            "k=kivi:bits=3,residual=0;v=turboquant_mse:bits=4;kscale=0.25",
+                            "k=tq_split:hi=4,lo=1,frac=0.5;v=turboquant_mse:bits=4;kmean=1,kscale=0.25",
+                            "k=kvquant:bits=2,outliers=0.02,qweight=1;v=turboquant_mse:bits=4;kscale=0.25;sink=4",
+                            "turboquant_mse:bits=4;kscale=0.25@1=f16"};
         for (size_t s = 0; s < VQ_ARRAY_LEN(sx); s++) {
             char spec[600];
             const char *at = strchr(sx[s], '@');
