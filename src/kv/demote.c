@@ -100,7 +100,10 @@ vq_status vq_demote_attach(vq_kvg *g, vq_kv_parsed *sp, const char *spec, uint64
     t->wprec = sp->wprec;
     t->page = sp->page;
     t->cache_layers = sp->cache_layers;
-    if (sp->dm.codec->needs_calib) memcpy(t->calib, sp->calib, sizeof t->calib);
+    /* the key pre-transform (kmean= / kscale=) is the store's: the tier codes its keys the same way */
+    t->kmean = sp->kmean;
+    t->kscale = sp->kscale;
+    if (sp->dm.codec->needs_calib || sp->kmean || sp->kscale > 0) memcpy(t->calib, sp->calib, sizeof t->calib);
     char label[600];
     snprintf(label, sizeof label, "%.500s (demote=%s)", spec, sp->dm.codec->name);
     vq_err e;
@@ -231,7 +234,7 @@ int vq_demote_truncate(vq_kvg *g, int local, int n, int dry) {
     if (dry) return bound;
     if (any) vq_kvg_drop_rows(T, local, flag);
     /* the staging ring: rows at or past n go, the others keep their order */
-    const size_t wrow = (size_t)T->H * T->d * vq_kv_win_elem(T);
+    const size_t wrow = vq_kv_fp_row_bytes(T);
     int j = 0;
     for (int i = 0; i < TL->win_count; i++) {
         const int si = (TL->win_start + i) % T->win_cap, sj = (TL->win_start + j) % T->win_cap;

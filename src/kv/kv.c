@@ -41,7 +41,7 @@ static size_t kx_bytes(const vq_kvg *kv) {   /* the key pre-transform (kmean= / 
     return kv->kx ? (size_t)(kv->dims.n_layers / kv->vh) * kv->kx_hc * 3 * kv->d * sizeof(float) : 0;
 }
 static size_t layer_fixed_bytes(const vq_kvg *kv) {
-    size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
+    size_t wrow = vq_kv_fp_row_bytes(kv);
     return (size_t)kv->page_cap * (sizeof(uint8_t *) + sizeof(int32_t)) +
            (size_t)(kv->win_cap + kv->S) * (2 * wrow + sizeof(int32_t)) + ev_score_bytes(kv);
 }
@@ -153,7 +153,7 @@ void vq_kvg_destroy(vq_kvg *kv) {
         vq_kv_layer *L = &kv->layers[l];
         if (L->pages) vq_kvg_free_spares(kv, L);
         for (int p = 0; L->pages && p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
-        size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
+        size_t wrow = vq_kv_fp_row_bytes(kv);
         kv_free(kv, L->pages, (size_t)kv->page_cap * sizeof(uint8_t *));
         kv_free(kv, L->page_minpos, (size_t)kv->page_cap * sizeof(int32_t));
         kv_free(kv, L->win_k, (size_t)kv->win_cap * wrow);
@@ -241,6 +241,11 @@ int vq_kvg_ring_drop(vq_kvg *kv, int local, int32_t limit) {
 vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dims *dims,
                       const int *gl0, uint64_t seed, vq_err *err) {
     vq_kv_parsed sp = *spp;   /* demote= fills sp.dm.norm from its tier's codec states */
+    if (sp.wprec == 8 && dims->head_dim % 32) {
+        vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': wprec=8 (window and sink rows in q8_0 blocks of 32) needs "
+                   "head_dim %% 32 == 0, not %d", spec, dims->head_dim);
+        return NULL;
+    }
     const int vh = sp.ev.pol && sp.ev.ada ? dims->n_kv_heads : 1;
     vq_kv_dims vd = *dims;   /* the local layers: one KV head and its G query heads each */
     vd.n_layers = dims->n_layers * vh;
@@ -399,7 +404,7 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
     }
     kv->page_bytes = off;
 
-    size_t wrow = (size_t)kv->H * kv->d * vq_kv_win_elem(kv);
+    size_t wrow = vq_kv_fp_row_bytes(kv);
     for (int l = 0; l < NL; l++) {
         vq_kv_layer *L = &kv->layers[l];
         L->pages = kv_alloc(kv, (size_t)kv->page_cap * sizeof(uint8_t *));
@@ -453,10 +458,8 @@ static void get_row(const vq_kvg *kv, const vq_kv_layer *L, int side, int idx, i
     const int d = kv->d;
     if (idx < L->win_count) {
         size_t slot = (size_t)((L->win_start + idx) % kv->win_cap);
-        size_t e = (slot * kv->H + h) * d;
-        const void *w = side ? L->win_v : L->win_k;
-        if (kv->wprec == 16) vq_f16_to_f32_row((const vq_f16 *)w + e, dst, d);
-        else memcpy(dst, (const float *)w + e, (size_t)d * sizeof(float));
+        const uint8_t *w = side ? L->win_v : L->win_k;
+        vq_kv_fp_get(kv, w + slot * vq_kv_fp_row_bytes(kv) + (size_t)h * vq_kv_fp_head_bytes(kv), dst);
     } else {
         memcpy(dst, src + (size_t)(idx - L->win_count) * kv->xs + (size_t)h * d, (size_t)d * sizeof(float));
     }
@@ -480,23 +483,17 @@ static vq_status check_rows(const vq_kvg *kv, int layer, int pos0, int n, const 
 
 /* Full-precision rows (the window ring and the sink): row `slot` of kb/vb <- / -> float rows */
 static void put_fp_row(const vq_kvg *kv, void *kb, void *vb, int slot, const float *k, const float *v) {
-    const size_t w = (size_t)kv->H * kv->d;
-    if (kv->wprec == 16) {
-        vq_f32_to_f16_row(k, (vq_f16 *)kb + (size_t)slot * w, w);
-        vq_f32_to_f16_row(v, (vq_f16 *)vb + (size_t)slot * w, w);
-    } else {
-        memcpy((float *)kb + (size_t)slot * w, k, w * sizeof(float));
-        memcpy((float *)vb + (size_t)slot * w, v, w * sizeof(float));
+    const size_t hb = vq_kv_fp_head_bytes(kv), rb = vq_kv_fp_row_bytes(kv);
+    for (int h = 0; h < kv->H; h++) {
+        vq_kv_fp_put(kv, (uint8_t *)kb + (size_t)slot * rb + (size_t)h * hb, k + (size_t)h * kv->d);
+        vq_kv_fp_put(kv, (uint8_t *)vb + (size_t)slot * rb + (size_t)h * hb, v + (size_t)h * kv->d);
     }
 }
 static void get_fp_row(const vq_kvg *kv, const void *kb, const void *vb, int slot, float *k, float *v) {
-    const size_t w = (size_t)kv->H * kv->d;
-    if (kv->wprec == 16) {
-        vq_f16_to_f32_row((const vq_f16 *)kb + (size_t)slot * w, k, w);
-        vq_f16_to_f32_row((const vq_f16 *)vb + (size_t)slot * w, v, w);
-    } else {
-        memcpy(k, (const float *)kb + (size_t)slot * w, w * sizeof(float));
-        memcpy(v, (const float *)vb + (size_t)slot * w, w * sizeof(float));
+    const size_t hb = vq_kv_fp_head_bytes(kv), rb = vq_kv_fp_row_bytes(kv);
+    for (int h = 0; h < kv->H; h++) {
+        vq_kv_fp_get(kv, (const uint8_t *)kb + (size_t)slot * rb + (size_t)h * hb, k + (size_t)h * kv->d);
+        vq_kv_fp_get(kv, (const uint8_t *)vb + (size_t)slot * rb + (size_t)h * hb, v + (size_t)h * kv->d);
     }
 }
 

@@ -209,26 +209,34 @@ static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const tas
                      const void *kb, const void *vb, const int32_t *posb, int start, int cap,
                      int count, const int *qpos, obs *ob, int idx0) {
     const int d = kv->d, G = kv->G, nh = kv->qrow, nv = s->nv;
-    const size_t w = (size_t)kv->H * d, hoff = (size_t)t->h * d;
-    const int f16 = kv->wprec == 16;
+    const size_t rb = vq_kv_fp_row_bytes(kv), hoff = (size_t)t->h * vq_kv_fp_head_bytes(kv);
+    const int f16 = kv->wprec == 16, q8 = kv->wprec == 8;
+    float xr[VQ_KV_FP_MAX_D];   /* wprec=8: the row, decoded once for every query */
     for (int r = 0; r < count; r++) {
-        size_t row = (size_t)((start + r) % cap) * w + hoff;
+        const uint8_t *row = (const uint8_t *)kb + (size_t)((start + r) % cap) * rb + hoff;
+        if (q8) vq_kv_fp_get(kv, row, xr);
         for (int j = 0; j < nv; j++) {
             const float *qrow = t->q + ((size_t)(t->q0 + j / G) * nh + (size_t)t->h * G + j % G) * d;
-            S[(size_t)j * count + r] = f16 ? vq_cvec_dot_f16(qrow, (const vq_f16 *)kb + row, d)
-                                           : vq_cvec_dot(qrow, (const float *)kb + row, d);
+            S[(size_t)j * count + r] = q8 ? vq_cvec_dot(qrow, xr, d)
+                                     : f16 ? vq_cvec_dot_f16(qrow, (const vq_f16 *)(const void *)row, d)
+                                           : vq_cvec_dot(qrow, (const float *)(const void *)row, d);
         }
     }
     for (int r = 0; r < count; r++) wpos[r] = posb[(start + r) % cap];
     softmax_update(s, S, count, wpos, qpos);
     obs_record(ob, s, S, count, idx0);
     for (int r = 0; r < count; r++) {
-        size_t row = (size_t)((start + r) % cap) * w + hoff;
+        const uint8_t *row = (const uint8_t *)vb + (size_t)((start + r) % cap) * rb + hoff;
+        int any = 0;
+        for (int j = 0; j < nv && !any; j++) any = S[(size_t)j * count + r] != 0.0f;
+        if (!any) continue;
+        if (q8) vq_kv_fp_get(kv, row, xr);
         for (int j = 0; j < nv; j++) {
             float wt = S[(size_t)j * count + r];
             if (wt == 0.0f) continue;
-            if (f16) vq_cvec_axpy_f16(s->accw + (size_t)j * d, wt, (const vq_f16 *)vb + row, d);
-            else vq_cvec_axpy(s->accw + (size_t)j * d, wt, (const float *)vb + row, d);
+            if (q8) vq_cvec_axpy(s->accw + (size_t)j * d, wt, xr, d);
+            else if (f16) vq_cvec_axpy_f16(s->accw + (size_t)j * d, wt, (const vq_f16 *)(const void *)row, d);
+            else vq_cvec_axpy(s->accw + (size_t)j * d, wt, (const float *)(const void *)row, d);
         }
     }
 }

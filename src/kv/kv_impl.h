@@ -4,6 +4,8 @@
  * config, so per-layer overrides ("base@0,-1=f16") get their own page layout. */
 #ifndef VQ_KV_IMPL_H
 #define VQ_KV_IMPL_H
+#include <math.h>
+#include <string.h>
 #include "kv/kv.h"
 #include "codec/codec.h"
 
@@ -46,7 +48,7 @@ typedef struct vq_kv_parsed {
     int np[2];
     int window;                           /* -1: not given (codec's fp_window or 0) */
     int sink;                             /* first rows (positions < sink) kept in full precision */
-    int wprec;                            /* 16 or 32 */
+    int wprec;                            /* 8, 16 or 32 */
     int page;                             /* rows per page (rounded up to a multiple of rpb) */
     int side_bits[2];                     /* k= / v= seen (parser bookkeeping) */
     int bits_seen, store_seen;            /* bits= seen; store keys seen (bit per key) */
@@ -122,7 +124,7 @@ typedef struct vq_kvg {
     int rpb_store;         /* rows leave the window in multiples of this (lcm of rpb[]) */
     int R;                 /* full-precision window (rows) */
     int S;                 /* attention-sink rows: positions < S stay in full precision (0: none) */
-    int wprec;             /* 16 or 32 */
+    int wprec;             /* 8 (q8_0 blocks), 16 or 32 */
     int P;                 /* rows per page */
     int win_cap;           /* ring capacity: R + rpb_store - 1 (0 when no window needed) */
     int page_cap;          /* page pointers per layer */
@@ -243,7 +245,41 @@ int vq_demote_truncate(vq_kvg *g, int local, int n, int dry);
 vq_status vq_demote_probe(vq_kv_parsed *sp, const vq_codec_ctx *ctx, int d0, vq_err *err);
 /* kv_attend.c: bytes at the head of a tier's attention slot (its output, handed to the main pass) */
 size_t vq_kvg_tier_out_bytes(const vq_kvg *g);
-static inline size_t vq_kv_win_elem(const vq_kvg *kv) { return kv->wprec == 16 ? 2 : 4; }
+/* Window and sink rows (wprec=): fp16 or fp32 elements, or 8-bit codes (wprec=8: per head, blocks
+ * of 32 elements, each an fp16 scale and 32 int8, x = scale * q: llama.cpp's q8_0 block, 34 bytes;
+ * head_dim % 32 == 0). Bytes of one head's part of a row, of a whole row (H heads). */
+#define VQ_KV_Q8_BLOCK 34
+#define VQ_KV_FP_MAX_D 4096   /* the largest head_dim a cache takes (kv_layers.c) */
+static inline size_t vq_kv_fp_head_bytes(const vq_kvg *kv) {
+    return kv->wprec == 8 ? (size_t)(kv->d / 32) * VQ_KV_Q8_BLOCK : (size_t)kv->d * (kv->wprec == 16 ? 2 : 4);
+}
+static inline size_t vq_kv_fp_row_bytes(const vq_kvg *kv) { return (size_t)kv->H * vq_kv_fp_head_bytes(kv); }
+/* one head's d elements <-> the window's format (dst / src: that head's bytes) */
+static inline void vq_kv_fp_put(const vq_kvg *kv, uint8_t *dst, const float *x) {
+    const int d = kv->d;
+    if (kv->wprec == 16) { vq_f32_to_f16_row(x, (vq_f16 *)(void *)dst, (size_t)d); return; }
+    if (kv->wprec == 32) { memcpy(dst, x, (size_t)d * sizeof(float)); return; }
+    for (int b = 0; b < d / 32; b++, dst += VQ_KV_Q8_BLOCK) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        const float sc = amax / 127.0f, inv = sc > 0.0f ? 1.0f / sc : 0.0f;
+        const vq_f16 h = vq_f32_to_f16(sc);
+        memcpy(dst, &h, 2);
+        for (int i = 0; i < 32; i++) dst[2 + i] = (uint8_t)(int8_t)lrintf(xb[i] * inv);
+    }
+}
+static inline void vq_kv_fp_get(const vq_kvg *kv, const uint8_t *src, float *x) {
+    const int d = kv->d;
+    if (kv->wprec == 16) { vq_f16_to_f32_row((const vq_f16 *)(const void *)src, x, (size_t)d); return; }
+    if (kv->wprec == 32) { memcpy(x, src, (size_t)d * sizeof(float)); return; }
+    for (int b = 0; b < d / 32; b++, src += VQ_KV_Q8_BLOCK) {
+        vq_f16 h;
+        memcpy(&h, src, 2);
+        const float sc = vq_f16_to_f32(h);
+        for (int i = 0; i < 32; i++) x[32 * b + i] = sc * (float)(int8_t)src[2 + i];
+    }
+}
 /* The codec state serving (side, local layer, KV head h of the local layer). With heads=ada a
  * local layer is KV head local % vh of cache layer local / vh: the states are the shared layout's
  * (one per cache layer, or per KV head for per_head codecs), not copies. */

@@ -11,8 +11,8 @@
 
 static const char *STORE_HELP =
     "store keys (any codec): window=0..1048576 (full-precision recent rows), sink=0..65536 "
-    "(full-precision first rows: positions < sink, the attention sink), wprec=16|32 (window and "
-    "sink precision, default 16), page=1..65536 (rows per page, default 256), calib=FILE (a "
+    "(full-precision first rows: positions < sink, the attention sink), wprec=8|16|32 (window and "
+    "sink precision, default 16; 8: q8_0 blocks of 32, 8.5 bits, head_dim % 32 == 0), page=1..65536 (rows per page, default 256), calib=FILE (a "
     "calibration file of `veloxquant calibrate`, for codecs that use one, e.g. tq_split; the "
     "path may not contain ',', ';' or '@'); kmean=0|1 (keys coded about the calibration's mean key: "
     "exact for attention, needs calib=), kscale=0..1 (keys scaled per channel by (query energy / key "
@@ -47,7 +47,7 @@ static vq_status spec_err(vq_err *err, const char *spec, const char *what) {
         if (w > 0) o += (size_t)w;
     }
     return vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s': %s. Codecs: %s. Store keys: window=R, "
-                      "sink=S, wprec=16|32, page=N; eviction: evict=POLICY,budget=B[,sinks=,recent=,every=,...][;demote=CODEC[:params]]. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
+                      "sink=S, wprec=8|16|32, page=N; eviction: evict=POLICY,budget=B[,sinks=,recent=,every=,...][;demote=CODEC[:params]]. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
                       "(docs/kv-spec.md; parameters of every codec: vq_kv_spec_help)", spec, what, names);
 }
 
@@ -127,7 +127,7 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
         o->store_seen |= 8;
         o->kmean = x;
     } else if (!strcmp(key, "wprec")) {
-        if (!parse_int(val, 16, 32, &x) || (x != 16 && x != 32)) goto bad;
+        if (!parse_int(val, 8, 32, &x) || (x != 8 && x != 16 && x != 32)) goto bad;
         if (o->store_seen & 2) goto twice;
         o->store_seen |= 2;
         o->wprec = x;
@@ -141,7 +141,7 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
 bad:
     snprintf(m, sizeof m, "%s=%s is out of range or not an integer (%s)", key, val,
              !strcmp(key, "window") ? "0..1048576" : !strcmp(key, "sink") ? "0..65536"
-             : !strcmp(key, "wprec") ? "16 or 32" : !strcmp(key, "kmean") ? "0 or 1" : "1..65536");
+             : !strcmp(key, "wprec") ? "8, 16 or 32" : !strcmp(key, "kmean") ? "0 or 1" : "1..65536");
     return spec_err(err, spec, m);
 twice:
     snprintf(m, sizeof m, "store key '%s' given twice (each key once)", key);

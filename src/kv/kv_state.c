@@ -33,7 +33,7 @@ static void put(wr *w, const void *p, size_t n) {
 static void put_u32(wr *w, uint32_t v) { put(w, &v, 4); }
 static void put_u64(wr *w, uint64_t v) { put(w, &v, 8); }
 
-static size_t wrow_bytes(const vq_kvg *g) { return (size_t)g->H * g->d * vq_kv_win_elem(g); }
+static size_t wrow_bytes(const vq_kvg *g) { return vq_kv_fp_row_bytes(g); }
 
 static void put_group_header(wr *w, const vq_kvg *g) {
     const uint32_t f[9] = { (uint32_t)g->dims.n_layers, (uint32_t)g->P, (uint32_t)g->rpb[0],
@@ -156,7 +156,14 @@ typedef struct plan {
 /* Window or sink values must be what append lets in: finite, |x| <= 65504 (fp16 finite). */
 static int fp_rows_ok(const vq_kvg *g, const uint8_t *q, size_t rows) {
     const size_t n = rows * g->H * g->d;
-    if (g->wprec == 16) {
+    if (g->wprec == 8) {   /* q8_0 blocks: every scale a finite fp16 that keeps 128 * scale in range */
+        for (size_t b = 0; b < n / 32; b++) {
+            vq_f16 h;
+            memcpy(&h, q + b * VQ_KV_Q8_BLOCK, 2);
+            const float sc = vq_f16_to_f32(h);
+            if (!isfinite(sc) || fabsf(sc) * 128.0f > VQ_KV_ABS_MAX) return 0;
+        }
+    } else if (g->wprec == 16) {
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, q + 2 * i, 2);

@@ -91,6 +91,9 @@ static int run_all(uint64_t seed) {
     }
     /* parameter variants of the llama.cpp arms and KIVI, and mixed K/V codecs */
     const char *extra[] = {"q8_0:rotate=1", "q4_0:rotate=1", "q4_0:rotate=1;window=33,wprec=32",
+                           /* window and sink rows in q8_0 blocks (wprec=8), lanes and row layouts */
+                           "turboquant_mse:bits=4;window=16,sink=4,wprec=8", "q4_0:rotate=1,layout=rows;window=9,wprec=8",
+                           "k=turboquant_mse:bits=3,layout=packed;v=q8_0;window=40,sink=2,wprec=8,page=32",
                            "k=q8_0;v=q4_0:rotate=1", "kivi:bits=2,group=32,residual=16",
                            "kivi:bits=4,group=16,residual=0", "kivi:k=2,v=4,group=64,residual=40",
                            "k=kivi:bits=2,group=32,residual=0;v=f16", "k=f16;v=kivi:bits=2,group=32",

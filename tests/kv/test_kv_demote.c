@@ -12,7 +12,9 @@
  * position in one tier or the other; truncate keeps what lies below the position it returns; a
  * sliding-window layer's tier frees what no query can see; saving is refused; heads=ada with
  * demote= is refused (not built). */
+#include <unistd.h>
 #include "kv_ref.h"
+#include "../calib_fixture.h"
 #include "kv/kv.h"
 
 static vq_kv_dims D = {.n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .max_ctx = 700};
@@ -316,8 +318,9 @@ static void observer(const float *K, const float *V, const float *Q, int N) {
 }
 
 /* eviction steps with a tier: the budget holds, and every position stays in one tier or the other */
+static char g_kxspec[400];   /* the key pre-transform over both tiers (main() writes its calibration) */
 static void steps(const float *K, const float *V, const float *Q, int N) {
-    const char *specs[] = {"f16;evict=h2o,budget=200,sinks=4,recent=32,every=4;demote=q8_0",
+    const char *specs[] = {"f16;evict=h2o,budget=200,sinks=4,recent=32,every=4;demote=q8_0", g_kxspec,
                            "turboquant_mse:k=4,v=4;evict=tova,budget=0.5,every=4;demote=turboquant_mse:k=2,v=2",
                            "q4_0;window=20;evict=knorm,budget=150,sinks=2,recent=8,every=4;demote=kivi:bits=2,group=32",
                            "kivi:bits=2,group=32;evict=snapkv,budget=0.3,every=4;demote=q4_0",
@@ -331,6 +334,7 @@ static void steps(const float *K, const float *V, const float *Q, int N) {
     vq_err err;
     for (size_t s = 0; s < VQ_ARRAY_LEN(specs); s++) {
         vq_kv *kv = make(specs[s]);
+        CHECKF(kv != NULL, "'%s' not made", specs[s]);
         if (!kv) continue;
         const int P = 400;
         for (int l = 0; l < D.n_layers; l++) vq_kv_append(kv, l, 0, P, K, V, &err);
@@ -441,6 +445,11 @@ int main(void) {
     fill_uniform(&r, K, N * W, 2.0f);
     fill_uniform(&r, V, N * W, 1.0f);
     fill_uniform(&r, Q, 4 * QW, 2.0f);
+    char cal[64];
+    snprintf(cal, sizeof cal, "/tmp/vq_demote_kx_%d.vqc", (int)getpid());
+    vq_t_calib_file(cal, D.n_layers, D.n_heads, D.n_kv_heads, D.head_dim, &r);
+    snprintf(g_kxspec, sizeof g_kxspec, "q8_0:layout=rows;evict=tova,budget=150,sinks=4,recent=16,every=4;"
+             "demote=turboquant_mse:k=4,v=4;kmean=1,kscale=0.25;calib=%s", cal);
     parsing();
     big_budget(K, V, Q, N);
     known_set(&r, K, V, Q, N);
@@ -453,6 +462,7 @@ int main(void) {
         CHECK(vq_kv_state_write(kv, null_writer, NULL, &err) == VQ_ERR_STATE && strstr(err.msg, "evicts"));
         vq_kv_destroy(kv);
     }
+    unlink(cal);
     free(K); free(V); free(Q);
     return vq_t_done();
 }

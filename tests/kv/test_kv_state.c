@@ -207,6 +207,7 @@ int main(void) {
     const char *specs[] = { "f16", "f32", "q4_0:rotate=1;window=8", "turboquant_mse:k=4,v=4", "kivi",
                             "f16;sink=4", "turboquant_mse:k=4,v=4@0,-1=f16", "q4_0;window=4,sink=2,page=32",
                             "k=q8_0;v=q4_0;wprec=32,window=5,page=16", "q8_0:rotate=1",
+                            "turboquant_mse:k=4,v=4;window=6,sink=3,wprec=8", "q4_0:rotate=1,layout=rows;window=16,wprec=8",
                             "k=q4_0:layout=rows;v=q8_0;page=16", "turboquant_mse:k=3,v=2;window=3",
                             "turboquant_mse:k=2,v=3,norm=f32;sink=2,page=32",
                             "turboquant_mse:bits=3,layout=packed", "kivi:k=3,v=4,residual=0",

@@ -43,6 +43,17 @@ static void test_specs(void) {
     spec_ok("v=f16;k=q4_0", "k=q4_0:rotate=0,layout=lanes;v=f16");
     spec_ok("f16:window=64", "f16;window=64,wprec=16,page=256");
     spec_ok("f16;window=64,wprec=32,page=100", "f16;window=64,wprec=32,page=100");
+    spec_ok("q4_0:rotate=1,layout=rows;window=16,sink=4,wprec=8",
+            "q4_0:rotate=1,layout=rows;window=16,wprec=8,page=256,sink=4");
+    {   /* wprec=8 holds q8_0 blocks of 32: another head_dim is refused by name */
+        vq_kv_dims d48 = D;
+        d48.head_dim = 48;
+        vq_err err;
+        vq_kv *kv = vq_kv_create_str("f16;window=8,wprec=8", &d48, 1, &err);
+        CHECKF(kv == NULL && err.code == VQ_ERR_ARG && strstr(err.msg, "wprec=8") && strstr(err.msg, "48"),
+               "wprec=8 at head_dim 48: %s", kv ? "(accepted)" : err.msg);
+        vq_kv_destroy(kv);
+    }
     spec_ok("kivi:residual=0,window=16", NULL);
     /* 3-bit keys (kivi, kvquant); kvquant's outlier fraction in canonical form */
     spec_ok("kivi:k=3,v=4", "k=kivi:bits=3,group=32,residual=128,layout=lanes;v=kivi:bits=4,group=32,residual=128,layout=lanes;window=128,wprec=16,page=256");
@@ -69,7 +80,7 @@ static void test_specs(void) {
     char help[8192];
     size_t hl = vq_kv_spec_help(help, sizeof help);
     CHECK(hl > 0 && hl < sizeof help && strstr(help, "kivi: bits=2|4") && strstr(help, "q4_0: rotate=0|1") &&
-          strstr(help, "wprec=16|32"));
+          strstr(help, "wprec=8|16|32"));
     for (int i = 0; vq_codec_at(i); i++) CHECK(strstr(help, vq_codec_at(i)->name) != NULL);
     spec_bad("q4_0:rotate=7", "rotate=0|1");   /* a codec's error lists its parameters */
     spec_bad("f16:bits=4", "unknown parameter 'bits'");
@@ -93,7 +104,8 @@ static void test_specs(void) {
     spec_bad("k=kvquant:group=16,outliers=0;v=f16@1=k=kvquant:group=300;v=f16", "group=300");
     spec_bad("f16:window=-1", "window=-1");
     spec_bad("f16:window=abc", "window=abc");
-    spec_bad("f16:wprec=8", "wprec=8");
+    spec_bad("f16:wprec=12", "wprec=12");
+    spec_bad("f16:wprec=0", "wprec=0");
     spec_bad("", "empty spec");
     spec_bad("k=f16", "no codec for the V side");
     spec_bad("f16;k=f32", "the K side is given a codec twice");
@@ -176,7 +188,7 @@ static void test_validation(vq_rng *rng) {
 /* rows leave the window into codes as it overflows; pages never move; bytes match the layout */
 static void test_window_pages_bytes(vq_rng *rng) {
     const char *specs[] = {"q8_0;window=50,page=64", "kivi:bits=2,group=32,residual=40;page=64",
-                           "f16;wprec=32,window=10", "q4_0"};
+                           "f16;wprec=32,window=10", "q4_0", "q8_0;window=12,wprec=8"};
     for (size_t si = 0; si < VQ_ARRAY_LEN(specs); si++) {
         vq_err err;
         vq_kv *kv = vq_kv_create_str(specs[si], &D, 5, &err);
@@ -230,8 +242,8 @@ static void test_window_pages_bytes(vq_rng *rng) {
         }
         /* independent total: fixed part (computed at rows = 0) + pages; and the fixed part is
          * at least the window buffers: 2 * window rows * H * d * (wprec/8) */
-        int wprec = strstr(specs[si], "wprec=32") ? 4 : 2;
-        CHECK(empty >= (size_t)2 * (R + rpb - 1) * H * d * wprec * D.n_layers);
+        const double wprec = strstr(specs[si], "wprec=32") ? 4 : strstr(specs[si], "wprec=8") ? 34.0 / 32 : 2;
+        CHECK(empty >= (size_t)(2 * (R + rpb - 1) * H * d * wprec * D.n_layers));
         double bpe = vq_kv_bits_per_elem(kv);
         CHECK(bpe > 0);
         printf("%-45s page %zu B (%d rows), bits/elem at %d rows in layer 0: %.2f\n", specs[si], pb, P,
