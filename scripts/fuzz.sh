@@ -39,7 +39,8 @@ i=0
 for sp in 'f16' 'turboquant_mse:k=4,v=4;evict=h2o,budget=0.5,every=2' 'kivi:bits=2,group=32;evict=snapkv,budget=24,obs=8' \
           'q4_0;window=8,sink=2;evict=knorm,budget=16,recent=4' 'q8_0@0,-1=f16;evict=tova,budget=0.25' \
           'f32;evict=keyformer,budget=20,tau=0.5' 'f16;evict=pyramidkv,budget=30,slope=1.0' 'f16;evict=qfilters,budget=0.5' 'q8_0;evict=expected_attention,budget=9' \
-          'k=kvquant:bits=3,group=16,outliers=0.02;v=turboquant_mse:bits=3;sink=2' 'kvquant:k=2,v=4,group=24,outliers=0.125,layout=rows'; do
+          'k=kvquant:bits=3,group=16,outliers=0.02;v=turboquant_mse:bits=3;sink=2' 'kvquant:k=2,v=4,group=24,outliers=0.125,layout=rows' \
+          'q4_0:rotate=1,layout=rows;window=16,sink=4,wprec=8' 'turboquant_mse:k=4,v=4;kmean=1,kscale=0.25,sink=4;calib=/nonexistent.vqc'; do
     printf '%s' "$sp" > fuzz-corpus/seeds-kvspec/s$i; i=$((i + 1))
 done
 VQ_FUZZ_WRITE_SEEDS=fuzz-corpus/seeds-kvstate "$build/fuzz_kv_state"

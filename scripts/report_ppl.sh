@@ -10,6 +10,10 @@
 # without query-weighted outliers, tq_split) over 4-bit turboquant_mse values, beside q4_0:rotate=1;
 # the calibrated ones read OUT/calib.vqc (`veloxquant calibrate` on the Moby-Dick calibration text,
 # 16384 tokens, made here when absent).
+# A fourth, OUT/arms_kx.json (issue 12): the key pre-transform (kmean=1,kscale=0.25 from OUT/calib.vqc)
+# and an 8-bit recent window (window=64,wprec=8) at equal windows against rotated q4_0: every arm
+# codes every row (row layouts: no implicit window) but 4 fp16 sinks and, where named, the q8_0 window.
+# Every pass reports KL(f16 || arm) of the next-token distribution (--kl; f16 is each pass's first arm).
 # A pass whose JSON is there is kept unless FORCE=1.
 # usage: scripts/report_ppl.sh OUT_DIR [ARM...]   (arms given: one pass, OUT/arms_custom.json)
 set -euo pipefail
@@ -29,7 +33,7 @@ pass() {   # pass NAME ARM...
   local kv=(); for a in "$@"; do kv+=(--kv "$a"); done
   echo "report_ppl: $f: $# arms, ctx $CTX, $MAXTOK tokens, decode, $(date -u +%H:%M:%S) UTC" >&2
   "$BIN" perplexity -m "$MODEL" -f "$TEXT" --ctx "$CTX" --max-tokens "$MAXTOK" --mode decode \
-    -t "$THREADS" "${kv[@]}" --json > "$f.tmp"
+    -t "$THREADS" --kl "${kv[@]}" --json > "$f.tmp"
   mv "$f.tmp" "$f"
 }
 
@@ -59,3 +63,8 @@ V=turboquant_mse:bits=4
 pass arms_lowbit f16 "q4_0:rotate=1" "k=kivi:bits=3,residual=0;v=$V" "k=kvquant:bits=3;v=$V" \
   "k=kvquant:bits=3,qweight=1;v=$V;calib=$CAL" "k=kvquant:bits=2,outliers=0.02,qweight=1;v=$V;sink=4;calib=$CAL" \
   "k=tq_split:hi=4,lo=1,frac=0.5;v=$V;calib=$CAL"
+X="kmean=1,kscale=0.25,sink=4"; W="window=64,wprec=8"; P=layout=packed; Q="q4_0:rotate=1,layout=rows"
+pass arms_kx f16 "$Q" "q8_0:layout=rows" "$Q;sink=4" "turboquant_mse:k=4,v=4,$P;$X;calib=$CAL" \
+  "$Q;sink=4,$W" "$Q;$X,$W;calib=$CAL" "turboquant_mse:k=4,v=4,$P;$X,$W;calib=$CAL" \
+  "turboquant_mse:k=4,v=4;$X,$W;calib=$CAL" "turboquant_mse:k=4,v=3,$P;$X,$W;calib=$CAL" \
+  "turboquant_mse:k=3,v=3,$P;$X,$W;calib=$CAL" "turboquant_mse:k=3,v=2,$P;$X,$W;calib=$CAL"

@@ -119,6 +119,31 @@ static void stories(void) {
     } else printf("turboquant_mse unusable at head_dim %d: %s\n", c->hd, t[0].why);
     for (int i = 0; i < 3; i++) vq_kvfid_result_free(&t[i]);
 
+    /* a spec with calib=FILE (made for the model's 5 layers, refused by a 1-layer cache): measured on
+     * a cache of every layer with one filled; the key pre-transform on f32 stays exact */
+    {
+        char cal[64];
+        snprintf(cal, sizeof cal, "/tmp/vq_kvfid_%d.vqc", (int)getpid());
+        int ids[256];
+        const char *tx = "Once upon a time there was a little girl named Lily. She liked to play outside in the park "
+                         "with her dog. One day she saw a big red ball under a tree and ran to get it.";
+        int nt = vq_tok_encode(m->tok, tx, strlen(tx), 1, 0, ids, 256, &err);
+        CHECKF(nt > 16, "tokenize: %s", err.msg);
+        CHECKF(nt > 16 && vq_calibrate(m, ids, nt, 64, cal, NULL, &err) == VQ_OK, "calibrate: %s", err.msg);
+        char sp[160];
+        snprintf(sp, sizeof sp, "f32;kmean=1,kscale=0.25;calib=%s", cal);
+        r = eval(c, sp);
+        CHECKF(r.ok, "%s: %s", sp, r.why);
+        for (int l = 0; r.ok && l < r.n_layers; l++) {
+            CHECK_NEAR(r.layer[l].kl, 0, 1e-6);
+            CHECK_NEAR(r.layer[l].rel_err, 0, 1e-5);
+            CHECK(r.layer[l].key_cos > 1 - 1e-6);
+        }
+        if (r.ok) { sane(&r); CHECKF(r.bits > 32 && r.bits < 40, "bits %g (f32 + the transform's share)", r.bits); }
+        vq_kvfid_result_free(&r);
+        unlink(cal);
+    }
+
     /* a codec that cannot take head_dim 8, and an unknown codec: reported, not fatal */
     r = eval(c, "q8_0");
     CHECK(!r.ok && strstr(r.why, "q8_0") != NULL);

@@ -1,6 +1,7 @@
 /* fuzz_kv_state.c: libFuzzer entry for the kv state reader (kv/kv_state.c). A small two-group
  * cache (2 layers, 2 query heads, 1 KV head, head_dim 64, max_ctx 64; q4_0 with a window, a sink
- * and 16-row pages, layer 1 f16; layer 0 a sliding window of 20 whose ring frees pages) reads the
+ * and 16-row pages, layer 1 f16 with a window and a sink in q8_0 blocks (wprec=8); layer 0 a
+ * sliding window of 20 whose ring frees pages) reads the
  * input as a kv stream; when it is accepted, everything
  * that uses the cache's contents runs on it (read-back, attention, more appends, truncate, a
  * write that must give back the same bytes), so ASan/UBSan see any count the reader let through.
@@ -13,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *SPEC = "q4_0;window=4,sink=2,page=16@1=f16;window=3";
+static const char *SPEC = "q4_0;window=4,sink=2,page=16@1=f16;window=3,sink=1,wprec=8";
 static const int SPANS[2] = { 20, 0 };   /* layer 0 slides (a ring of 16-row pages), layer 1 sees all */
 static const vq_kv_dims DIMS = { 2, 2, 1, 64, 64, SPANS, 0 };
 static vq_kv *kv;
