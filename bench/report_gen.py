@@ -805,10 +805,49 @@ def kernels(results, md, outdir):
         return
     st, _ = stamp_line(d)
     md.append(st + "\n")
-    t = os.path.join(d, "bench_kernels.txt")
-    if os.path.exists(t):
-        md.append("```\n" + open(t).read().rstrip() + "\n```\n")
-    md.append(f"Every raw repeat: [{os.path.relpath(j, outdir)}]({os.path.relpath(j, outdir)}).\n")
+    runs = [j] + sorted(glob.glob(os.path.join(d, "bench_kernels_cal*.json")))
+    for jj in runs:
+        t = jj[:-5] + ".txt"
+        if os.path.exists(t):
+            md.append("```\n" + open(t).read().rstrip() + "\n```\n")
+        md.append(f"Every raw repeat: [{os.path.relpath(jj, outdir)}]({os.path.relpath(jj, outdir)}).\n")
+    # issue 12's kernel goals at 16k rows: every arm <= 4.6 bits/elem >= 2.5x f16 and >= 70 % of memcpy,
+    # q8_0 >= 1.6x; medians of the repeats (the run's own f16 and memcpy)
+    rows = []
+    for jj in runs:
+        r = load(jj)
+        if not r:
+            continue
+        cp = statistics.median(r["copy_bps"]) if r.get("copy_bps") else None
+        arms = [a for a in r.get("arms", []) if a.get("ok") and a.get("n") == 16384]
+        for a in arms:
+            f = next((b for b in arms if b["kv"] == "f16" and b["d"] == a["d"]), None)
+            if not f or a["kv"] == "f16":
+                continue
+            t_a, t_f = statistics.median(a["attend_s"]), statistics.median(f["attend_s"])
+            bps = a["kv_bytes"] / t_a if t_a > 0 else 0
+            x, pc = t_f / t_a, (100 * bps / cp if cp else None)
+            cb = a.get("code_bits", a["bits_per_elem"])   # the codec's bits (older runs: the store's)
+            low = cb <= 4.6
+            if a["kv"].startswith("q8_0") and not low:
+                verdict = "met" if x >= 1.6 else f"missed (x {x:.2f} < 1.6)"
+            elif low:
+                miss = [f"x {x:.2f} < 2.5"] if x < 2.5 else []
+                if pc is not None and pc < 70:
+                    miss.append(f"{pc:.0f} % < 70 % of memcpy")
+                verdict = "met" if not miss else "missed (" + ", ".join(miss) + ")"
+            else:
+                verdict = "- (above 4.6 bits)"
+            rows.append((a["d"], CALIB_RE.sub("calib=flat.vqc", a["kv"]), cb, a["bits_per_elem"], x, pc, verdict))
+    if rows:
+        md.append("Issue 12's kernel goals at 16k rows (medians; × f16 and % of memcpy from the same run; code bits "
+                  "= the codecs' block bytes per element, which decide whether an arm is a ≤ 4.6-bit one; store bits "
+                  "= the store's count at 16k rows, window and tables included):\n")
+        md.append("| head_dim | arm | code bits | store bits | × f16 | % of memcpy | goal |")
+        md.append("|---|---|---|---|---|---|---|")
+        for dd, kv, cb, b, x, pc, v in sorted(rows, key=lambda r: (r[0], r[2], r[1])):
+            md.append(f"| {dd} | `{kv}` | {cb:.2f} | {b:.2f} | {x:.2f} | {'' if pc is None else f'{pc:.0f} %'} | {v} |")
+        md.append("")
 
 
 def main():

@@ -546,6 +546,7 @@ typedef struct vq_bk_arm_result {
     double bits;
     const double *attend_s, *attend_wall_s, *encode_rps;   /* reps each */
     const double *score_s, *accum_s;                       /* split only, else NULL */
+    double code_bits;   /* the codecs' block bytes per element, K and V averaged (no window or tables) */
 } vq_bk_arm_result;
 typedef struct vq_bench_kernels_result {
     int n_arms;

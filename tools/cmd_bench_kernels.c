@@ -92,6 +92,7 @@ static int print_json(FILE *f, const vq_bench_kernels_result *r) {
         json_kint(&j, "pool", a->pool);
         json_kuint(&j, "kv_bytes", a->kv_bytes);
         json_knum(&j, "bits_per_elem", "%.4f", a->bits);
+        json_knum(&j, "code_bits", "%.4f", a->code_bits);
         jarr(&j, "attend_s", a->attend_s, R);
         jarr(&j, "attend_wall_s", a->attend_wall_s, R);
         jarr(&j, "encode_rows_per_s", a->encode_rps, R);

@@ -205,6 +205,11 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
         arms[a].ok = 1;
         arms[a].kv_bytes = vq_kv_bytes(kv);
         arms[a].bits = vq_kv_bits_per_elem(kv);
+        {
+            const vq_codec_state *sk = vq_kv_codec_state(kv, 0, VQ_SIDE_K), *sv = vq_kv_codec_state(kv, 0, VQ_SIDE_V);
+            arms[a].code_bits = 4.0 * ((double)sk->block_bytes / sk->rows_per_block +
+                                       (double)sv->block_bytes / sv->rows_per_block) / d;
+        }
         snprintf(arms[a].norm, sizeof arms[a].norm, "%s", vq_kv_spec_str(kv));
         size_t pb = arms[a].kv_bytes;
         arms[a].pool = (int)VQ_MIN(BK_MAX_POOL, VQ_MAX((size_t)p->reps, (p->pool_bytes + pb - 1) / pb));

@@ -30,6 +30,8 @@ typedef struct vq_bk_arm {
     int pool;                             /* distinct caches rotated through */
     size_t kv_bytes;                      /* vq_kv_bytes of one cache = bytes one step reads */
     double bits;                          /* vq_kv_bits_per_elem */
+    double code_bits;                     /* the codecs' block bytes per element, K and V averaged (codes
+                                             and per-block metadata; not the store's window or tables) */
     double *attend_s;                     /* seconds per decode step, per repeat: thread CPU time when
                                              single-threaded, else wall */
     double *attend_wall_s;                /* the same by wall clock */

@@ -250,7 +250,7 @@ vq_status vq_bench_kernels_run(const vq_bench_kernels_params *p, vq_bench_kernel
         const vq_bk_arm *a = &in->arms[i];
         vq_bk_arm_result *o = &r->arms[i];
         o->n = a->n; o->d = a->d; o->label = a->spec; o->ok = a->ok; o->pool = a->pool;
-        o->kv_bytes = a->kv_bytes; o->bits = a->bits;
+        o->kv_bytes = a->kv_bytes; o->bits = a->bits; o->code_bits = a->code_bits;
         memcpy(o->normalized, a->norm, sizeof o->normalized);
         memcpy(o->why, a->why, sizeof o->why);
         o->attend_s = a->attend_s; o->attend_wall_s = a->attend_wall_s; o->encode_rps = a->encode_rps;
