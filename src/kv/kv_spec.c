@@ -47,7 +47,7 @@ static vq_status spec_err(vq_err *err, const char *spec, const char *what) {
         if (w > 0) o += (size_t)w;
     }
     return vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s': %s. Codecs: %s. Store keys: window=R, "
-                      "sink=S, wprec=8|16|32, page=N; eviction: evict=POLICY,budget=B[,sinks=,recent=,every=,...][;demote=CODEC[:params]]. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
+                      "sink=S, wprec=8|16|32, page=N, calib=FILE, kmean=0|1, kscale=0..1; eviction: evict=POLICY,budget=B[,sinks=,recent=,every=,...][;demote=CODEC[:params]]. Grammar: codec[:key=val,...][;k=codec:..;v=codec:..] "
                       "(docs/kv-spec.md; parameters of every codec: vq_kv_spec_help)", spec, what, names);
 }
 

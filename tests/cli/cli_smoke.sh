@@ -99,6 +99,12 @@ run calib_missing x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 
 head -c 1000 "$T/c.vqc" > "$T/trunc.vqc"
 run calib_trunc x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "k=tq_split:hi=4,lo=2;v=q8_0;calib=$T/trunc.vqc" && err_has calib_trunc "bytes, its dims need|truncated"
 run calib_nocalib x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "k=tq_split:hi=4,lo=2;v=q8_0" && err_has calib_nocalib "calib=FILE"
+# the key pre-transform and an 8-bit window through the CLI; kv-fidelity with a calibrated spec; refusals
+run kx_use 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "turboquant_mse:k=4,v=4;kmean=1,kscale=0.25,sink=2,window=4,wprec=8;calib=$T/c.vqc" && pass "perplexity with kmean=/kscale= and wprec=8"
+run kx_kvf 0 "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv "q8_0;kscale=0.25;calib=$T/c.vqc" --json && json_ok "kv-fidelity with calib=FILE" "$T/kx_kvf.out"
+run kx_nocalib x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "q8_0;kmean=1" && err_has kx_nocalib "need calib=FILE"
+run kx_range x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "q8_0;kscale=2;calib=$T/c.vqc" && err_has kx_range "kscale=2"
+run wprec_bad x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "q8_0;wprec=12" && err_has wprec_bad "wprec=12"
 run cl 0 "$BIN" calib-layers "$T/c.vqc" --top 2 --spec "q8_0;calib=$T/c.vqc" --json && json_ok calib-layers "$T/cl.out"
 if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=sorted(d['layers'],key=lambda x:(-x['energy'],x['layer'])); \
   t=sorted(x['layer'] for x in r[:2]); assert d['top']==t and d['kv_layers']==','.join(map(str,t))+'=q8_0;calib=$T/c.vqc', d" "$T/cl.out" 2> "$T/cl.py"
