@@ -164,6 +164,7 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
     }
     if (get32(buf + len - 4) != crc(0, buf + HDR, len - 4 - HDR))
         return bad(err, "data CRC-32 mismatch (corrupt statistics)", len - 4);
+    t.data_crc = get32(buf + len - 4);
     vq_status s = vq_calib_alloc(&t, err);
     if (s) return s;
     size_t n[N_ARR], off = HDR;

@@ -20,6 +20,8 @@ typedef struct vq_calib {
     int rope_dim;               /* dims rotated per head (pairs: rope_dim / 2; the rest unrotated) */
     int rope_neox;              /* pair layout: 0 = (2p, 2p+1), 1 = (p, p + head_dim/2) */
     uint64_t n_tokens;          /* calibration tokens seen */
+    uint32_t data_crc;          /* the file's CRC-32 of its statistics (set by parse; 0 in memory):
+                                   what a KV state records of the calibration its codes depend on */
     /* per layer l and KV head h (index l * n_kv_heads + h): */
     float *pair_energy;         /* [L][Hkv][d/2]: Σ_{g in group} E‖q_g,p‖² · E‖k_p‖² */
     float *k_mean, *k_sq;       /* [L][Hkv][d]: E[k_i], E[k_i²] */

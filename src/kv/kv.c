@@ -302,6 +302,7 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
             return NULL;
         }
         kv->calib_hash = cal.config_hash;
+        kv->calib_crc = cal.data_crc;
         snprintf(kv->calib_model, sizeof kv->calib_model, "%s", cal.model);
     }
     if (ev_cal_bytes(kv)) {   /* qfilters / expected_attention: each layer's part, copied */

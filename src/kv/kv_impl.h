@@ -139,6 +139,7 @@ typedef struct vq_kvg {
     float *kx;
     int kx_hc;             /* KV heads of the cache (the array's second dimension) */
     uint64_t calib_hash;   /* config hash recorded in the spec's calib=FILE (0: none) */
+    uint32_t calib_crc;    /* that file's data CRC-32 (0: none): a KV state records it (kv_state.c) */
     char calib_model[64];  /* its model name */
     float *enc_tmp;        /* encode scratch: rpb_store rows of d floats */
     uint8_t *scratch;      /* attention scratch: n_slots slots of slot_bytes (kv_attend.c) */

@@ -18,7 +18,7 @@
 #endif
 
 #define KVS_MAGIC "VQKVSTR1"
-#define KVS_VERSION 1u
+#define KVS_VERSION 2u   /* 2: a group's layout ends with its calibration's data CRC-32 */
 
 /* ---- writing ---- */
 typedef struct wr {
@@ -36,9 +36,9 @@ static void put_u64(wr *w, uint64_t v) { put(w, &v, 8); }
 static size_t wrow_bytes(const vq_kvg *g) { return vq_kv_fp_row_bytes(g); }
 
 static void put_group_header(wr *w, const vq_kvg *g) {
-    const uint32_t f[9] = { (uint32_t)g->dims.n_layers, (uint32_t)g->P, (uint32_t)g->rpb[0],
-                            (uint32_t)g->rpb[1], (uint32_t)g->R, (uint32_t)g->S, (uint32_t)g->wprec,
-                            (uint32_t)g->st[0][0].block_bytes, (uint32_t)g->st[1][0].block_bytes };
+    const uint32_t f[10] = { (uint32_t)g->dims.n_layers, (uint32_t)g->P, (uint32_t)g->rpb[0],
+                             (uint32_t)g->rpb[1], (uint32_t)g->R, (uint32_t)g->S, (uint32_t)g->wprec,
+                             (uint32_t)g->st[0][0].block_bytes, (uint32_t)g->st[1][0].block_bytes, g->calib_crc };
     put(w, f, sizeof f);
 }
 
@@ -116,7 +116,7 @@ size_t vq_kv_state_max_bytes(const vq_kv *kv) {
         const size_t coded = 4 + (size_t)g->H * ((bk + (size_t)g->rpb[0] - 1) / (size_t)g->rpb[0] +
                                                  (bv + (size_t)g->rpb[1] - 1) / (size_t)g->rpb[1]);
         const size_t fp = 4 + 2 * wrow_bytes(g), row = VQ_MAX(coded, fp);
-        b += 9 * 4 + (size_t)g->dims.n_layers * (4 * 4 + (size_t)g->page_cap * 4 + rows * row);
+        b += 10 * 4 + (size_t)g->dims.n_layers * (4 * 4 + (size_t)g->page_cap * 4 + rows * row);
     }
     return b;
 }
@@ -326,18 +326,23 @@ static vq_status scan_head(rd *r, const vq_kv *kv) {
 
 /* A group's layout as written against this cache's: same spec, other layout = another build. */
 static vq_status scan_group(rd *r, const vq_kvg *g, int gi) {
-    uint32_t f[9], mine[9];
+    uint32_t f[10], mine[10];
     const size_t at = r->off;
     const uint8_t *q = take(r, sizeof f, "a group's layout");
     if (!q) return VQ_ERR_FORMAT;
     memcpy(f, q, sizeof f);
-    static const char *names[9] = { "layers", "rows per page", "K rows per block", "V rows per block",
-                                    "window rows", "sink rows", "window precision", "K block bytes",
-                                    "V block bytes" };
+    static const char *names[10] = { "layers", "rows per page", "K rows per block", "V rows per block",
+                                     "window rows", "sink rows", "window precision", "K block bytes",
+                                     "V block bytes", "calibration data CRC-32" };
     mine[0] = (uint32_t)g->dims.n_layers; mine[1] = (uint32_t)g->P;
     mine[2] = (uint32_t)g->rpb[0]; mine[3] = (uint32_t)g->rpb[1];
     mine[4] = (uint32_t)g->R; mine[5] = (uint32_t)g->S; mine[6] = (uint32_t)g->wprec;
     mine[7] = (uint32_t)g->st[0][0].block_bytes; mine[8] = (uint32_t)g->st[1][0].block_bytes;
+    mine[9] = g->calib_crc;
+    if (f[9] != mine[9])   /* same calib=FILE path, other contents: the codes mean something else */
+        return vq_err_set(r->err, VQ_ERR_STATE, "kv state: byte %zu: group %d (spec '%.200s') was made "
+                          "with a calibration of other contents (data CRC-32 %08x, this cache's file "
+                          "%08x): its codes depend on it", at + 36, gi, g->spec, f[9], mine[9]);
     for (int i = 0; i < 9; i++)
         if (f[i] != mine[i])
             return vq_err_set(r->err, VQ_ERR_STATE, "kv state: byte %zu: group %d (spec '%.200s') "

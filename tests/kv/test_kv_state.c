@@ -6,6 +6,7 @@
  * Seed: VQ_TEST_SEED (default 20261201), printed. */
 #include "kv/kv.h"
 #include "../vq_test.h"
+#include "../calib_fixture.h"
 
 static uint64_t seed0 = 20261201;
 
@@ -78,6 +79,39 @@ static void round_trip(const char *spec, int rows) {
     free(m.p);
     vq_kv_destroy(a);
     vq_kv_destroy(b);
+}
+
+/* a cache whose codes depend on a calibration (the key pre-transform): a round trip with the same
+ * file, and a stream refused by a cache whose calib=FILE has the same path but other contents */
+static void calibrated(void) {
+    vq_kv_dims D = { 3, 4, 2, 64, 96, NULL, 0 };
+    char cal[64], spec[200];
+    snprintf(cal, sizeof cal, "/tmp/vq_state_kx_%d.vqc", (int)getpid());
+    vq_rng r;
+    vq_rng_seed(&r, seed0 + 9);
+    vq_t_calib_file(cal, D.n_layers, D.n_heads, D.n_kv_heads, D.head_dim, &r);
+    snprintf(spec, sizeof spec, "turboquant_mse:k=4,v=4;kmean=1,kscale=0.25,sink=2,window=3,wprec=8;calib=%s", cal);
+    round_trip(spec, 70);
+    vq_err e;
+    vq_kv *a = vq_kv_create_str(spec, &D, 7, &e);
+    CHECKF(a != NULL, "%s: %s", spec, e.msg);
+    if (!a) return;
+    fill(a, &D, 0, 40, seed0);
+    mem m = { 0 };
+    CHECK(vq_kv_state_write(a, mem_put, &m, &e) == VQ_OK);
+    vq_t_calib_file(cal, D.n_layers, D.n_heads, D.n_kv_heads, D.head_dim, &r);   /* new statistics, same path */
+    vq_kv *b = vq_kv_create_str(spec, &D, 7, &e);
+    CHECKF(b != NULL, "%s: %s", spec, e.msg);
+    if (b) {
+        vq_status st = vq_kv_state_read(b, m.p, m.n, -1, &e);
+        CHECKF(st == VQ_ERR_STATE && strstr(e.msg, "calibration"), "a stream of another calibration: %s",
+               st ? e.msg : "(read)");
+        CHECK(vq_kv_rows(b, 0) == 0);
+        vq_kv_destroy(b);
+    }
+    free(m.p);
+    vq_kv_destroy(a);
+    unlink(cal);
 }
 
 static void refusals(void) {
@@ -218,5 +252,6 @@ int main(void) {
         for (size_t j = 0; j < VQ_ARRAY_LEN(rows); j++)
             round_trip(specs[i], rows[j]);
     refusals();
+    calibrated();
     return vq_t_done();
 }
