@@ -68,3 +68,11 @@ pass arms_kx f16 "$Q" "q8_0:layout=rows" "$Q;sink=4" "turboquant_mse:k=4,v=4,$P;
   "$Q;sink=4,$W" "$Q;$X,$W;calib=$CAL" "turboquant_mse:k=4,v=4,$P;$X,$W;calib=$CAL" \
   "turboquant_mse:k=4,v=4;$X,$W;calib=$CAL" "turboquant_mse:k=4,v=3,$P;$X,$W;calib=$CAL" \
   "turboquant_mse:k=3,v=3,$P;$X,$W;calib=$CAL" "turboquant_mse:k=3,v=2,$P;$X,$W;calib=$CAL"
+# A fifth, OUT/arms_kx2.json: the ≤ 4.6-bit budget (page=64: a smaller last page), windows of 16-64 q8_0
+# rows, equal-window rotated q4_0 bars, and 4-bit TurboQuant keys over rotated q4_0 values
+G="page=64"; T="turboquant_mse:k=4,v=4,$P"
+pass arms_kx2 f16 "$T;$X,window=32,wprec=8,$G;calib=$CAL" "$T;sink=4,window=32,wprec=8,$G" \
+  "$Q;sink=4,window=32,wprec=8,$G" "$T;$X,window=64,wprec=8,$G;calib=$CAL" "$Q;$X,window=16,wprec=8,$G;calib=$CAL" \
+  "$Q;sink=4,window=16,wprec=8,$G" "k=turboquant_mse:bits=4,$P;v=$Q;$X,window=32,wprec=8,$G;calib=$CAL" \
+  "k=turboquant_mse:bits=4,$P;v=$Q;$X,window=64,wprec=8,$G;calib=$CAL" "turboquant_mse:k=4,v=3,$P;$X,window=64,wprec=8,$G;calib=$CAL" \
+  "k=turboquant_mse:bits=3,$P;v=$Q;$X,window=64,wprec=8,$G;calib=$CAL"
