@@ -64,8 +64,8 @@ typedef struct split {
     vq_isa isa;
     int16_t *ch[2];               /* channel of subset coordinate j (n[sub] entries) */
     brot rot[2];
-    vq_codebook cb[2];
-    float cent[2][256];           /* centroids padded with 0 (SIMD table loads) */
+    const vq_codebook *cb[2];     /* the process's shared codebooks (vq_lloydmax_shared) */
+    const float *cent[2];         /* their centroids, padded with 0 to 256 (SIMD table loads) */
     size_t off[2];                /* code offsets in the block (lanes: each subset's 16 norms) */
 } split;
 
@@ -168,8 +168,9 @@ static vq_status split_init(vq_codec_state *st, int d, int side, const vq_codec_
     st->state_bytes = sizeof *t + sizeof(int16_t) * (size_t)d;
     for (int sub = 0; sub < 2; sub++) {
         if ((s = brot_make(&t->rot[sub], t->n[sub], &rng, &st->state_bytes, err))) return s;
-        if ((s = vq_lloydmax_build(&t->cb[sub], VQ_LAW_SPHERE, t->n[sub], t->bits[sub], err))) return s;
-        memcpy(t->cent[sub], t->cb[sub].c, sizeof(float) * (size_t)t->cb[sub].n);
+        if (!(t->cb[sub] = vq_lloydmax_shared(VQ_LAW_SPHERE, t->n[sub], t->bits[sub], err)))
+            return err ? err->code : VQ_ERR_NOMEM;
+        t->cent[sub] = t->cb[sub]->c;
     }
     const char *lay = vq_codec_param_get(p, np, "layout");
     if (lay && strcmp(lay, "auto") && strcmp(lay, "lanes") && strcmp(lay, "rows"))
@@ -230,7 +231,7 @@ static void lanes_encode(const split *t, const float *x, uint8_t *block) {
         for (int r = 0; r < VQ_TQL_ROWS; r++) {
             double nrm = subset_unit(t, sub, x + (size_t)r * t->d, y);
             vq_tq_put_h((float)nrm, b + 2 * r);
-            vq_lloydmax_quantize(&t->cb[sub], y, 1.0f, t->n[sub], idx);
+            vq_lloydmax_quantize(t->cb[sub], y, 1.0f, t->n[sub], idx);
             for (int i = 0; i < t->n[sub]; i++) vq_tql_key_set(t->bits[sub], codes, r, i, idx[i]);
         }
     }
@@ -262,7 +263,7 @@ static void lanes_score(const split *t, size_t bb, int n_q, const void *const *q
         v[sub].bits = t->bits[sub];
         v[sub].norm32 = 0;
         v[sub].isa = t->isa;
-        memcpy(v[sub].cent1, t->cent[sub], sizeof(float) * 16);
+        v[sub].cent1 = t->cent[sub];
     }
     const size_t n_rows = (size_t)n_blocks * VQ_TQL_ROWS;
     float part[2][4 * LANES_CHUNK * VQ_TQL_ROWS];
@@ -313,7 +314,7 @@ static void split_encode(const vq_codec_state *st, const float *x, uint8_t *bloc
     for (int sub = 0; sub < 2; sub++) {
         double nrm = subset_unit(t, sub, x, y);
         vq_tq_put_h((float)nrm, block + 2 * sub);
-        vq_lloydmax_quantize(&t->cb[sub], y, 1.0f, t->n[sub], idx);
+        vq_lloydmax_quantize(t->cb[sub], y, 1.0f, t->n[sub], idx);
         vq_bitpack_pack(t->bits[sub], idx, (size_t)t->n[sub], block + t->off[sub]);
     }
 }

@@ -53,7 +53,7 @@ static void mse_encode(const vq_codec_state *st, const float *x, uint8_t *block)
     uint8_t idx[VQ_TQ_MAX_D];
     double nrm = vq_tq_rotate_unit(t, x, y);
     vq_tq_put_norm(t, nrm, block);
-    vq_lloydmax_quantize(&t->cb1, y, 1.0f, t->d, idx);
+    vq_lloydmax_quantize(t->cb1, y, 1.0f, t->d, idx);
     vq_bitpack_pack(t->bits, idx, (size_t)t->d, block + t->off_codes1);
 }
 

@@ -15,6 +15,8 @@
 #include "codec/bitpack.h"
 #include "codec/codec_vec.h"
 
+static const float sign_table[256] = { -1.0f, 1.0f };   /* the residual signs' "codebook", 0-padded */
+
 static vq_status prod_init(vq_codec_state *st, int d, int side, const vq_codec_param *p, int np,
                            uint64_t seed, vq_err *err) {
     vq_tq *t;
@@ -27,8 +29,7 @@ static vq_status prod_init(vq_codec_state *st, int d, int side, const vq_codec_p
     vq_rng rng;
     vq_rng_seed(&rng, seed ^ 0x9e3779b97f4a7c15ull);   /* independent of the rotation's stream */
     for (size_t i = 0; i < (size_t)t->m * d; i++) t->S[i] = (float)vq_gauss_portable(&rng);
-    t->cent2[0] = -1.0f;                               /* sign "codebook": bit 0 -> -1, 1 -> +1 */
-    t->cent2[1] = 1.0f;
+    t->cent2 = sign_table;                             /* sign "codebook": bit 0 -> -1, 1 -> +1 */
     t->off_codes1 = t->hdr_bytes + 2;
     t->off_signs = t->off_codes1 + (t->b1 ? vq_bitpack_bytes(t->b1, (size_t)d) : 0);
     st->block_bytes = t->off_signs + vq_bitpack_bytes(1, (size_t)t->m);
@@ -53,7 +54,7 @@ static void prod_encode(const vq_codec_state *st, const float *x, uint8_t *block
     double nrm = vq_tq_rotate_unit(t, x, y);
     vq_tq_put_norm(t, nrm, block);
     if (t->b1) {
-        vq_lloydmax_quantize(&t->cb1, y, 1.0f, d, idx);
+        vq_lloydmax_quantize(t->cb1, y, 1.0f, d, idx);
         vq_bitpack_pack(t->b1, idx, (size_t)d, block + t->off_codes1);
         vq_tq_expand(t, block + t->off_codes1, t->b1, t->cent1, 1.0f, 0, c);
         for (int i = 0; i < d; i++) y[i] -= c[i];      /* y is now the residual r */

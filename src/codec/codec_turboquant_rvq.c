@@ -7,6 +7,7 @@
  * x̂ = ‖x‖ Πᵀ(c₁[i₁] + s·c₂[i₂]). Block: [‖x‖] [s fp16 if scale=row] [d×b bits] [d×b bits].
  * Note: it spends 2b bits per coordinate; turboquant_mse with 2b bits is better (docs). */
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include "codec/tq.h"
@@ -35,11 +36,16 @@ static vq_status rvq_init(vq_codec_state *st, int d, int side, const vq_codec_pa
     t->scale_mode = !sv ? SCALE_DEFAULT : !strcmp(sv, "fixed") ? VQ_TQ_SCALE_FIXED : VQ_TQ_SCALE_ROW;
     t->law2 = !lv ? LAW2_DEFAULT : !strcmp(lv, "gauss") ? VQ_LAW_GAUSS
             : !strcmp(lv, "exact") ? VQ_LAW_RESIDUAL : VQ_LAW_LAPLACE;
-    s = t->law2 == VQ_LAW_RESIDUAL ? vq_lloydmax_build_residual(&t->cb2, &t->cb1, t->bits, err)
-                                   : vq_lloydmax_build(&t->cb2, (vq_law)t->law2, 0, t->bits, err);
-    if (s) return s;
-    memcpy(t->cent2, t->cb2.c, sizeof(float) * (size_t)t->cb2.n);
-    t->fixed_scale = (float)sqrt(t->cb1.mse);
+    if (t->law2 == VQ_LAW_RESIDUAL) {   /* built from this stage 1: the state's own (2 KiB, counted) */
+        if (!(t->cb2_own = malloc(sizeof *t->cb2_own)))
+            return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", st->codec->name);
+        if ((s = vq_lloydmax_build_residual(t->cb2_own, t->cb1, t->bits, err))) return s;
+        t->cb2 = t->cb2_own;
+        st->state_bytes += sizeof *t->cb2_own;
+    } else if (!(t->cb2 = vq_lloydmax_shared((vq_law)t->law2, 0, t->bits, err)))
+        return err ? err->code : VQ_ERR_NOMEM;
+    t->cent2 = t->cb2->c;
+    t->fixed_scale = (float)sqrt(t->cb1->mse);
     t->off_codes1 = t->hdr_bytes + (t->scale_mode == VQ_TQ_SCALE_ROW ? 2 : 0);
     t->off_codes2 = t->off_codes1 + vq_bitpack_bytes(t->bits, (size_t)d);
     st->block_bytes = t->off_codes2 + vq_bitpack_bytes(t->bits, (size_t)d);
@@ -62,7 +68,7 @@ static void rvq_encode(const vq_codec_state *st, const float *x, uint8_t *block)
     uint8_t idx[VQ_TQ_MAX_D];
     double nrm = vq_tq_rotate_unit(t, x, y);
     vq_tq_put_norm(t, nrm, block);
-    vq_lloydmax_quantize(&t->cb1, y, 1.0f, d, idx);
+    vq_lloydmax_quantize(t->cb1, y, 1.0f, d, idx);
     vq_bitpack_pack(t->bits, idx, (size_t)d, block + t->off_codes1);
     vq_tq_expand(t, block + t->off_codes1, t->bits, t->cent1, 1.0f, 0, c);
     double en = 0;
@@ -70,7 +76,7 @@ static void rvq_encode(const vq_codec_state *st, const float *x, uint8_t *block)
     float s = t->fixed_scale;
     if (t->scale_mode == VQ_TQ_SCALE_ROW)   /* quantize with the scale decode will read back */
         s = vq_tq_put_h((float)sqrt(en / d), block + t->hdr_bytes);
-    vq_lloydmax_quantize(&t->cb2, y, s > 0 ? 1.0f / s : 0.0f, d, idx);
+    vq_lloydmax_quantize(t->cb2, y, s > 0 ? 1.0f / s : 0.0f, d, idx);
     vq_bitpack_pack(t->bits, idx, (size_t)d, block + t->off_codes2);
 }
 

@@ -161,27 +161,39 @@ static vq_status build(vq_codebook *cb, const law_ctx *ctx, double L, int ngrid,
 }
 
 /* Built codebooks depend only on (law, d, bits), and a cache builds the same one for every layer
- * and side: the first build is kept (a few dozen per process at most) and later ones copied. */
-#define MEMO_CAP 64
-static struct { vq_law law; int d, bits; vq_codebook cb; } memo[MEMO_CAP];
-static int memo_n;
+ * and side: the first build is kept for the life of the process (a few dozen at most, each on the
+ * heap, so a pointer to one stays valid) and later ones share or copy it. */
+static vq_codebook **memo;
+static int memo_n, memo_cap;
 static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static int memo_get(vq_codebook *cb, vq_law law, int d, int bits) {
-    int hit = 0;
-    pthread_mutex_lock(&memo_mu);
-    for (int i = 0; i < memo_n && !hit; i++)
-        if (memo[i].law == law && memo[i].d == d && memo[i].bits == bits) { *cb = memo[i].cb; hit = 1; }
-    pthread_mutex_unlock(&memo_mu);
-    return hit;
+static const vq_codebook *memo_find(vq_law law, int d, int bits) {   /* memo_mu held */
+    for (int i = 0; i < memo_n; i++)
+        if (memo[i]->law == law && memo[i]->d == (law == VQ_LAW_SPHERE ? d : 0) && memo[i]->bits == bits) return memo[i];
+    return NULL;
 }
-static void memo_put(const vq_codebook *cb, vq_law law, int d, int bits) {
+static int memo_get(vq_codebook *cb, vq_law law, int d, int bits) {
     pthread_mutex_lock(&memo_mu);
-    if (memo_n < MEMO_CAP) {
-        memo[memo_n].law = law; memo[memo_n].d = d; memo[memo_n].bits = bits; memo[memo_n].cb = *cb;
-        memo_n++;
+    const vq_codebook *m = memo_find(law, d, bits);
+    if (m) *cb = *m;
+    pthread_mutex_unlock(&memo_mu);
+    return m != NULL;
+}
+/* the kept copy of cb (NULL: out of memory; the caller then keeps its own) */
+static const vq_codebook *memo_put(const vq_codebook *cb, vq_law law, int d, int bits) {
+    pthread_mutex_lock(&memo_mu);
+    const vq_codebook *m = memo_find(law, d, bits);
+    if (!m && memo_n == memo_cap) {
+        int cap = memo_cap ? 2 * memo_cap : 16;
+        vq_codebook **g = realloc(memo, sizeof *g * (size_t)cap);
+        if (g) { memo = g; memo_cap = cap; }
+    }
+    if (!m && memo_n < memo_cap) {
+        vq_codebook *c = malloc(sizeof *c);
+        if (c) { *c = *cb; memo[memo_n++] = c; m = c; }
     }
     pthread_mutex_unlock(&memo_mu);
+    return m;
 }
 
 static vq_status build_law(vq_codebook *cb, vq_law law, int d, int bits, vq_err *err);
@@ -190,6 +202,21 @@ vq_status vq_lloydmax_build(vq_codebook *cb, vq_law law, int d, int bits, vq_err
     vq_status s = build_law(cb, law, d, bits, err);
     if (!s) memo_put(cb, law, d, bits);
     return s;
+}
+
+const vq_codebook *vq_lloydmax_shared(vq_law law, int d, int bits, vq_err *err) {
+    if (bits >= 1 && bits <= VQ_LM_MAX_BITS) {
+        pthread_mutex_lock(&memo_mu);
+        const vq_codebook *m = memo_find(law, d, bits);
+        pthread_mutex_unlock(&memo_mu);
+        if (m) return m;
+    }
+    vq_codebook cb;
+    if (build_law(&cb, law, d, bits, err)) return NULL;
+    const vq_codebook *m = memo_put(&cb, law, d, bits);
+    if (!m) vq_err_set(err, VQ_ERR_NOMEM, "lloydmax: out of memory (codebook of law %s, d=%d, %d bits)",
+                       vq_law_name(law), d, bits);
+    return m;
 }
 
 static vq_status build_law(vq_codebook *cb, vq_law law, int d, int bits, vq_err *err) {

@@ -2,7 +2,8 @@
  * numerical integration, plus the quantizer "index = number of midpoint boundaries exceeded".
  * Laws: the coordinate of a uniformly random unit vector in R^d (what a rotated unit vector looks
  * like: f(t) ∝ (1−t²)^((d−3)/2) on [−1, 1], variance 1/d), N(0, 1), and a unit-variance Laplacian.
- * A codebook is a plain value (no global cache): a codec builds the ones it needs in its init. */
+ * A codebook is a plain value; the process keeps the first build of each (law, d, bits), which
+ * vq_lloydmax_build copies and vq_lloydmax_shared hands out by pointer. */
 #ifndef VQ_LLOYDMAX_H
 #define VQ_LLOYDMAX_H
 #include "core/core.h"
@@ -31,6 +32,10 @@ typedef struct vq_codebook {
 /* bits in 1..8. VQ_ERR_ARG (naming law, d, bits) on bad arguments, VQ_ERR_NOMEM. ~1-10 ms the
  * first time for a (law, d, bits); then a copy of that first build (thread-safe). */
 vq_status vq_lloydmax_build(vq_codebook *cb, vq_law law, int d, int bits, vq_err *err);
+/* The process's one copy of the (law, d, bits) codebook, built on first use: immutable, valid for
+ * the life of the process, shared by every codec state that asks (a state then holds a pointer,
+ * not a 2 KiB copy). NULL with err on bad arguments or no memory. */
+const vq_codebook *vq_lloydmax_shared(vq_law law, int d, int bits, vq_err *err);
 /* The exact law of the stage-1 quantization error, for a second (residual) stage. */
 vq_status vq_lloydmax_build_residual(vq_codebook *cb, const vq_codebook *stage1, int bits,
                                      vq_err *err);

@@ -22,15 +22,18 @@ typedef struct vq_tq {
     int lanes;                /* turboquant_mse: the lanes layout (tq_lanes.c: 2-4 bits, d % 32 == 0) */
     int side;                 /* VQ_SIDE_K / VQ_SIDE_V, as init was given it */
     vq_rotation *rot;
-    vq_codebook cb1;          /* sphere law, dimension d, b1 bits */
-    float cent1[256];         /* cb1 centroids padded with 0 to 256 (SIMD table loads) */
+    /* codebooks are the process's shared copies (vq_lloydmax_shared), not the state's: a state is a
+     * few hundred bytes, not 6.5 KiB (SmolLM2: 60 states per cache, 0.13 bits per element at ctx 2048) */
+    const vq_codebook *cb1;   /* sphere law, dimension d, b1 bits (NULL when b1 == 0) */
+    const float *cent1;       /* cb1's centroids, padded with 0 to 256 (SIMD table loads) */
     /* prod: QJL sketch of the residual, in the rotated domain */
     int m;
     float *S;                 /* m x d, i.i.d. N(0,1) */
     /* rvq: stage-2 codebook on the residual e = y - c1 */
     int scale_mode, law2;
-    vq_codebook cb2;          /* unit-variance law (Laplace by default) */
-    float cent2[256];
+    const vq_codebook *cb2;   /* unit-variance law (Laplace by default): shared, or cb2_own */
+    vq_codebook *cb2_own;     /* the residual law's codebook (built from cb1, not shared), or NULL */
+    const float *cent2;       /* cb2's centroids (prod: the sign table), padded with 0 to 256 */
     float fixed_scale;        /* √(per-coordinate stage-1 MSE) for scale=fixed */
     /* block layout (bytes from the block start) */
     size_t off_codes1, off_codes2, off_signs, hdr_bytes;
@@ -43,6 +46,7 @@ vq_status vq_tq_init_common(vq_codec_state *st, vq_tq **out, int kind, int d,
                             int bits_def,
                             const char *allowed, vq_err *err);
 void vq_tq_fini(vq_codec_state *st);
+extern const float vq_tq_zero_table[256];
 
 /* row norm header: ‖x‖ at block + 0 (2 or 4 bytes) */
 float vq_tq_put_norm(const vq_tq *t, double nrm, uint8_t *block);   /* returns the stored value */

@@ -337,9 +337,10 @@ vq_status vq_tq_init_common(vq_codec_state *st, vq_tq **out, int kind, int d,
     uint64_t rot_seed = vq_rng_u64(&rng);
     t->rot = vq_rotation_create(d, rot_seed, err);
     if (!t->rot) return err ? err->code : VQ_ERR_ARG;
+    t->cent1 = t->cent2 = vq_tq_zero_table;
     if (t->b1 > 0) {
-        if ((s = vq_lloydmax_build(&t->cb1, VQ_LAW_SPHERE, d, t->b1, err))) return s;
-        memcpy(t->cent1, t->cb1.c, sizeof(float) * (size_t)t->cb1.n);
+        if (!(t->cb1 = vq_lloydmax_shared(VQ_LAW_SPHERE, d, t->b1, err))) return err ? err->code : VQ_ERR_NOMEM;
+        t->cent1 = t->cb1->c;
     }
     st->d = d;
     st->rows_per_block = 1;
@@ -351,11 +352,14 @@ vq_status vq_tq_init_common(vq_codec_state *st, vq_tq **out, int kind, int d,
     return VQ_OK;
 }
 
+const float vq_tq_zero_table[256];   /* a codebook-less side's table: 0 everywhere */
+
 void vq_tq_fini(vq_codec_state *st) {
     vq_tq *t = st->impl;
     if (!t) return;
     vq_rotation_free(t->rot);
     free(t->S);
+    free(t->cb2_own);
     free(t);
     st->impl = NULL;
 }

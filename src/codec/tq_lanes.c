@@ -70,7 +70,7 @@ void vq_tql_encode(const vq_tq *t, int side, const float *x, uint8_t *block) {
     for (int r = 0; r < nr; r++) {
         double nrm = vq_tq_rotate_unit(t, x + (size_t)r * d, y);
         vq_tq_put_norm(t, nrm, block + r * nb);
-        vq_lloydmax_quantize(&t->cb1, y, 1.0f, d, idx);
+        vq_lloydmax_quantize(t->cb1, y, 1.0f, d, idx);
         for (int i = 0; i < d; i++) {
             if (side == VQ_SIDE_K) codes[(size_t)(i / 2) * 16 + r] |= (uint8_t)(idx[i] << (4 * (i & 1)));
             else {

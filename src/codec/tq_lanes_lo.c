@@ -92,7 +92,7 @@ void vq_tqll_encode(const vq_tq *t, int side, const float *x, uint8_t *block) {
     for (int r = 0; r < nr; r++) {
         double nrm = vq_tq_rotate_unit(t, x + (size_t)r * d, y);
         vq_tq_put_norm(t, nrm, block + r * nbytes(t));
-        vq_lloydmax_quantize(&t->cb1, y, 1.0f, d, idx);
+        vq_lloydmax_quantize(t->cb1, y, 1.0f, d, idx);
         for (int i = 0; i < d; i++) {
             size_t at[2];
             int n[2];

@@ -48,10 +48,11 @@ typedef struct sm {            /* online-softmax state of nv query vectors */
  * position a sliding-window layer still sees, INT32_MIN otherwise).
  * exp_sum:  S[r] = exp(S[r] - m) (-inf -> 0), returns the sum. expf on the SIMD paths is a
  * Cephes-style polynomial (about 2 ulp): the tests hold attention to 1e-5 of float64. */
-static float mask_max_scalar(float *S, const int32_t *pos, int n, int lo, int qp, float scale) {
+/* S <- (S + off) * scale where visible (off: the key pre-transform's q·c, else 0), -inf elsewhere */
+static float mask_max_scalar(float *S, const int32_t *pos, int n, int lo, int qp, float scale, float off) {
     float mx = -INFINITY;
     for (int r = 0; r < n; r++) {
-        if (pos[r] <= qp && pos[r] >= lo) { S[r] *= scale; mx = S[r] > mx ? S[r] : mx; }
+        if (pos[r] <= qp && pos[r] >= lo) { S[r] = (S[r] + off) * scale; mx = S[r] > mx ? S[r] : mx; }
         else S[r] = -INFINITY;
     }
     return mx;
@@ -67,15 +68,15 @@ static float exp_sum_scalar(float *S, int n, float m) {
 }
 #define T2 __attribute__((target("avx2,fma,f16c")))
 #define T5 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
-T5 static float mask_max_512(float *S, const int32_t *pos, int n, int lo, int qp, float scale) {
-    __m512 mx = _mm512_set1_ps(-INFINITY), vs = _mm512_set1_ps(scale), ninf = mx;
+T5 static float mask_max_512(float *S, const int32_t *pos, int n, int lo, int qp, float scale, float off) {
+    __m512 mx = _mm512_set1_ps(-INFINITY), vs = _mm512_set1_ps(scale), ninf = mx, vo = _mm512_set1_ps(off);
     __m512i vq = _mm512_set1_epi32(qp), vlo = _mm512_set1_epi32(lo);
     for (int r = 0; r < n; r += 16) {
         __mmask16 t = n - r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - r)) - 1);
         __m512 s = _mm512_maskz_loadu_ps(t, S + r);
         __m512i p = _mm512_maskz_loadu_epi32(t, pos + r);
         __mmask16 vis = _mm512_mask_cmpge_epi32_mask(_mm512_mask_cmple_epi32_mask(t, p, vq), p, vlo);
-        s = _mm512_mask_mul_ps(ninf, vis, s, vs);
+        s = _mm512_mask_mul_ps(ninf, vis, _mm512_add_ps(s, vo), vs);
         mx = _mm512_max_ps(mx, s);
         _mm512_mask_storeu_ps(S + r, t, s);
     }
@@ -108,12 +109,12 @@ T5 static float exp_sum_512(float *S, int n, float m) {
     }
     return _mm512_reduce_add_ps(sum);
 }
-T2 static float mask_max_256(float *S, const int32_t *pos, int n, int lo, int qp, float scale) {
-    __m256 mx = _mm256_set1_ps(-INFINITY), vs = _mm256_set1_ps(scale), ninf = mx;
+T2 static float mask_max_256(float *S, const int32_t *pos, int n, int lo, int qp, float scale, float off) {
+    __m256 mx = _mm256_set1_ps(-INFINITY), vs = _mm256_set1_ps(scale), ninf = mx, vo = _mm256_set1_ps(off);
     __m256i vq = _mm256_set1_epi32(qp), vlo = _mm256_set1_epi32(lo);
     int r = 0;
     for (; r + 8 <= n; r += 8) {
-        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(S + r), vs);
+        __m256 s = _mm256_mul_ps(_mm256_add_ps(_mm256_loadu_ps(S + r), vo), vs);
         __m256i p = _mm256_loadu_si256((const __m256i *)(pos + r));
         __m256 hide = _mm256_castsi256_ps(_mm256_or_si256(_mm256_cmpgt_epi32(p, vq), _mm256_cmpgt_epi32(vlo, p)));
         s = _mm256_blendv_ps(s, ninf, hide);
@@ -123,7 +124,7 @@ T2 static float mask_max_256(float *S, const int32_t *pos, int n, int lo, int qp
     float t[8], m = -INFINITY;
     _mm256_storeu_ps(t, mx);
     for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
-    float tail = mask_max_scalar(S + r, pos + r, n - r, lo, qp, scale);
+    float tail = mask_max_scalar(S + r, pos + r, n - r, lo, qp, scale, off);
     return tail > m ? tail : m;
 }
 T2 static __m256 exp256(__m256 x) {
@@ -161,15 +162,18 @@ T2 static float exp_sum_256(float *S, int n, float m) {
 /* scores S[j*rows + r] -> weights in place; keeps m (running max), l (sum) and rescales the
  * accumulators whenever a query's max grows. Rows with pos > the query's position weigh 0.
  * pos: rows positions in order (pages) or a ring (window: pos_cap > 0, copied out first). */
-static void softmax_update(sm *s, float *S, int rows, const int32_t *pos, const int *q_pos) {
+/* off: per query, a constant added to every score of the block before scaling (coded rows under
+ * the key pre-transform: q·c), or NULL */
+static void softmax_update(sm *s, float *S, int rows, const int32_t *pos, const int *q_pos, const float *off) {
     const vq_isa isa = vq_cvec_isa();
     for (int j = 0; j < s->nv; j++) {
         const int qp = q_pos[j / s->G];
         const int lo = s->span > 0 && (int64_t)qp - s->span + 1 > INT32_MIN ? qp - s->span + 1 : INT32_MIN;
+        const float o = off ? off[j] : 0.0f;
         float *Sj = S + (size_t)j * rows;
-        float mx = isa == VQ_ISA_AVX512 ? mask_max_512(Sj, pos, rows, lo, qp, s->scale)
-                 : isa == VQ_ISA_AVX2   ? mask_max_256(Sj, pos, rows, lo, qp, s->scale)
-                                        : mask_max_scalar(Sj, pos, rows, lo, qp, s->scale);
+        float mx = isa == VQ_ISA_AVX512 ? mask_max_512(Sj, pos, rows, lo, qp, s->scale, o)
+                 : isa == VQ_ISA_AVX2   ? mask_max_256(Sj, pos, rows, lo, qp, s->scale, o)
+                                        : mask_max_scalar(Sj, pos, rows, lo, qp, s->scale, o);
         if (mx == -INFINITY) {   /* nothing visible in this block */
             memset(Sj, 0, (size_t)rows * sizeof(float));
             continue;
@@ -223,7 +227,7 @@ static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const tas
         }
     }
     for (int r = 0; r < count; r++) wpos[r] = posb[(start + r) % cap];
-    softmax_update(s, S, count, wpos, qpos);
+    softmax_update(s, S, count, wpos, qpos, NULL);
     obs_record(ob, s, S, count, idx0);
     for (int r = 0; r < count; r++) {
         const uint8_t *row = (const uint8_t *)vb + (size_t)((start + r) % cap) * rb + hoff;
@@ -408,9 +412,7 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
             if (pmax < lo_min) continue;
         }
         sk->codec->score(sk, nv, qptr, page + kv->off_k[t->h], rows / kv->rpb[0], S);
-        for (int j = 0; kx && j < nv; j++)
-            for (int r = 0; r < rows; r++) S[(size_t)j * rows + r] += qc[j];
-        softmax_update(&s, S, rows, (const int32_t *)(const void *)page, qpos);
+        softmax_update(&s, S, rows, (const int32_t *)(const void *)page, qpos, kx ? qc : NULL);   /* + q·c */
         obs_record(ob, &s, S, rows, pg * kv->P);
         sv->codec->accumulate(sv, nv, S, page + kv->off_v[t->h], rows / kv->rpb[1], accptr);
     }

@@ -182,5 +182,19 @@ int main(void) {
     CHECK(vq_lloydmax_build(&cb, (vq_law)7, 0, 2, &err) == VQ_ERR_ARG);
     CHECK(vq_lloydmax_build(&cb, VQ_LAW_SPHERE, 3, 2, &err) == VQ_OK);   /* d = 3: uniform law */
     CHECK_NEAR(cb.mse, (2.0 / 4) * (2.0 / 4) / 12, 1e-6);
+    /* the shared copies: one per (law, d, bits), equal to a build, zero past n; bad arguments refused */
+    {
+        const vq_codebook *a = vq_lloydmax_shared(VQ_LAW_SPHERE, 64, 4, &err), *b = vq_lloydmax_shared(VQ_LAW_SPHERE, 64, 4, &err);
+        const vq_codebook *c = vq_lloydmax_shared(VQ_LAW_SPHERE, 64, 3, &err), *g = vq_lloydmax_shared(VQ_LAW_GAUSS, 7, 4, &err);
+        const vq_codebook *g0 = vq_lloydmax_shared(VQ_LAW_GAUSS, 0, 4, &err);
+        CHECK(a && a == b && c && c != a && g && g == g0);   /* d does not matter outside the sphere law */
+        CHECK(vq_lloydmax_build(&cb, VQ_LAW_SPHERE, 64, 4, &err) == VQ_OK);
+        CHECK(a && !memcmp(a->c, cb.c, sizeof cb.c) && !memcmp(a->b, cb.b, sizeof cb.b) && a->n == 16);
+        int pad = 1;
+        for (int i = 16; a && i < 256; i++) pad &= a->c[i] == 0.0f;
+        CHECK(pad);
+        CHECK(vq_lloydmax_shared(VQ_LAW_SPHERE, 64, 9, &err) == NULL && err.code == VQ_ERR_ARG);
+        CHECK(vq_lloydmax_shared(VQ_LAW_SPHERE, 2, 4, &err) == NULL && err.code == VQ_ERR_ARG);
+    }
     return vq_t_done();
 }

@@ -155,7 +155,7 @@ int main(void) {
                 snprintf(spec, sizeof spec, "bits=%d,norm=f32", b);
                 must(&st, &vq_codec_turboquant_mse, ds[t], spec, seed + b);
                 const vq_tq *tq = st.impl;
-                double cs, m = unit_mse(&st, &rng, b <= 4 ? 2000 : 600, &cs), th = tq->cb1.mse * ds[t];
+                double cs, m = unit_mse(&st, &rng, b <= 4 ? 2000 : 600, &cs), th = tq->cb1->mse * ds[t];
                 printf("turboquant_mse d=%d bits=%d: E|u-u^|^2 = %.5f (Lloyd-Max %.5f%s%.3g), cos %.4f, "
                        "%zu B/row\n", ds[t], b, m, th, b <= 4 ? ", paper " : "",
                        b <= 4 ? paper[b - 1] : 0.0, cs, st.block_bytes);
