@@ -838,15 +838,17 @@ def kernels(results, md, outdir):
                 verdict = "met" if not miss else "missed (" + ", ".join(miss) + ")"
             else:
                 verdict = "- (above 4.6 bits)"
-            rows.append((a["d"], CALIB_RE.sub("calib=flat.vqc", a["kv"]), cb, a["bits_per_elem"], x, pc, verdict))
+            run = os.path.basename(jj)[len("bench_kernels"):-5].lstrip("_") or "main"
+            rows.append((a["d"], CALIB_RE.sub("calib=flat.vqc", a["kv"]), cb, a["bits_per_elem"], x, pc, verdict, run))
     if rows:
-        md.append("Issue 12's kernel goals at 16k rows (medians; × f16 and % of memcpy from the same run; code bits "
+        md.append("Issue 12's kernel goals at 16k rows (medians; × f16 and % of memcpy from the same run: `main` is "
+                  "bench_kernels.json, `cal64`/`cal128` the calibrated arms' runs with their own f16 and memcpy; code bits "
                   "= the codecs' block bytes per element, which decide whether an arm is a ≤ 4.6-bit one; store bits "
                   "= the store's count at 16k rows, window and tables included):\n")
-        md.append("| head_dim | arm | code bits | store bits | × f16 | % of memcpy | goal |")
-        md.append("|---|---|---|---|---|---|---|")
-        for dd, kv, cb, b, x, pc, v in sorted(rows, key=lambda r: (r[0], r[2], r[1])):
-            md.append(f"| {dd} | `{kv}` | {cb:.2f} | {b:.2f} | {x:.2f} | {'' if pc is None else f'{pc:.0f} %'} | {v} |")
+        md.append("| head_dim | arm | run | code bits | store bits | × f16 | % of memcpy | goal |")
+        md.append("|---|---|---|---|---|---|---|---|")
+        for dd, kv, cb, b, x, pc, v, run in sorted(rows, key=lambda r: (r[0], r[2], r[1], r[7])):
+            md.append(f"| {dd} | `{kv}` | {run} | {cb:.2f} | {b:.2f} | {x:.2f} | {'' if pc is None else f'{pc:.0f} %'} | {v} |")
         md.append("")
 
 
