@@ -123,7 +123,7 @@ static void stories(void) {
      * a cache of every layer with one filled; the key pre-transform on f32 stays exact */
     {
         char cal[64];
-        snprintf(cal, sizeof cal, "/tmp/vq_kvfid_%d.vqc", (int)getpid());
+        vq_t_tmpfile("vq_kvfid", cal, sizeof cal);
         int ids[256];
         const char *tx = "Once upon a time there was a little girl named Lily. She liked to play outside in the park "
                          "with her dog. One day she saw a big red ball under a tree and ran to get it.";

@@ -540,7 +540,7 @@ int main(void) {
     vq_rng r;
     vq_rng_seed(&r, seed);
     const int N = 640;
-    snprintf(calib_path, sizeof calib_path, "/tmp/vq_adakv_calib_%d.vqc", (int)getpid());
+    vq_t_tmpfile("vq_adakv_calib", calib_path, sizeof calib_path);
     vq_t_calib_file(calib_path, D.n_layers, D.n_heads, D.n_kv_heads, D.head_dim, &r);
     float *K = malloc(sizeof(float) * N * W), *V = malloc(sizeof(float) * N * W), *Q = malloc(sizeof(float) * NQ * QW);
     fill_uniform(&r, K, N * W, 2.0f);

@@ -12,7 +12,6 @@
  * position in one tier or the other; truncate keeps what lies below the position it returns; a
  * sliding-window layer's tier frees what no query can see; saving is refused; heads=ada with
  * demote= is refused (not built). */
-#include <unistd.h>
 #include "kv_ref.h"
 #include "../calib_fixture.h"
 #include "kv/kv.h"
@@ -446,7 +445,7 @@ int main(void) {
     fill_uniform(&r, V, N * W, 1.0f);
     fill_uniform(&r, Q, 4 * QW, 2.0f);
     char cal[64];
-    snprintf(cal, sizeof cal, "/tmp/vq_demote_kx_%d.vqc", (int)getpid());
+    vq_t_tmpfile("vq_demote_kx", cal, sizeof cal);
     vq_t_calib_file(cal, D.n_layers, D.n_heads, D.n_kv_heads, D.head_dim, &r);
     snprintf(g_kxspec, sizeof g_kxspec, "q8_0:layout=rows;evict=tova,budget=150,sinks=4,recent=16,every=4;"
              "demote=turboquant_mse:k=4,v=4;kmean=1,kscale=0.25;calib=%s", cal);

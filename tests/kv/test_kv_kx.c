@@ -46,7 +46,7 @@ int main(void) {
     vq_rng_seed(&rng, vq_t_seed(777));
     const vq_kv_dims D = {.n_layers = 2, .n_heads = 6, .n_kv_heads = 2, .head_dim = 64, .max_ctx = 600};
     const int d = D.head_dim, H = D.n_kv_heads, NH = D.n_heads, w = H * d;
-    snprintf(g_cal, sizeof g_cal, "/tmp/vq_kv_kx_%d.vqc", (int)getpid());
+    vq_t_tmpfile("vq_kv_kx", g_cal, sizeof g_cal);
     vq_calib cal;
     vq_t_calib_make(&cal, D.n_layers, NH, H, d, &rng);
     /* a large common offset in the keys (layer 1, head 0), and query energy very uneven */

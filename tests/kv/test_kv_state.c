@@ -86,7 +86,7 @@ static void round_trip(const char *spec, int rows) {
 static void calibrated(void) {
     vq_kv_dims D = { 3, 4, 2, 64, 96, NULL, 0 };
     char cal[64], spec[200];
-    snprintf(cal, sizeof cal, "/tmp/vq_state_kx_%d.vqc", (int)getpid());
+    vq_t_tmpfile("vq_state_kx", cal, sizeof cal);
     vq_rng r;
     vq_rng_seed(&r, seed0 + 9);
     vq_t_calib_file(cal, D.n_layers, D.n_heads, D.n_kv_heads, D.head_dim, &r);
