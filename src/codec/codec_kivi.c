@@ -475,18 +475,16 @@ T5 static inline __attribute__((always_inline)) void klanes_512_m(const int m, c
             }
         }
 #pragma GCC unroll 4
-        for (int j = 0; j < m; j++)   /* b = 1: the high plane of 3-bit codes, added to the scores */
-            _mm512_storeu_ps(out[j] + 16 * T, _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]),
-                                                            b == 1 ? _mm512_loadu_ps(out[j] + 16 * T) : _mm512_set1_ps(qm[j])));
+        for (int j = 0; j < m; j++)
+            _mm512_storeu_ps(out[j] + 16 * T, _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]), _mm512_set1_ps(qm[j])));
     }
 }
 #define KL512_M(M)                                                                              \
     do {                                                                                        \
         if (b == 2) klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);                \
-        else if (b == 1) klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 8, 1, out);           \
         else klanes_512_m(M, qs, qm, codes, k->G / 16, k->d / 2, 4, out);                       \
     } while (0)
-/* b: 2 or 4, or 1 for the high plane of 3-bit codes (added to the scores) */
+/* b: 2 or 4 (3-bit keys: klanes3_512_q) */
 T5 static void klanes_512_q(const kivi *k, int b, int m, const float *const *qs, const float *qm,
                             const uint8_t *codes, float *const *out) {
     switch (m) {
@@ -497,6 +495,53 @@ T5 static void klanes_512_q(const kivi *k, int b, int m, const float *const *qs,
     }
 }
 #undef KL512_M
+/* AVX-512, 3-bit keys (the 2-bit plane lo and the 1-bit plane hi, layouts of kcode_off_b), m
+ * queries: one pass over both planes per tile. A channel's code lo | hi << 2 is put together in
+ * the integer lanes (one vpternlogd: bits 0-1 from the shifted 2-bit byte, bit 2 from the 1-bit
+ * byte shifted to it) and becomes a float by one vpermps on the table i & 7; so a channel costs
+ * one expansion and m FMAs, not two of each (the planes summed apart, the high one with weight 4) */
+T5 static inline __attribute__((always_inline)) void klanes3_512_m(const int m, const float *const *qs,
+                                                                  const float *qm, const uint8_t *lo,
+                                                                  const uint8_t *hi, int ntile, int d,
+                                                                  float *const *out) {
+    const __m512 tab = _mm512_cvtepi32_ps(_mm512_and_si512(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(7)));
+    const __m512i three = _mm512_set1_epi32(3);
+    for (int T = 0; T < ntile; T++) {
+        const uint8_t *pl = lo + (size_t)T * 16 * (d / 4), *ph = hi + (size_t)T * 16 * (d / 8);
+        __m512 a[4][2];
+#pragma GCC unroll 4
+        for (int j = 0; j < m; j++) a[j][0] = a[j][1] = _mm512_setzero_ps();
+        for (int g = 0; g < d / 8; g++) {   /* 8 channels: one 1-bit group, two 2-bit groups */
+            const __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ph + 16 * g)));
+            const __m512i l0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(pl + 32 * g)));
+            const __m512i l1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(pl + 32 * g + 16)));
+#pragma GCC unroll 8
+            for (int kk = 0; kk < 8; kk++) {
+                const __m512i l = _mm512_srli_epi32(kk < 4 ? l0 : l1, 2 * (kk & 3));
+                const __m512i hb = kk <= 2 ? _mm512_slli_epi32(h, 2 - kk) : _mm512_srli_epi32(h, kk - 2);
+                /* (l & 3) | (hb & ~3): imm 0xE4 with A = l, B = hb, C = 3 */
+                const __m512 c = _mm512_permutexvar_ps(_mm512_ternarylogic_epi32(l, hb, three, 0xE4), tab);
+#pragma GCC unroll 4
+                for (int j = 0; j < m; j++)
+                    a[j][kk & 1] = _mm512_fmadd_ps(_mm512_set1_ps(qs[j][8 * g + kk]), c, a[j][kk & 1]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < m; j++)
+            _mm512_storeu_ps(out[j] + 16 * T, _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]), _mm512_set1_ps(qm[j])));
+    }
+}
+T5 static void klanes3_512_q(const kivi *k, int m, const float *const *qs, const float *qm,
+                             const uint8_t *codes, float *const *out) {
+    const uint8_t *hi = codes + k->plane1;
+    switch (m) {
+    case 1: klanes3_512_m(1, qs, qm, codes, hi, k->G / 16, k->d, out); break;
+    case 2: klanes3_512_m(2, qs, qm, codes, hi, k->G / 16, k->d, out); break;
+    case 3: klanes3_512_m(3, qs, qm, codes, hi, k->G / 16, k->d, out); break;
+    default: klanes3_512_m(4, qs, qm, codes, hi, k->G / 16, k->d, out); break;
+    }
+}
 /* AVX2, m queries (<= 3) in one pass over a block, as klanes_512_m: a tile's two halves' codes
  * are expanded once per channel and used by every query (one sum per query and half) */
 T2 static inline __attribute__((always_inline)) void klanes_256_m(const int m, const float *const *qs,
@@ -527,16 +572,15 @@ T2 static inline __attribute__((always_inline)) void klanes_256_m(const int m, c
         }
 #pragma GCC unroll 3
         for (int j = 0; j < m; j++) {
-            const __m256 vqm = _mm256_set1_ps(qm[j]);   /* b = 1: added to the scores (3-bit high plane) */
-            _mm256_storeu_ps(out[j] + 16 * T, _mm256_add_ps(a[j][0], b == 1 ? _mm256_loadu_ps(out[j] + 16 * T) : vqm));
-            _mm256_storeu_ps(out[j] + 16 * T + 8, _mm256_add_ps(a[j][1], b == 1 ? _mm256_loadu_ps(out[j] + 16 * T + 8) : vqm));
+            const __m256 vqm = _mm256_set1_ps(qm[j]);
+            _mm256_storeu_ps(out[j] + 16 * T, _mm256_add_ps(a[j][0], vqm));
+            _mm256_storeu_ps(out[j] + 16 * T + 8, _mm256_add_ps(a[j][1], vqm));
         }
     }
 }
 #define KL256_M(M)                                                                              \
     do {                                                                                        \
         if (b == 2) klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 4, 2, out);                \
-        else if (b == 1) klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 8, 1, out);           \
         else klanes_256_m(M, qs, qm, codes, k->G / 16, k->d / 2, 4, out);                       \
     } while (0)
 T2 static void klanes_256_q(const kivi *k, int b, int m, const float *const *qs, const float *qm,
@@ -548,6 +592,59 @@ T2 static void klanes_256_q(const kivi *k, int b, int m, const float *const *qs,
     }
 }
 #undef KL256_M
+/* AVX2, 3-bit keys in one pass over both planes (as klanes3_512_m): a channel's code is put
+ * together in the integer lanes, (lo >> 2kk & 3) | (hi shifted so bit kk lands on bit 2, & 4),
+ * then converted once and used by the m queries */
+T2 static inline __attribute__((always_inline)) void klanes3_256_m(const int m, const float *const *qs,
+                                                                  const float *qm, const uint8_t *lo,
+                                                                  const uint8_t *hi, int ntile, int d,
+                                                                  float *const *out) {
+    const __m256i three = _mm256_set1_epi32(3), four = _mm256_set1_epi32(4);
+    for (int T = 0; T < ntile; T++) {
+        const uint8_t *pl = lo + (size_t)T * 16 * (d / 4), *ph = hi + (size_t)T * 16 * (d / 8);
+        __m256 a[3][2];
+#pragma GCC unroll 3
+        for (int j = 0; j < m; j++) a[j][0] = a[j][1] = _mm256_setzero_ps();
+        for (int g = 0; g < d / 8; g++) {
+            __m256i h[2], l[2][2];
+            for (int s = 0; s < 2; s++) {   /* s: tokens 0-7 and 8-15 of the tile */
+                h[s] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ph + 16 * g + 8 * s)));
+                l[0][s] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(pl + 32 * g + 8 * s)));
+                l[1][s] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(pl + 32 * g + 16 + 8 * s)));
+            }
+#pragma GCC unroll 8
+            for (int kk = 0; kk < 8; kk++) {
+                __m256 c[2];
+                for (int s = 0; s < 2; s++) {
+                    const __m256i lv = _mm256_and_si256(_mm256_srli_epi32(l[kk >> 2][s], 2 * (kk & 3)), three);
+                    const __m256i hb = kk <= 2 ? _mm256_slli_epi32(h[s], 2 - kk) : _mm256_srli_epi32(h[s], kk - 2);
+                    c[s] = _mm256_cvtepi32_ps(_mm256_or_si256(lv, _mm256_and_si256(hb, four)));
+                }
+#pragma GCC unroll 3
+                for (int j = 0; j < m; j++) {
+                    const __m256 qv = _mm256_broadcast_ss(qs[j] + 8 * g + kk);
+                    a[j][0] = _mm256_fmadd_ps(qv, c[0], a[j][0]);
+                    a[j][1] = _mm256_fmadd_ps(qv, c[1], a[j][1]);
+                }
+            }
+        }
+#pragma GCC unroll 3
+        for (int j = 0; j < m; j++) {
+            const __m256 vqm = _mm256_set1_ps(qm[j]);
+            _mm256_storeu_ps(out[j] + 16 * T, _mm256_add_ps(a[j][0], vqm));
+            _mm256_storeu_ps(out[j] + 16 * T + 8, _mm256_add_ps(a[j][1], vqm));
+        }
+    }
+}
+T2 static void klanes3_256_q(const kivi *k, int m, const float *const *qs, const float *qm,
+                             const uint8_t *codes, float *const *out) {
+    const uint8_t *hi = codes + k->plane1;
+    switch (m) {
+    case 1: klanes3_256_m(1, qs, qm, codes, hi, k->G / 16, k->d, out); break;
+    case 2: klanes3_256_m(2, qs, qm, codes, hi, k->G / 16, k->d, out); break;
+    default: klanes3_256_m(3, qs, qm, codes, hi, k->G / 16, k->d, out); break;
+    }
+}
 /* the last tile of a block when 16 does not divide G (w < 16 tokens): scalar */
 static void klanes_tail(const kivi *k, const float *qs, float qm, const uint8_t *codes, float *out) {
     for (int t = k->G / 16 * 16; t < k->G; t++) {
@@ -561,18 +658,23 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                        const uint8_t *blocks, int n_blocks, float *scores) {
     const kivi *k = st->impl;
     const int d = k->d, b = k->bits, rpb = st->rows_per_block, n_rows = n_blocks * rpb;
-    const int bp = b == 3 ? 2 : b;   /* 3-bit keys: the 2-bit plane, then the high plane (b = 1) */
+    const int bp = b == 3 ? 2 : b;   /* scalar 3-bit keys: the 2-bit plane, then the high plane (b = 1) */
     const vq_isa isa = vq_cvec_isa();
     float qs[4096];   /* folded queries, d floats each (d <= 4096, checked at init) */
     if (st->side == VQ_SIDE_K && k->lanes && isa >= VQ_ISA_AVX2) {
         /* several queries per pass over a block (the GQA group shares the code expansion):
          * 4 with AVX-512, 3 with AVX2 (16 ymm), fewer when their folds do not fit in qs */
-        const int mq = VQ_MIN(isa == VQ_ISA_AVX512 ? 4 : 3, 4096 / d);
+        const int mq = VQ_MIN(isa == VQ_ISA_AVX512 ? 4 : 3, 4096 / d), pf = b == 3 || k->n_out;
         const float *qp[4];
         float qm[4];
         for (int j = 0; j < mq; j++) qp[j] = qs + (size_t)j * d;
         for (int blk = 0; blk < n_blocks; blk++) {
             const uint8_t *B = blocks + (size_t)blk * st->block_bytes;
+            /* 3-bit keys and kvquant's: two blocks ahead (as tq_lanes.c): their header, planes and
+             * outliers are read out of address order, which the hardware prefetcher follows poorly
+             * (kivi:k=3,v=4 at 16k rows: -9 %; 2- and 4-bit kivi keys gain nothing) */
+            if (pf && blk + 2 < n_blocks)
+                for (size_t o = 0; o < st->block_bytes; o += 64) _mm_prefetch((const char *)(B + 2 * st->block_bytes + o), _MM_HINT_T0);
             for (int j0 = 0; j0 < n_q; j0 += mq) {
                 const int m = VQ_MIN(mq, n_q - j0);
                 float *out[4];
@@ -580,14 +682,15 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                     qm[j] = fold_f16c(qst[j0 + j], B, d, qs + (size_t)j * d);
                     out[j] = scores + (size_t)(j0 + j) * n_rows + (size_t)blk * rpb;
                 }
-                if (isa == VQ_ISA_AVX512) klanes_512_q(k, bp, m, qp, qm, B + k->hdr, out);
-                else klanes_256_q(k, bp, m, qp, qm, B + k->hdr, out);
-                for (int j = 0; j < m; j++) klanes_tail(k, qp[j], qm[j], B + k->hdr, out[j]);
-                if (b == 3) {   /* high bit: weight 4 (exact in float), full tiles (the tail has it) */
-                    for (int i = 0; i < m * d; i++) qs[i] *= 4.0f;
-                    if (isa == VQ_ISA_AVX512) klanes_512_q(k, 1, m, qp, qm, B + k->hdr + k->plane1, out);
-                    else klanes_256_q(k, 1, m, qp, qm, B + k->hdr + k->plane1, out);
+                if (b == 3) {   /* both planes in one pass (full tiles; the tail below) */
+                    if (isa == VQ_ISA_AVX512) klanes3_512_q(k, m, qp, qm, B + k->hdr, out);
+                    else klanes3_256_q(k, m, qp, qm, B + k->hdr, out);
+                } else if (isa == VQ_ISA_AVX512) {
+                    klanes_512_q(k, bp, m, qp, qm, B + k->hdr, out);
+                } else {
+                    klanes_256_q(k, bp, m, qp, qm, B + k->hdr, out);
                 }
+                for (int j = 0; j < m; j++) klanes_tail(k, qp[j], qm[j], B + k->hdr, out[j]);
             }
             if (k->n_out) sp_score_hw(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
         }
