@@ -5,6 +5,27 @@
 #include <stdint.h>
 #include "codec/kivi.h"
 
+/* the dwords (fp16 scale, fp16 min) at byte off of n consecutive value blocks (bb bytes apart),
+ * n <= 8 / 16, lanes past n zero. Full chunks are put together in registers (scalar loads and
+ * inserts): written to a stack array and read back as one vector they stalled on store
+ * forwarding, once per group and chunk (perf: the multiply after it was the loop's top line) */
+static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+T2 static inline __m256i hdr8(const uint8_t *p, size_t bb, int n) {
+    if (n == 8)
+        return _mm256_setr_epi32((int)ld32(p), (int)ld32(p + bb), (int)ld32(p + 2 * bb), (int)ld32(p + 3 * bb),
+                                 (int)ld32(p + 4 * bb), (int)ld32(p + 5 * bb), (int)ld32(p + 6 * bb), (int)ld32(p + 7 * bb));
+    uint32_t v[8] = {0};
+    for (int r = 0; r < n; r++) v[r] = ld32(p + (size_t)r * bb);
+    return _mm256_loadu_si256((const __m256i *)v);
+}
+T5 static inline __m512i hdr16(const uint8_t *p, size_t bb, int n) {
+    if (n == 16)
+        return _mm512_inserti64x4(_mm512_castsi256_si512(hdr8(p, bb, 8)), hdr8(p + 8 * bb, bb, 8), 1);
+    uint32_t v[16] = {0};
+    for (int r = 0; r < n; r++) v[r] = ld32(p + (size_t)r * bb);
+    return _mm512_loadu_si512((const void *)v);
+}
+
 /* ---- values: per row, expand each 16-lane vector of codes (one group's scale and min) in
  * registers and add w * v to every query's accumulator ---- */
 T5 void vq_kivi_vacc_row512(const kivi *k, const uint8_t *B, int n_q, const float *w, size_t wstride,
@@ -63,10 +84,7 @@ T5 static inline __attribute__((always_inline)) void vfold64_m(const kivi *k, co
             nz[j] = _mm512_cmp_ps_mask(wv[j], _mm512_setzero_ps(), _CMP_NEQ_UQ);
         }
         for (int g = 0; g < ng; g++) {   /* the rows' fp16 (scale, min) of group g0 + g: one dword each */
-            uint32_t pr[16];   /* scalar loads, one vector load: a zmm gather is slower (Zen 4) */
-            for (int r = 0; r < 16; r++) pr[r] = 0;
-            for (int r = 0; r < nr; r++) memcpy(&pr[r], base + (size_t)r * bb + 4 * (g0 + g), 4);
-            const __m512i sm = _mm512_loadu_si512((const void *)pr);
+            const __m512i sm = hdr16(base + 4 * (g0 + g), bb, nr);   /* a zmm gather is slower (Zen 4) */
             const __m512 sc = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(sm));
             const __m512 mn = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(sm, 16)));
 #pragma GCC unroll 4
@@ -121,9 +139,10 @@ T5 void vq_kivi_vfold64_512(const kivi *k, const uint8_t *blocks, size_t bb, int
 #undef VF64
 
 /* AVX2 values, the same fold as vfold64_m: up to 3 queries x 32 channels (12 ymm) in registers
- * across the rows, 8-row chunks: the rows' fp16 scales and mins read into two short arrays and
- * converted 8 at a time; the row loop expands 4 x 8 codes (shift, mask, int->float) and does one
- * FMA per query and 8 channels with the broadcast w*s */
+ * across the rows, 8-row chunks: the rows' (scale, min) dwords put together in a ymm (hdr8),
+ * split and converted 8 at a time; the row loop expands one 8-channel code vector at a time
+ * (shift, mask, int->float) and does one FMA per query with the broadcast w*s: with all four
+ * expanded first, the 12 sums did not fit the 16 ymm and were spilled on every row */
 T2 static inline __attribute__((always_inline)) void vfold32_m(const kivi *k, const int m, const int b,
                                                               const uint8_t *blocks, size_t bb,
                                                               const float *w, int n_rows,
@@ -152,13 +171,10 @@ T2 static inline __attribute__((always_inline)) void vfold32_m(const kivi *k, co
         for (int j = 0; j < m; j++)
             for (int r = 0; r < 8; r++) wr[j][r] = r < nr ? w[(size_t)j * n_rows + r0 + r] : 0.0f;
         for (int g = 0; g < ng; g++) {
-            uint16_t ps[8] = {0}, pm[8] = {0};
-            for (int r = 0; r < nr; r++) {
-                memcpy(&ps[r], base + (size_t)r * bb + 4 * (g0 + g), 2);
-                memcpy(&pm[r], base + (size_t)r * bb + 4 * (g0 + g) + 2, 2);
-            }
-            const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)ps));
-            const __m256 mn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pm));
+            const __m256i sm = hdr8(base + 4 * (g0 + g), bb, nr);
+            const __m256i lo = _mm256_and_si256(sm, _mm256_set1_epi32(0xFFFF)), hi = _mm256_srli_epi32(sm, 16);
+            const __m256 sc = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)));
+            const __m256 mn = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)));
 #pragma GCC unroll 3
             for (int j = 0; j < m; j++) {   /* rows of weight 0 are masked out (no 0 x inf) */
                 const __m256 wv = _mm256_loadu_ps(wr[j]);
@@ -169,17 +185,16 @@ T2 static inline __attribute__((always_inline)) void vfold32_m(const kivi *k, co
         }
         for (int r = 0; r < nr; r++) {
             const uint8_t *codes = base + (size_t)r * bb + k->hdr;
-            __m256 c[4];
+            /* one 8-channel code vector live at a time: with the 12 sums, 16 ymm hold it all
+             * (expanding the 4 first spilled the sums to the stack on every row) */
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
                 const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(codes + off[u])));
-                c[u] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(x, _mm_cvtsi32_si128(sh[u])), mk));
-            }
+                const __m256 c = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(x, _mm_cvtsi32_si128(sh[u])), mk));
 #pragma GCC unroll 3
-            for (int j = 0; j < m; j++)
-#pragma GCC unroll 4
-                for (int u = 0; u < 4; u++)
-                    a[j][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&ws[j][gt[u]][r]), c[u], a[j][u]);
+                for (int j = 0; j < m; j++)
+                    a[j][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&ws[j][gt[u]][r]), c, a[j][u]);
+            }
         }
     }
 #pragma GCC unroll 3
