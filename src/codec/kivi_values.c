@@ -76,6 +76,8 @@ T5 static inline __attribute__((always_inline)) void vfold64_m(const kivi *k, co
         const int nr = VQ_MIN(16, n_rows - r0);
         const __mmask16 live = (__mmask16)((1u << nr) - 1);
         const uint8_t *base = blocks + (size_t)r0 * bb;
+        if (c0 == 0 && r0 + 48 <= n_rows)   /* first pass: the rows 32 ahead (their headers are the first touch) */
+            for (size_t o = 0; o < 16 * bb; o += 64) _mm_prefetch((const char *)(base + 32 * bb + o), _MM_HINT_T0);
         __m512 wv[4];
         __mmask16 nz[4];
 #pragma GCC unroll 4
@@ -167,6 +169,8 @@ T2 static inline __attribute__((always_inline)) void vfold32_m(const kivi *k, co
     for (int r0 = 0; r0 < n_rows; r0 += 8) {
         const int nr = VQ_MIN(8, n_rows - r0);
         const uint8_t *base = blocks + (size_t)r0 * bb;
+        if (c0 == 0 && r0 + 40 <= n_rows)   /* as vfold64_m: the rows 32 ahead, on the first pass */
+            for (size_t o = 0; o < 8 * bb; o += 64) _mm_prefetch((const char *)(base + 32 * bb + o), _MM_HINT_T0);
         float wr[3][8];
         for (int j = 0; j < m; j++)
             for (int r = 0; r < 8; r++) wr[j][r] = r < nr ? w[(size_t)j * n_rows + r0 + r] : 0.0f;
