@@ -321,6 +321,33 @@ T2 static void sp_score_hw(const kivi *k, const uint8_t *B, int n_q, const void 
         }
     }
 }
+/* AVX-512, d a power of two: 16 sparse entries at a time, their channels' mins and the queries'
+ * elements gathered, the products formed in one zmm per query; only the adds into the rows'
+ * scores stay scalar (two entries may share a row) */
+T5 static void sp_score_512(const kivi *k, const uint8_t *B, int n_q, const void *const *qst, float *s0,
+                            size_t stride) {
+    const int n = k->n_out, d = k->d, sh = k->dshift;
+    const uint8_t *ix = B + k->sp_off, *hv = ix + 2 * (size_t)n, *mins = B + 2 * (size_t)d;
+    for (int e0 = 0; e0 < n; e0 += 16) {
+        const int m = VQ_MIN(16, n - e0);
+        const __mmask16 live = (__mmask16)((1u << m) - 1);
+        const __m512i id = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, ix + 2 * (size_t)e0));
+        const __m512i cc = _mm512_and_si512(id, _mm512_set1_epi32(d - 1));
+        /* the 4 bytes at mins + 2c: c's fp16 min in the low half (the block goes on after the
+         * mins, so the high half is never past its end) */
+        const __m512i mh = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, cc, mins, 2);
+        const __m512 dv = _mm512_sub_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, hv + 2 * (size_t)e0)),
+                                        _mm512_cvtph_ps(_mm512_cvtepi32_epi16(mh)));
+        int rr[16];
+        _mm512_storeu_si512((void *)rr, _mm512_srli_epi32(id, (unsigned)sh));
+        for (int j = 0; j < n_q; j++) {
+            const float *q = qst[j];
+            float p[16], *o = s0 + (size_t)j * stride;
+            _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, cc, q, 4), dv));
+            for (int e = 0; e < m; e++) o[rr[e]] += p[e];
+        }
+    }
+}
 /* element (r, c) of a block, decoded */
 static inline float kval(const kivi *k, int side, const uint8_t *block, int r, int c) {
     if (side == VQ_SIDE_K) {
@@ -692,7 +719,10 @@ static void kivi_score(const vq_codec_state *st, int n_q, const void *const *qst
                 }
                 for (int j = 0; j < m; j++) klanes_tail(k, qp[j], qm[j], B + k->hdr, out[j]);
             }
-            if (k->n_out) sp_score_hw(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
+            if (k->n_out) {
+                if (isa == VQ_ISA_AVX512 && k->dshift >= 0) sp_score_512(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
+                else sp_score_hw(k, B, n_q, qst, scores + (size_t)blk * rpb, (size_t)n_rows);
+            }
         }
         return;
     }
