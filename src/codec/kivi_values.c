@@ -5,8 +5,8 @@
 #include <stdint.h>
 #include "codec/kivi.h"
 
-/* the dwords (fp16 scale, fp16 min) at byte off of n consecutive value blocks (bb bytes apart),
- * n <= 8 / 16, lanes past n zero. Full chunks are put together in registers (scalar loads and
+/* the dwords (fp16 scale, fp16 min) at p, p + bb, ... of n consecutive value blocks (bb bytes
+ * apart; p points at one group's pair in the first), n <= 8 / 16, lanes past n zero. Full chunks are put together in registers (scalar loads and
  * inserts): written to a stack array and read back as one vector they stalled on store
  * forwarding, once per group and chunk (perf: the multiply after it was the loop's top line) */
 static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
