@@ -51,7 +51,6 @@ static inline uint64_t vq_t_seed(uint64_t def) {
     return seed;
 }
 
-/* Path of a file in ../shared/data, or skip the whole test when it is absent. */
 /* A fresh, empty file /tmp/STEM_XXXXXX (mkstemp: unique per process and call, so tests running in
  * parallel never share one); its path in buf. The caller unlinks it. */
 static inline const char *vq_t_tmpfile(const char *stem, char *buf, size_t n) {
@@ -61,6 +60,7 @@ static inline const char *vq_t_tmpfile(const char *stem, char *buf, size_t n) {
     close(fd);
     return buf;
 }
+/* Path of a file in ../shared/data, or skip the whole test when it is absent. */
 static inline const char *vq_t_shared(const char *rel, char *buf, size_t n) {
     snprintf(buf, n, "%s/%s", VQ_SHARED_DIR, rel);
     if (access(buf, R_OK) != 0) VQ_SKIP("%s not found: ../shared is absent (tests that need it skip)", buf);
