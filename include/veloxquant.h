@@ -269,6 +269,17 @@ VQ_API vq_status vq_session_generate(vq_session *s, const int *prompt, int n_pro
 VQ_API vq_status vq_session_save(const vq_session *s, const char *path, vq_err *err);
 VQ_API vq_status vq_session_load(vq_session *s, const char *path, vq_err *err);
 
+/* ---- runtime: threads, clock, memory, the machine ------------------------------------------- */
+VQ_API void        vq_cpu_description(char *buf, size_t cap); /* "model name, N cores, flags" */
+VQ_API const char *vq_kernels_isa_name(void);   /* the matmul variant chosen: "avx512", "avx2", ... */
+VQ_API int         vq_max_threads(void);        /* OpenMP threads work runs on */
+VQ_API void        vq_set_threads(int n);       /* n >= 1: threads for all later work */
+VQ_API size_t      vq_rss_now_bytes(void);      /* resident set now (/proc/self/statm) */
+VQ_API size_t      vq_rss_peak_bytes(void);     /* VmHWM (/proc/self/status) */
+VQ_API double      vq_clock_s(void);            /* CLOCK_MONOTONIC seconds */
+/* The codec table's names, i = 0.. (NULL past the end). */
+VQ_API const char *vq_codec_name(int i);
+
 #ifdef VQ_EXPERIMENTAL
 /* ==== experimental: diagnostics and evaluation (may change between versions) ================= */
 /* Attention over decoded rows in float64 instead of the codecs' kernels (slow; for checks). */
@@ -345,17 +356,6 @@ VQ_API vq_status vq_perplexity_text(const vq_model *m, const vq_kv_spec *const *
 /* ---- the CLI's front door (tools/ use nothing but this header) --------------------------------
  * Thin wrappers over src/eval that fill result structs and never print: the CLI formats them.
  * Every spec is parsed first (vq_kv_spec_parse), so a bad --kv fails before any work. */
-
-/* The machine and the process. */
-VQ_API void        vq_cpu_description(char *buf, size_t cap); /* "model name, N cores, flags" */
-VQ_API const char *vq_kernels_isa_name(void);   /* the matmul variant chosen: "avx512", "avx2", ... */
-VQ_API int         vq_max_threads(void);        /* OpenMP threads work runs on */
-VQ_API void        vq_set_threads(int n);       /* n >= 1: threads for all later work */
-VQ_API size_t      vq_rss_now_bytes(void);      /* resident set now (/proc/self/statm) */
-VQ_API size_t      vq_rss_peak_bytes(void);     /* VmHWM (/proc/self/status) */
-VQ_API double      vq_clock_s(void);            /* CLOCK_MONOTONIC seconds */
-/* The codec table's names, i = 0.. (NULL past the end). */
-VQ_API const char *vq_codec_name(int i);
 
 /* What `info` prints beyond vq_model_info. */
 typedef struct vq_model_details {
