@@ -1,21 +1,17 @@
-/* cli_api.c: the CLI's front door (veloxquant.h, experimental section): thin wrappers over the
- * eval code that take parsed specs and fill the public result structs. Nothing here prints; the
+/* cli_api.c: the lab's public face (lab/vqlab.h): thin wrappers over the
+ * lab code that take parsed specs and fill the public result structs. Nothing here prints; the
  * CLI (tools/) formats tables and JSON from these structs. */
-#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
-#define VQ_EXPERIMENTAL
-#endif
-#include "veloxquant.h"
+#include "lab/vqlab.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec/codec.h"
-#include "eval/bench.h"
-#include "eval/bench_kernels.h"
-#include "eval/kv_fidelity.h"
-#include "eval/needle.h"
-#include "model/model.h"
+#include "lab/bench.h"
+#include "lab/bench_kernels.h"
+#include "lab/kv_fidelity.h"
+#include "lab/needle.h"
+#include "session/lab_tap.h"
 
 /* ---- throughput, bandwidth, resident memory ---- */
 vq_status vq_bench_throughput(const vq_model *m, const vq_tput_params *p, vq_tput_sample *out,
@@ -132,14 +128,14 @@ char *vq_needle_first_prompt(const vq_model *m, const vq_needle_config *c, vq_ne
     q.seed = vq_needle_trial_seed(c->seed, q.ctx, 0, 0);
     vq_needle_prompt pr;
     if (vq_needle_build(m, &q, &pr, err)) return NULL;
-    size_t need = vq_tok_decode(m->tok, pr.tok, pr.n, NULL, 0);
+    size_t need = vq_detokenize(m, pr.tok, pr.n, NULL, 0);
     char *buf = malloc(need + 1);
     if (!buf) {
         vq_needle_prompt_free(&pr);
         vq_err_set(err, VQ_ERR_NOMEM, "needle: out of memory");
         return NULL;
     }
-    buf[vq_tok_decode(m->tok, pr.tok, pr.n, buf, need)] = 0;
+    buf[vq_detokenize(m, pr.tok, pr.n, buf, need)] = 0;
     if (info) {
         *info = (vq_needle_prompt_info){ pr.n, pr.needle_at, pr.needle_len, pr.filler_total, pr.filler_before,
                                          pr.max_unit, { 0 } };
