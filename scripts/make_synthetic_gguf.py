@@ -9,7 +9,7 @@ random. Such files measure speed exactly like the real model (same shapes, same 
 and let two engines be compared numerically on the same weights; they are useless for quality.
 
 Run with the reference venv (scripts/setup-ref-venv.sh makes .venv-ref/; pinned: gguf==0.19.0,
-numpy==2.2.6, Python >= 3.10):
+numpy==2.4.6, Python >= 3.10):
     .venv-ref/bin/python scripts/make_synthetic_gguf.py llama3.2-1b-tiny -o /tmp/l.gguf
     .venv-ref/bin/python scripts/make_synthetic_gguf.py --list
 
