@@ -37,6 +37,7 @@ nor the arithmetic two engines must agree on.
 import argparse
 import math
 import os
+import struct
 import sys
 import time
 import zlib
@@ -197,19 +198,54 @@ def vocab_path(p: Preset) -> str:
     return os.path.join(VOCAB_DIR, f"ggml-vocab-{p.vocab}.gguf")
 
 
-def field_value(fld):
-    """A reader field as (value, vtype, sub_type), strings kept as raw bytes so nothing is re-encoded."""
-    vt = fld.types[0]
-    if vt == gguf.GGUFValueType.ARRAY:
-        st = fld.types[1]
-        if st == gguf.GGUFValueType.STRING:
-            vals = [bytes(fld.parts[i]) for i in fld.data]
+# GGUF value types -> struct format (gguf.GGUFReader builds a numpy view per array item, over a minute
+# for a 262144-token vocabulary; the tokenizer keys need only this small parser)
+_FMT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_NP = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1", 10: "<u8", 11: "<i8",
+       12: "<f8"}
+
+
+def read_gguf_kv(path):
+    """{key: [value, vtype, sub_type]} of a GGUF file's metadata, strings as raw bytes, in file order."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+        if head[:4] != b"GGUF":
+            sys.exit(f"make_synthetic_gguf: {path} is not a GGUF file")
+        _, n_t, n_kv = struct.unpack("<IQQ", head[4:])
+        buf = f.read(64 << 20)          # the metadata of every vocab file fits well inside 64 MiB
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from(fmt, buf, pos)[0]
+        pos += struct.calcsize(fmt)
+        return v
+
+    def string():
+        nonlocal pos
+        n = take("<Q")
+        v = bytes(buf[pos:pos + n])
+        pos += n
+        return v
+
+    out = {}
+    for _ in range(n_kv):
+        key = string().decode("utf-8")
+        vt = take("<I")
+        if vt == 8:
+            out[key] = [string(), gguf.GGUFValueType(vt), None]
+        elif vt == 9:
+            st, n = take("<I"), take("<Q")
+            if st == 8:
+                vals = [string() for _ in range(n)]
+            else:
+                a = np.frombuffer(buf, dtype=_NP[st], count=n, offset=pos)
+                pos += a.nbytes
+                vals = a.astype(bool).tolist() if st == 7 else a.tolist()
+            out[key] = [vals, gguf.GGUFValueType(vt), gguf.GGUFValueType(st)]
         else:
-            vals = np.concatenate([fld.parts[i] for i in fld.data]).tolist()
-        return vals, vt, st
-    if vt == gguf.GGUFValueType.STRING:
-        return bytes(fld.parts[fld.data[0]]), vt, None
-    return fld.parts[fld.data[0]].tolist()[0], vt, None
+            out[key] = [take(_FMT[vt]), gguf.GGUFValueType(vt), None]
+    return out
 
 
 def load_tokenizer(p: Preset):
@@ -218,11 +254,7 @@ def load_tokenizer(p: Preset):
     if not os.path.isfile(path):
         sys.exit(f"make_synthetic_gguf: {path} is missing (run scripts/fetch_vocabs.sh"
                  f"{' and scripts/fetch_gemma.sh' if p.vocab == 'gemma' else ''})")
-    r = gguf.GGUFReader(path)
-    kv = {}
-    for k, fld in r.fields.items():
-        if k.startswith("tokenizer."):
-            kv[k] = list(field_value(fld))
+    kv = {k: v for k, v in read_gguf_kv(path).items() if k.startswith("tokenizer.")}
     toks = kv["tokenizer.ggml.tokens"][0]
     if len(toks) > p.n_vocab:
         sys.exit(f"make_synthetic_gguf: {path} has {len(toks)} tokens, more than {p.name}'s {p.n_vocab}")
