@@ -345,21 +345,24 @@ def scales(p: Preset):
 
 
 def llama3_rope_freqs(base, dim, factor, low_freq_factor, high_freq_factor, old_ctx):
-    """rope_freqs.weight as convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors computes it (float32
-    frequencies, Python float arithmetic for the factors)."""
-    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    """rope_freqs.weight as convert_hf_to_gguf.py (LlamaModel.generate_extra_tensors) computes it from
+    Llama 3's rope_scaling. The converter works on float32 torch tensors, and a Python float combined with
+    a float32 tensor stays float32, so every step here is float32 too; only pow() may round differently
+    from torch's by an ulp, which moves a factor of the smooth band by about an ulp."""
+    f32 = np.float32
+    freqs = f32(1.0) / (f32(base) ** (np.arange(0, dim, 2, dtype=f32) / f32(dim)))
     low_wl, high_wl = old_ctx / low_freq_factor, old_ctx / high_freq_factor
     out = []
-    for f in freqs.astype(np.float32):
-        wl = 2 * math.pi / float(f)
-        if wl < high_wl:
+    for f in freqs.astype(f32):
+        wl = f32(2 * math.pi) / f
+        if wl < f32(high_wl):
             out.append(1.0)
-        elif wl > low_wl:
+        elif wl > f32(low_wl):
             out.append(factor)
         else:
-            smooth = (old_ctx / wl - low_freq_factor) / (high_freq_factor - low_freq_factor)
-            out.append(1 / ((1 - smooth) / factor + smooth))
-    return np.array(out, dtype=np.float32)
+            smooth = (f32(old_ctx) / wl - f32(low_freq_factor)) / f32(high_freq_factor - low_freq_factor)
+            out.append(f32(1) / ((f32(1) - smooth) / f32(factor) + smooth))
+    return np.array(out, dtype=f32)
 
 
 def longrope_factors(n):
