@@ -168,7 +168,16 @@ def tiny_of(p: Preset) -> Preset:
     """The -tiny variant: few layers and a narrow residual, but the same head_dim, GQA ratio, vocabulary,
     tied-ness and every architectural feature (biases, norms, softcaps, rope scaling, sliding window)."""
     ratio = p.n_head // p.n_head_kv
-    n_kv = 2 if ratio == 1 else 1
+    # the fewest kv heads (1 or 2; 8 for Phi-3's 96-wide heads) for which the width is a multiple of 256,
+    # the K-quant block, so llama-quantize's Q4_K_M really uses K-quants; 1 kv head where that passes
+    # 1024 wide (the embedding of a 150k vocabulary would make the "tiny" file large)
+    n_kv = 1
+    for k in (1, 2, 8):
+        if ratio * k * p.head_dim % 256 == 0:
+            n_kv = k if ratio * k * p.head_dim <= 1024 else 1
+            break
+    if ratio == 1 and n_kv == 1:
+        n_kv = 2                      # several heads, so head indexing is exercised
     n_head = ratio * n_kv
     if p.arch in ("gemma2", "gemma3"):
         # Gemma's residual width differs from n_head*head_dim; keep that, and keep n_embd/n_head where it is
@@ -182,7 +191,7 @@ def tiny_of(p: Preset) -> Preset:
     # a short window, so that a 128-token test context crosses it
     sw = min(p.sliding_window, 32) if p.sliding_window else None
     return replace(p, name=p.name + "-tiny", title=p.title + " (tiny)", n_layer=n_layer, n_embd=n_embd,
-                   n_ff=2 * n_embd + 64 * (n_embd // 256), n_head=n_head, n_head_kv=n_kv,
+                   n_ff=-(-3 * n_embd // 256) * 256, n_head=n_head, n_head_kv=n_kv,
                    sliding_window=sw, seed=p.seed + 1, tiny=True)
 
 
