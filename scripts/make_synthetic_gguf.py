@@ -84,6 +84,7 @@ class Preset:
     seed: int
     eos: int | None = None          # override of the vocab file's eos (Instruct end-of-turn)
     add_bos: bool | None = None     # written when the real Instruct GGUF carries it
+    added: str | None = None        # "qwen2.5" | "qwen3": the added tokens the qwen2 vocab file lacks
     llama3_rope: tuple | None = None  # (factor, low_freq_factor, high_freq_factor, original_ctx)
     rope_linear: float | None = None
     rope_yarn: tuple | None = None    # (factor, original_ctx)
@@ -123,17 +124,21 @@ PRESETS = {p.name: p for p in [
     # Qwen/Qwen2.5-1.5B-Instruct, Qwen/Qwen2.5-7B-Instruct
     P(name="qwen2.5-1.5b", arch="qwen2", title="Qwen2.5 1.5B", n_layer=28, n_embd=1536, n_ff=8960, n_head=12,
       n_head_kv=2, head_dim=128, n_vocab=151936, vocab="qwen2", template="Qwen-Qwen2.5-7B-Instruct.jinja",
-      ctx=32768, rope_base=1000000.0, rms_eps=1e-6, tied=True, seed=2515, eos=151645, add_bos=False),
+      ctx=32768, rope_base=1000000.0, rms_eps=1e-6, tied=True, seed=2515, eos=151645, add_bos=False,
+      added="qwen2.5"),
     P(name="qwen2.5-7b", arch="qwen2", title="Qwen2.5 7B", n_layer=28, n_embd=3584, n_ff=18944, n_head=28,
       n_head_kv=4, head_dim=128, n_vocab=152064, vocab="qwen2", template="Qwen-Qwen2.5-7B-Instruct.jinja",
-      ctx=32768, rope_base=1000000.0, rms_eps=1e-6, tied=False, seed=2507, eos=151645, add_bos=False),
+      ctx=32768, rope_base=1000000.0, rms_eps=1e-6, tied=False, seed=2507, eos=151645, add_bos=False,
+      added="qwen2.5"),
     # Qwen/Qwen3-1.7B, Qwen/Qwen3-8B (head_dim 128 given explicitly in config.json)
     P(name="qwen3-1.7b", arch="qwen3", title="Qwen3 1.7B", n_layer=28, n_embd=2048, n_ff=6144, n_head=16,
       n_head_kv=8, head_dim=128, n_vocab=151936, vocab="qwen2", template="Qwen-Qwen3-0.6B.jinja",
-      ctx=40960, rope_base=1000000.0, rms_eps=1e-6, tied=True, explicit_head_dim=True, seed=3017, eos=151645, add_bos=False),
+      ctx=40960, rope_base=1000000.0, rms_eps=1e-6, tied=True, explicit_head_dim=True, seed=3017, eos=151645, add_bos=False,
+      added="qwen3"),
     P(name="qwen3-8b", arch="qwen3", title="Qwen3 8B", n_layer=36, n_embd=4096, n_ff=12288, n_head=32,
       n_head_kv=8, head_dim=128, n_vocab=151936, vocab="qwen2", template="Qwen-Qwen3-0.6B.jinja",
-      ctx=40960, rope_base=1000000.0, rms_eps=1e-6, tied=False, explicit_head_dim=True, seed=3008, eos=151645, add_bos=False),
+      ctx=40960, rope_base=1000000.0, rms_eps=1e-6, tied=False, explicit_head_dim=True, seed=3008, eos=151645, add_bos=False,
+      added="qwen3"),
     # microsoft/Phi-3-mini-4k-instruct (sliding_window 2047) and -128k-instruct (longrope, sliding 262144)
     P(name="phi3-mini", arch="phi3", title="Phi-3 mini 4k", n_layer=32, n_embd=3072, n_ff=8192, n_head=32,
       n_head_kv=32, head_dim=96, n_vocab=32064, vocab="phi-3", template="vocab", ctx=4096,
@@ -201,6 +206,24 @@ for _p in list(PRESETS.values()):
 
 # --------------------------------------------------------------------------------------------- vocabulary
 
+# llama.cpp's ggml-vocab-qwen2.gguf (Qwen 1.5's tokenizer) ends its real tokens at <|im_end|> (151645)
+# and holds "[PADn]" from 151646 on. Qwen 2.5 added these tokens there (tokenizer.json "added_tokens";
+# special ones become CONTROL, the others USER_DEFINED as the converter types them), Qwen 3 four more.
+# The chat templates use some of them (<tool_call>, <think>), so they are put in.
+CONTROL, USER = int(gguf.TokenType.CONTROL), int(gguf.TokenType.USER_DEFINED)
+QWEN25_ADDED = [(151646, "<|object_ref_start|>", CONTROL), (151647, "<|object_ref_end|>", CONTROL),
+                (151648, "<|box_start|>", CONTROL), (151649, "<|box_end|>", CONTROL),
+                (151650, "<|quad_start|>", CONTROL), (151651, "<|quad_end|>", CONTROL),
+                (151652, "<|vision_start|>", CONTROL), (151653, "<|vision_end|>", CONTROL),
+                (151654, "<|vision_pad|>", CONTROL), (151655, "<|image_pad|>", CONTROL),
+                (151656, "<|video_pad|>", CONTROL), (151657, "<tool_call>", USER), (151658, "</tool_call>", USER),
+                (151659, "<|fim_prefix|>", USER), (151660, "<|fim_middle|>", USER),
+                (151661, "<|fim_suffix|>", USER), (151662, "<|fim_pad|>", USER),
+                (151663, "<|repo_name|>", USER), (151664, "<|file_sep|>", USER)]
+QWEN3_ADDED = QWEN25_ADDED + [(151665, "<tool_response>", USER), (151666, "</tool_response>", USER),
+                              (151667, "<think>", USER), (151668, "</think>", USER)]
+
+
 def vocab_path(p: Preset) -> str:
     if p.vocab == "gemma":
         return GEMMA_VOCAB
@@ -267,13 +290,20 @@ def load_tokenizer(p: Preset):
     toks = kv["tokenizer.ggml.tokens"][0]
     if len(toks) > p.n_vocab:
         sys.exit(f"make_synthetic_gguf: {path} has {len(toks)} tokens, more than {p.name}'s {p.n_vocab}")
+    types = kv["tokenizer.ggml.token_type"][0]
+    if p.added:
+        for i, text, ty in QWEN3_ADDED if p.added == "qwen3" else QWEN25_ADDED:
+            assert toks[i] == f"[PAD{i}]".encode(), (path, i, toks[i])
+            toks[i], types[i] = text.encode(), ty
     n_pad = p.n_vocab - len(toks)
     if n_pad:
-        # as convert_hf_to_gguf.py pads a vocabulary shorter than the embedding: "[PAD<id>]", UNUSED,
-        # score -1000 for SentencePiece vocabularies
+        # as convert_hf_to_gguf.py pads a vocabulary shorter than the embedding: "[PAD<id>]", score -1000
+        # for SentencePiece vocabularies, typed as the file's own pads are (older converters wrote
+        # USER_DEFINED, today's UNUSED)
         first = len(toks)
+        pad_type = types[-1] if toks[-1].startswith(b"[PAD") else int(gguf.TokenType.UNUSED)
         toks.extend(f"[PAD{i}]".encode() for i in range(first, p.n_vocab))
-        kv["tokenizer.ggml.token_type"][0].extend([int(gguf.TokenType.UNUSED)] * n_pad)
+        types.extend([pad_type] * n_pad)
         if "tokenizer.ggml.scores" in kv:
             kv["tokenizer.ggml.scores"][0].extend([-1000.0] * n_pad)
     if p.eos is not None:
