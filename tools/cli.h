@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "veloxquant.h"
+#include "lab/vqlab.h"
 
 #define DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 #define DEFAULT_TEXT "../shared/data/wikitext-2-raw-test.txt"

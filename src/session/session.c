@@ -77,7 +77,8 @@ static vq_status check_finite(const float *x, size_t n, vq_err *err) {
 /* tokens run through the model and appended to the cache at positions pos.. (no pending token) */
 /* Positions are the session's own (s->pos), never the rows the cache holds: with eviction the
  * cache holds fewer rows than positions, and each new token still gets its true position. */
-static vq_status run(vq_session *s, const int *tokens, int n, float *logits, int all, vq_err *err) {
+/* step = 0 (lab_tap.c's observe only): the eviction step that would end the call is left undone */
+vq_status vq_session_run(vq_session *s, const int *tokens, int n, float *logits, int all, int step, vq_err *err) {
     const int V = s->m->cfg.vocab_size, pos0 = s->pos;
     vq_kv_evict_begin(s->kv, pos0, n);
     for (int i = 0; i < n; i += s->n_batch) {
@@ -96,7 +97,7 @@ static vq_status run(vq_session *s, const int *tokens, int n, float *logits, int
         s->pos += nb;
         s->n_tok = s->pos;
     }
-    vq_kv_evict_end(s->kv, pos0, n);   /* an eviction step when a prompt ends or one is due */
+    if (step) vq_kv_evict_end(s->kv, pos0, n);   /* an eviction step when a prompt ends or one is due */
     if (n > 0) {
         if (all && logits) memcpy(s->logits, logits + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
         else if (logits) memcpy(logits, s->logits, (size_t)V * sizeof(float));
@@ -109,7 +110,7 @@ vq_status vq_session_flush(vq_session *s, vq_err *err) {
     if (s->n_tok == s->pos) return VQ_OK;
     int t = s->tokens[s->pos];
     s->n_tok = s->pos;
-    return run(s, &t, 1, NULL, 0, err);
+    return vq_session_run(s, &t, 1, NULL, 0, 1, err);
 }
 
 vq_status vq_session_decode(vq_session *s, const int *tokens, int n, float *logits, int all_logits,
@@ -125,7 +126,7 @@ vq_status vq_session_decode(vq_session *s, const int *tokens, int n, float *logi
                           n, s->n_tok, s->n_ctx);
     vq_status st = vq_session_flush(s, err);
     if (st) return st;
-    return run(s, tokens, n, logits, all_logits, err);
+    return vq_session_run(s, tokens, n, logits, all_logits, 1, err);
 }
 
 vq_status vq_decode_batch(vq_session *const *ss, int n, const int *tokens, float *logits, vq_err *err) {
@@ -212,7 +213,7 @@ vq_status vq_session_truncate(vq_session *s, int n, vq_err *err) {
         int *redo = malloc((size_t)(n - kept) * sizeof(int));
         if (!redo) return vq_err_set(err, VQ_ERR_NOMEM, "vq_session_truncate: out of memory");
         memcpy(redo, s->tokens + kept, (size_t)(n - kept) * sizeof(int));
-        vq_status st = run(s, redo, n - kept, NULL, 0, err);
+        vq_status st = vq_session_run(s, redo, n - kept, NULL, 0, 1, err);
         free(redo);
         return st;
     }

@@ -1,6 +1,6 @@
 /* session_impl.h: the session layer's private state (src/session). A session joins a model, a
  * KV cache made from a parsed spec, the forward pass's scratch and the tokens held. Only this
- * layer and eval (which builds on sessions) see inside. */
+ * layer sees inside (the lab's door is session/lab_tap.h). */
 #ifndef VQ_SESSION_IMPL_H
 #define VQ_SESSION_IMPL_H
 #include "model/model.h"
@@ -25,8 +25,11 @@ struct vq_session {
     size_t text_cap;
 };
 
-/* The cache and forward scratch of a session (eval's perplexity and kv tools). */
+/* The cache of a session (white-box tests). */
 static inline vq_kv *vq_session_kv(vq_session *s) { return s->kv; }
 /* Run the pending token (generated, not yet in the cache), if any. */
 vq_status vq_session_flush(vq_session *s, vq_err *err);
+/* Run n tokens at the session's next positions (no pending token); step = 0 leaves the eviction
+ * step that ends the call undone (lab_tap.c). */
+vq_status vq_session_run(vq_session *s, const int *tokens, int n, float *logits, int all, int step, vq_err *err);
 #endif

@@ -11,7 +11,8 @@
  * (0.13-0.23 mean on one machine's ISAs). The raw distance is still printed. */
 #ifndef VQ_LOGITS_FIXTURE_H
 #define VQ_LOGITS_FIXTURE_H
-#include "eval/eval.h"
+#include "lab/eval.h"
+#include "session/session_impl.h"
 #include "../vq_test.h"
 
 typedef struct vq_t_logit_tol {

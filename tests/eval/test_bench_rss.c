@@ -5,7 +5,8 @@
  * delta must cover its own account. */
 #include <sys/wait.h>
 
-#include "eval/eval.h"
+#include "lab/eval.h"
+#include "session/session_impl.h"
 #include "../vq_test.h"
 
 #define CTX 512

@@ -1,10 +1,11 @@
-/* test_cli_api.c: the CLI's front door (veloxquant.h, experimental section; src/eval/cli_api.c)
- * on stories260K: every wrapper fills its result struct from the eval code it wraps, takes parsed
- * specs, and reports bad arguments. Only the public header is included, as tools/ do. */
+/* test_cli_api.c: the lab's public face (lab/vqlab.h; lab/cli_api.c) and the runtime face (veloxquant.h)
+ * on stories260K: every wrapper fills its result struct from the lab code it wraps, takes parsed
+ * specs, and reports bad arguments. Only the public headers (veloxquant.h, lab/vqlab.h) are
+ * included, as in tools/. */
 #ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
 #endif
-#include "veloxquant.h"
+#include "lab/vqlab.h"
 #include "../vq_test.h"
 
 int main(void) {

@@ -10,7 +10,8 @@
  * llama.cpp), so the bound has little room on other machines; a failure there is a finding, not a
  * tolerance to widen. About 60 s in a Release build; a sanitizer build leaves it to the Release run.
  * Skips (77) without the model or ../shared. */
-#include "eval/eval.h"
+#include "lab/eval.h"
+#include "session/session_impl.h"
 #include "../vq_test.h"
 
 #define PPL_TOL 0.005

@@ -20,7 +20,8 @@
  * step's own new rows (layers >= 1) are computed by each arm from its own hidden state and may still
  * cross a boundary: such steps are counted and printed, and held to the greedy-token check only. */
 #include <omp.h>
-#include "eval/eval.h"
+#include "lab/eval.h"
+#include "session/session_impl.h"
 #include "codec/codec.h"
 #include "../vq_test.h"
 

@@ -3,7 +3,8 @@
  * and the captured exact outputs equal a brute-force attention over the captured rows.
  * With SmolLM2 present (head_dim 64) also: q4_0 is worse than q8_0 on every measure. */
 #include <omp.h>
-#include "eval/kv_fidelity.h"
+#include "lab/kv_fidelity.h"
+#include "session/session_impl.h"
 #include "../vq_test.h"
 
 static vq_kvfid_capture *capture(vq_model *m, const char *text, int n) {

@@ -11,7 +11,8 @@
 #include <unistd.h>
 
 #include "../vq_test.h"
-#include "eval/needle.h"
+#include "lab/needle.h"
+#include "session/session_impl.h"
 
 /* Under ASan the forward pass is ~20x slower: the real run then uses a shorter context. */
 #if defined(__SANITIZE_ADDRESS__)

@@ -5,7 +5,8 @@
  * single-token kernel sums in another order (kernels/kq512.inc), so there equal arms agree with
  * each other exactly and with a lone run to rounding; checked on SmolLM2 when it is present. */
 #include "../vq_test.h"
-#include "eval/eval.h"
+#include "lab/eval.h"
+#include "session/session_impl.h"
 
 static void run(vq_model *m, const char *text, const char *const *specs, int n, int ctx, long max_tok,
                 int exact) {

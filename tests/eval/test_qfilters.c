@@ -10,7 +10,7 @@
  * Measured with 2048 calibration tokens (ctx 512), --at 256 --future 64: mean rho 0.7606 (see
  * docs/eviction.md; expected_attention 0.7609); the floor checked here is 0.4, far below both and
  * far above 0 (the sign). */
-#include "veloxquant.h"
+#include "lab/vqlab.h"
 #include "codec/calib.h"
 #include "../vq_test.h"
 

@@ -9,7 +9,8 @@
  * - per-layer items (blk.A-B.CLASS=TYPE): only the named matrices re-coded, file == in memory;
  * - refusals: bad specs (unknown type, class, a type with no quantizer, a stray comma, a layer
  *   the model lacks), a llama2.c checkpoint, a damaged reservoir (the message names the tensor). */
-#include "eval/eval.h"
+#include "lab/eval.h"
+#include "session/session_impl.h"
 #include "../vq_test.h"
 
 #include <sys/stat.h>

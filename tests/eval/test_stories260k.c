@@ -1,7 +1,8 @@
 /* test_stories260k.c: the whole engine against llama2.c's reference outputs for stories260K
  * (../shared/reference/stories260K): greedy generation byte for byte, and perplexity on the
  * TinyStories sample to 1e-4 in mean NLL, in decode and in prefill mode. */
-#include "eval/eval.h"
+#include "lab/eval.h"
+#include "session/session_impl.h"
 #include "../vq_test.h"
 
 typedef struct { char *buf; size_t n, cap; } sbuf;

@@ -6,8 +6,10 @@
 # only the link (sometimes) would notice.
 #   usage: check_layers.sh SOURCE_DIR CHECK_TOOLS RULE...
 #   RULE: layer:dep,dep,...:header,header,...   (CMakeLists.txt writes one per layer)
-#   CHECK_TOOLS: ON/1 = tools/ may include only "veloxquant.h" (and its own files) and fails
-#   otherwise; OFF/0 = the same check only reports (VQ_CHECK_TOOLS_INCLUDES).
+#   CHECK_TOOLS: ON/1 = tools/ may include only "veloxquant.h" and "lab/vqlab.h" (and its own files)
+#   and fails otherwise; OFF/0 = the same check only reports (VQ_CHECK_TOOLS_INCLUDES).
+# lab/ (the measuring harness, not part of the library) may include "veloxquant.h", its own files
+# and the one door the session layer offers it, "session/lab_tap.h"; nothing else of src/.
 set -u
 src_dir=$1 check_tools=$2
 shift 2
@@ -76,8 +78,28 @@ if [ -d "$src_dir/server" ]; then
     done < <(find "$src_dir/server" -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' \) | sort)
 fi
 
-# tools/: the CLI is a user of the library, so the public header only (and its own files, and the
-# server's header: cmd_serve.c starts the server)
+# lab/: a client of the public header with one door into the product (session/lab_tap.h, which the
+# session layer must offer); the files that open the door's store part (VQ_LAB_STORE) are listed
+n_lab=0 lab_store=""
+if [ -d "$src_dir/lab" ]; then
+    [[ "${hdrs[session]:-}" == *" lab_tap.h "* ]] ||
+        { echo "check_layers: the session layer does not offer lab_tap.h (VQ_HEADERS_session)" >&2; fail=1; }
+    while IFS= read -r f; do
+        rel=${f#"$src_dir"/}
+        n_lab=$((n_lab + 1))
+        grep -q '^#define VQ_LAB_STORE' "$f" && lab_store+=" ${rel#lab/}"
+        while read -r line inc; do
+            [ "$inc" = "veloxquant.h" ] && continue
+            [ "$inc" = "session/lab_tap.h" ] && continue
+            [[ "$inc" != */* && -e "$(dirname "$f")/$inc" ]] && continue
+            [[ "$inc" == lab/* && "$inc" != *..* && -e "$src_dir/$inc" ]] && continue
+            violation "$rel" "$line" "$inc" "lab/ may include only \"veloxquant.h\", its own files and \"session/lab_tap.h\""
+        done < <(includes "$f")
+    done < <(find "$src_dir/lab" -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' \) | sort)
+fi
+
+# tools/: the CLI is a user of the library and the lab, so their public headers only (and its own
+# files, and the server's header: cmd_serve.c starts the server)
 n_tools=0
 if [ -d "$src_dir/tools" ]; then
     case "$check_tools" in ON|on|1|TRUE|true|YES|yes) strict=1 ;; *) strict=0 ;; esac
@@ -87,9 +109,10 @@ if [ -d "$src_dir/tools" ]; then
             [ "$inc" = "veloxquant.h" ] && continue
             [[ "$inc" != */* && -e "$(dirname "$f")/$inc" ]] && continue
             [ "$inc" = "server/server.h" ] && continue
+            [ "$inc" = "lab/vqlab.h" ] && continue
             n_tools=$((n_tools + 1))
             if [ $strict = 1 ]; then
-                violation "$rel" "$line" "$inc" "tools/ may include only \"veloxquant.h\""
+                violation "$rel" "$line" "$inc" "tools/ may include only \"veloxquant.h\" and \"lab/vqlab.h\""
             else
                 echo "check_layers: note: $rel:$line: #include \"$inc\" (tools/ should include only" \
                      "\"veloxquant.h\"; fails with -DVQ_CHECK_TOOLS_INCLUDES=ON)" >&2
@@ -99,6 +122,7 @@ if [ -d "$src_dir/tools" ]; then
 fi
 
 echo "check_layers: $n_files files, $n_inc quoted includes in src/ checked against ${#layers[@]} layers;" \
-     "$n_server files in server/; $n_tools includes in tools/ beyond \"veloxquant.h\""
+     "$n_server files in server/; $n_lab files in lab/ (the door's store part open in:${lab_store:- none});" \
+     "$n_tools includes in tools/ beyond \"veloxquant.h\" and \"lab/vqlab.h\""
 [ $fail -eq 0 ] && echo "check_layers: OK"
 exit $fail

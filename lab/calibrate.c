@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "veloxquant.h"
-#include "codec/calib.h"
-#include "model/model.h"
+#define VQ_LAB_STORE   /* the calibration file's struct (lab_tap.h says why) */
+#include "lab/vqlab.h"
+#include "session/lab_tap.h"
 
 #define CAL_CHUNK 64
 
@@ -90,10 +90,10 @@ static void q_filter(double *m, int d, const double *mean, float *f, double *tmp
 
 static uint64_t vq_calibrate_model_hash(const vq_model *m, char *name, size_t name_cap) {
     if (name && name_cap) {
-        const char *b = strrchr(m->path, '/');
-        snprintf(name, name_cap, "%.63s", b ? b + 1 : m->path);
+        const char *b = strrchr(vq_model_path(m), '/');
+        snprintf(name, name_cap, "%.63s", b ? b + 1 : vq_model_path(m));
     }
-    return vq_model_config_hash(m, NULL, 0);
+    return vq_lab_model_config_hash(m);
 }
 
 vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, const char *out_path,
@@ -103,8 +103,9 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     if (!m || !tok || !out_path) return vq_err_set(err, VQ_ERR_ARG, "calibrate: no model, tokens or output path");
     if (ctx < 2 || n_tok < 2)
         return vq_err_set(err, VQ_ERR_ARG, "calibrate: %d tokens with windows of %d (need >= 2 each)", n_tok, ctx);
-    const vq_model_config *c = &m->cfg;
-    cal_acc a = { c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, 0, 0, 0, 0, 0, 0, 0, 0 };
+    const vq_model_info c = vq_model_get_info(m);
+    const vq_model_details det = vq_model_get_details(m);
+    cal_acc a = { c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0, 0, 0, 0, 0, 0, 0, 0 };
     const size_t wq = (size_t)a.L * a.Hq * a.d, wk = (size_t)a.L * a.Hk * a.d;
     a.q1 = calloc(wq, sizeof(double)); a.q2 = calloc(wq, sizeof(double));
     a.k1 = calloc(wk, sizeof(double)); a.k2 = calloc(wk, sizeof(double)); a.v2 = calloc(wk, sizeof(double));
@@ -113,30 +114,34 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     a.tmp = calloc(3 * (size_t)a.d, sizeof(double));
     vq_calib cal;
     memset(&cal, 0, sizeof cal);
-    vq_fwd *f = NULL;
-    vq_kv *kv = NULL;
+    vq_session *ss = NULL;
+    vq_kv_spec *f32 = NULL;
     vq_status s = VQ_OK;
     if (!a.q1 || !a.q2 || !a.k1 || !a.k2 || !a.v2 || !a.rows || !a.qq || !a.tmp) {
         s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
     if (ctx > n_tok) ctx = n_tok;
-    f = vq_fwd_create(m, CAL_CHUNK, err);
-    vq_kv_dims dims = vq_model_kv_dims(m, ctx);
-    kv = f ? vq_kv_create_str("f32", &dims, 1, err) : NULL;
-    if (!kv) { s = err && err->code ? err->code : VQ_ERR_NOMEM; goto done; }
-    vq_fwd_set_tap(f, tap, &a);
+    /* an f32 session whose forward the tap watches; chunks of CAL_CHUNK tokens */
+    vq_session_params sp = vq_session_default_params();
+    sp.n_ctx = ctx;
+    sp.n_batch = CAL_CHUNK;
+    sp.kv_seed = 1;
+    sp.allow_ctx_over_train = 1;
+    f32 = vq_kv_spec_parse("f32", err);
+    ss = f32 ? vq_session_create(m, f32, &sp, err) : NULL;
+    if (!ss) { s = err && err->code ? err->code : VQ_ERR_NOMEM; goto done; }
+    vq_lab_session_set_tap(ss, tap, &a);
     int n_win = 0;
     for (int w0 = 0; w0 + 1 < n_tok && !s; w0 += ctx, n_win++) {   /* windows of ctx tokens */
         int wn = VQ_MIN(ctx, n_tok - w0);
-        vq_kv_clear(kv);
-        for (int i = 0; i < wn && !s; i += CAL_CHUNK)
-            s = vq_forward(m, f, kv, tok + w0 + i, VQ_MIN(CAL_CHUNK, wn - i), i, NULL, 0, err);
+        s = vq_session_truncate(ss, 0, err);   /* every window from position 0 */
+        if (!s) s = vq_session_decode(ss, tok + w0, wn, NULL, 0, err);
     }
     if (s) goto done;
 
     cal.n_layers = a.L; cal.n_heads = a.Hq; cal.n_kv_heads = a.Hk; cal.head_dim = a.d;
-    cal.rope_dim = c->rope_dim; cal.rope_neox = c->rope_neox;
+    cal.rope_dim = det.rope_dim; cal.rope_neox = det.rope_neox;
     cal.config_hash = vq_calibrate_model_hash(m, cal.model, sizeof cal.model);
     cal.n_tokens = a.rows[0];
     if ((s = vq_calib_alloc(&cal, err))) goto done;
@@ -182,8 +187,8 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     }
 done:
     vq_calib_free(&cal);
-    vq_kv_destroy(kv);
-    vq_fwd_destroy(f);
+    vq_session_free(ss);
+    vq_kv_spec_free(f32);
     free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows); free(a.qq); free(a.tmp);
     return s;
 }

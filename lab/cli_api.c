@@ -1,53 +1,17 @@
-/* cli_api.c: the CLI's front door (veloxquant.h, experimental section): thin wrappers over the
- * eval code that take parsed specs and fill the public result structs. Nothing here prints; the
+/* cli_api.c: the lab's public face (lab/vqlab.h): thin wrappers over the
+ * lab code that take parsed specs and fill the public result structs. Nothing here prints; the
  * CLI (tools/) formats tables and JSON from these structs. */
-#ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
-#define VQ_EXPERIMENTAL
-#endif
-#include "veloxquant.h"
+#include "lab/vqlab.h"
 
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec/codec.h"
-#include "eval/bench.h"
-#include "eval/bench_kernels.h"
-#include "eval/kv_fidelity.h"
-#include "eval/needle.h"
-#include "kernels/kernels.h"
-
-/* ---- the machine and the process ---- */
-void vq_cpu_description(char *buf, size_t cap) {
-    if (buf && cap) vq_cpu_describe(buf, cap);
-}
-const char *vq_kernels_isa_name(void) { return vq_isa_name(vq_kernels_isa()); }
-int vq_max_threads(void) { return omp_get_max_threads(); }
-void vq_set_threads(int n) {
-    if (n >= 1) omp_set_num_threads(n);
-}
-size_t vq_rss_now_bytes(void) { return vq_rss_bytes(); }
-size_t vq_rss_peak_bytes(void) { return vq_peak_rss_bytes(); }
-double vq_clock_s(void) { return vq_now_s(); }
-const char *vq_codec_name(int i) {
-    const vq_codec *c = i >= 0 && i < vq_codec_count() ? vq_codec_at(i) : NULL;
-    return c ? c->name : NULL;
-}
-
-vq_model_details vq_model_get_details(const vq_model *m) {
-    vq_model_details d;
-    memset(&d, 0, sizeof d);
-    if (!m) return d;
-    d.norm_eps = m->cfg.norm_eps;
-    d.rope_dim = m->cfg.rope_dim;
-    d.rope_neox = m->cfg.rope_neox;
-    const vq_wtype *wq = m->cfg.n_layers > 0 ? vq_wtype_get(m->layers[0].wq.type) : NULL;
-    const vq_wtype *we = vq_wtype_get(m->tok_embd.type);
-    snprintf(d.weight_type, sizeof d.weight_type, "%s", wq ? wq->name : "?");
-    snprintf(d.embd_type, sizeof d.embd_type, "%s", we ? we->name : "?");
-    return d;
-}
+#include "lab/bench.h"
+#include "lab/bench_kernels.h"
+#include "lab/kv_fidelity.h"
+#include "lab/needle.h"
+#include "session/lab_tap.h"
 
 /* ---- throughput, bandwidth, resident memory ---- */
 vq_status vq_bench_throughput(const vq_model *m, const vq_tput_params *p, vq_tput_sample *out,
@@ -164,14 +128,14 @@ char *vq_needle_first_prompt(const vq_model *m, const vq_needle_config *c, vq_ne
     q.seed = vq_needle_trial_seed(c->seed, q.ctx, 0, 0);
     vq_needle_prompt pr;
     if (vq_needle_build(m, &q, &pr, err)) return NULL;
-    size_t need = vq_tok_decode(m->tok, pr.tok, pr.n, NULL, 0);
+    size_t need = vq_detokenize(m, pr.tok, pr.n, NULL, 0);
     char *buf = malloc(need + 1);
     if (!buf) {
         vq_needle_prompt_free(&pr);
         vq_err_set(err, VQ_ERR_NOMEM, "needle: out of memory");
         return NULL;
     }
-    buf[vq_tok_decode(m->tok, pr.tok, pr.n, buf, need)] = 0;
+    buf[vq_detokenize(m, pr.tok, pr.n, buf, need)] = 0;
     if (info) {
         *info = (vq_needle_prompt_info){ pr.n, pr.needle_at, pr.needle_len, pr.filler_total, pr.filler_before,
                                          pr.max_unit, { 0 } };

@@ -7,9 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/eval.h"
-#include "eval/needle.h"
-#include "model/chat.h"
+#include "lab/eval.h"
+#include "lab/needle.h"
 
 /* The task as Mohtashami & Jaggi (2023, "Landmark Attention") posed it. */
 static const char *k_prefix = "There is an important info hidden inside a lot of irrelevant text. "
@@ -38,10 +37,10 @@ static int ivec_push(ivec *a, const int *x, int n) {
 
 /* Append the tokens of text (no BOS) to a. */
 static vq_status tok_append(const vq_model *m, const char *text, size_t len, int special, ivec *a, vq_err *err) {
-    int need = vq_tok_encode(m->tok, text, len, 0, special, NULL, 0, err);
+    int need = vq_tokenize(m, text, len, 0, special, NULL, 0, err);
     if (need < 0) return err && err->code ? err->code : VQ_ERR_ARG;
     if (ivec_reserve(a, a->n + need)) return vq_err_set(err, VQ_ERR_NOMEM, "needle: out of memory");
-    vq_tok_encode(m->tok, text, len, 0, special, a->v + a->n, need, err);
+    vq_tokenize(m, text, len, 0, special, a->v + a->n, need, err);
     a->n += need;
     return VQ_OK;
 }
@@ -63,14 +62,17 @@ static vq_status build_pieces(const vq_model *m, const vq_needle_params *p, cons
     size_t head_len = 0;
     if (p->format == VQ_NEEDLE_FMT_CHAT) {
         /* render the template around a marker byte, and keep what comes before and after it */
-        chat = vq_chat_render(m->chat_template, NULL, "\x01", err);
+        if (!vq_model_chat_template(m))
+            return vq_err_set(err, VQ_ERR_UNSUPPORTED, "--chat: the model file has no chat template");
+        const vq_chat_message user = { "user", "\x01" };
+        chat = vq_chat_apply(m, &user, 1, 1, 1, err);
         if (!chat) return err && err->code ? err->code : VQ_ERR_UNSUPPORTED;
         char *mark = strchr(chat, '\x01');
         if (!mark) { free(chat); return vq_err_set(err, VQ_ERR_UNSUPPORTED, "needle: chat template lost the user message"); }
         chat_head = chat; head_len = (size_t)(mark - chat); chat_tail = mark + 1;
     }
-    if (vq_tok_add_bos_default(m->tok) && vq_tok_bos(m->tok) >= 0) {
-        int bos = vq_tok_bos(m->tok);
+    if (vq_token_add_bos(m) && vq_token_bos(m) >= 0) {
+        int bos = vq_token_bos(m);
         if (ivec_push(&pc->head, &bos, 1)) { s = vq_err_set(err, VQ_ERR_NOMEM, "needle: out of memory"); goto out; }
     }
     if (chat_head && (s = tok_append(m, chat_head, head_len, 1, &pc->head, err))) goto out;
@@ -333,9 +335,9 @@ vq_status vq_needle_run(const vq_model *m, const vq_needle_run_params *p, vq_nee
     int max_ctx = 0;
     for (int c = 0; c < p->n_ctxs; c++) {
         int ctx = p->ctxs[c];
-        if (m->cfg.train_ctx > 0 && ctx > m->cfg.train_ctx)
+        if (vq_model_n_ctx_train(m) > 0 && ctx > vq_model_n_ctx_train(m))
             return vq_err_set(err, VQ_ERR_RANGE, "needle: ctx %d is above the model's context length %d (%s)",
-                              ctx, m->cfg.train_ctx, m->path);
+                              ctx, vq_model_n_ctx_train(m), vq_model_path(m));
         if (ctx < min_ctx)
             return vq_err_set(err, VQ_ERR_RANGE,
                               "needle: ctx %d is too small: prefix, needle, question and %d answer tokens need "
@@ -343,16 +345,14 @@ vq_status vq_needle_run(const vq_model *m, const vq_needle_run_params *p, vq_nee
         max_ctx = VQ_MAX(max_ctx, ctx);
     }
     /* every arm parsed once (or as given) and made once at the largest ctx before any trial */
-    vq_kv_dims dims = vq_model_kv_dims(m, max_ctx);
     vq_kv_spec **own = p->parsed ? NULL : calloc((size_t)p->n_specs, sizeof *own);
     if (!p->parsed && !own) return vq_err_set(err, VQ_ERR_NOMEM, "needle: out of memory");
     const vq_kv_spec *const *specs = p->parsed ? p->parsed : (const vq_kv_spec *const *)own;
     vq_status s = VQ_OK;
     for (int a = 0; a < p->n_specs && !s; a++) {
         if (own && !(own[a] = vq_kv_spec_parse(p->specs[a], err))) { s = err && err->code ? err->code : VQ_ERR_ARG; break; }
-        vq_kv *kv = vq_kv_create(specs[a], &dims, p->kv_seed, err);
-        if (!kv) s = err && err->code ? err->code : VQ_ERR_ARG;
-        vq_kv_destroy(kv);
+        size_t bytes;   /* the cache's own accounting makes one: a spec this model cannot use fails here */
+        if (vq_kv_spec_bytes(specs[a], m, max_ctx, &bytes, err)) s = err && err->code ? err->code : VQ_ERR_ARG;
     }
     if (!s) s = run_all(m, p, specs, out, cb, user, err);
     for (int a = 0; own && a < p->n_specs; a++) vq_kv_spec_free(own[a]);

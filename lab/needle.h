@@ -4,7 +4,7 @@
  * pieces, so their length and the needle's position are exact in tokens. */
 #ifndef VQ_NEEDLE_H
 #define VQ_NEEDLE_H
-#include "model/model.h"
+#include "lab/vqlab.h"
 
 typedef enum { VQ_NEEDLE_FILLER_CLASSIC = 0, VQ_NEEDLE_FILLER_TEXT = 1 } vq_needle_filler;
 typedef enum { VQ_NEEDLE_FMT_PLAIN = 0, VQ_NEEDLE_FMT_CHAT = 1 } vq_needle_format;

@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec/codec.h"
-#include "eval/kv_fidelity.h"
-#include "kernels/kernels.h"
+#define VQ_LAB_STORE   /* a layer's store replayed and read back (lab_tap.h says why) */
+#include "lab/vqlab.h"
+#include "session/lab_tap.h"
+#include "lab/kv_fidelity.h"
 
 #define KF_CHUNK 64
 
@@ -40,8 +41,9 @@ vq_kvfid_capture *vq_kvfid_capture_run(const vq_model *m, const int *tok, int n,
     if (n < 1) { vq_err_set(err, VQ_ERR_ARG, "kv-fidelity: %d tokens (need >= 1)", n); return NULL; }
     vq_kvfid_capture *c = calloc(1, sizeof *c);
     if (!c) { vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory"); return NULL; }
-    c->n = n; c->n_layers = m->cfg.n_layers; c->n_heads = m->cfg.n_heads;
-    c->n_kv = m->cfg.n_kv_heads; c->hd = m->cfg.head_dim;
+    const vq_model_info mi = vq_model_get_info(m);
+    c->n = n; c->n_layers = mi.n_layers; c->n_heads = mi.n_heads;
+    c->n_kv = mi.n_kv_heads; c->hd = mi.head_dim;
     size_t wq = (size_t)c->n_heads * c->hd, wk = (size_t)c->n_kv * c->hd;
     c->q = calloc((size_t)c->n_layers, sizeof(float *)); c->k = calloc((size_t)c->n_layers, sizeof(float *));
     c->v = calloc((size_t)c->n_layers, sizeof(float *)); c->o = calloc((size_t)c->n_layers, sizeof(float *));
@@ -52,13 +54,17 @@ vq_kvfid_capture *vq_kvfid_capture_run(const vq_model *m, const int *tok, int n,
         bad = !c->q[l] || !c->k[l] || !c->v[l] || !c->o[l];
     }
     if (bad) { vq_kvfid_capture_free(c); vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory for %d tokens", n); return NULL; }
-    vq_fwd *f = vq_fwd_create(m, KF_CHUNK, err);
-    vq_kv_dims dims = vq_model_kv_dims(m, n);
-    vq_kv *kv = f ? vq_kv_create_str("f32", &dims, 1, err) : NULL;
-    vq_status s = kv ? VQ_OK : (err->code ? err->code : VQ_ERR_NOMEM);
-    if (!s) vq_fwd_set_tap(f, tap, c);
-    for (int i = 0; i < n && !s; i += KF_CHUNK)
-        s = vq_forward(m, f, kv, tok + i, VQ_MIN(KF_CHUNK, n - i), i, NULL, 0, err);
+    /* an f32 session whose forward the tap watches, chunks of KF_CHUNK tokens */
+    vq_session_params sp = vq_session_default_params();
+    sp.n_ctx = n;
+    sp.n_batch = KF_CHUNK;
+    sp.kv_seed = 1;
+    sp.allow_ctx_over_train = 1;
+    vq_kv_spec *f32 = vq_kv_spec_parse("f32", err);
+    vq_session *ss = f32 ? vq_session_create(m, f32, &sp, err) : NULL;
+    vq_status s = ss ? VQ_OK : (err->code ? err->code : VQ_ERR_NOMEM);
+    if (!s) vq_lab_session_set_tap(ss, tap, c);
+    if (!s) s = vq_session_decode(ss, tok, n, NULL, 0, err);
     /* exact outputs: the same rows in a 1-layer f32 cache, every query causal */
     int *pos = malloc(sizeof(int) * (size_t)n);
     if (!s && !pos) s = vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory");
@@ -72,8 +78,8 @@ vq_kvfid_capture *vq_kvfid_capture_run(const vq_model *m, const int *tok, int n,
         vq_kv_destroy(r);
     }
     free(pos);
-    vq_kv_destroy(kv);
-    vq_fwd_destroy(f);
+    vq_session_free(ss);
+    vq_kv_spec_free(f32);
     if (s) { vq_kvfid_capture_free(c); return NULL; }
     return c;
 }

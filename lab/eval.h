@@ -1,11 +1,10 @@
-/* eval.h: what the CLI runs: generation, perplexity and the throughput benchmark.
+/* eval.h: the lab's own: one-shot generation, and the benchmarks' internal interface.
  * Each takes a loaded model and a KV spec; none prints (callbacks and result structs): the CLI
- * formats, through the wrappers in veloxquant.h's experimental section (cli_api.c). */
+ * formats, through the wrappers of lab/vqlab.h (cli_api.c). */
 #ifndef VQ_EVAL_H
 #define VQ_EVAL_H
-#include "model/model.h"
-#include "model/sampler.h"
-#include "session/session_impl.h"
+#include "lab/vqlab.h"
+#include "session/lab_tap.h"
 #include <stdio.h>
 
 /* ---- generation ---- */
@@ -33,8 +32,8 @@ vq_status vq_generate_spec(const vq_model *m, const vq_kv_spec *spec, const int 
                            const vq_gen_params *p, vq_text_cb cb, void *user, vq_gen_stats *st,
                            vq_err *err);
 
-/* ---- perplexity: vq_perplexity / vq_perplexity_text (veloxquant.h, experimental) ---- */
+/* ---- perplexity: vq_perplexity / vq_perplexity_text (lab/vqlab.h) ---- */
 
-#include "eval/bench.h"   /* throughput, bandwidth, resident memory */
-/* vq_bench_share (bench_share.c) is declared in veloxquant.h's experimental section */
+#include "lab/bench.h"   /* throughput, bandwidth, resident memory */
+/* vq_bench_share (bench_share.c) is declared in lab/vqlab.h */
 #endif

@@ -1,11 +1,8 @@
 /* bench.h: the throughput benchmark, the read-bandwidth sweep and the resident-memory fill
- * (src/eval/bench.c). Apart from eval.h so that a file seeing veloxquant.h's experimental section
- * (cli_api.c) can include it. Nothing here prints. */
+ * (lab/bench.c). Apart from eval.h so that cli_api.c can include it. Nothing here prints. */
 #ifndef VQ_EVAL_BENCH_H
 #define VQ_EVAL_BENCH_H
-#include "model/model.h"
-
-typedef void (*vq_progress_cb)(long done, long total, void *user);   /* as in veloxquant.h */
+#include "lab/vqlab.h"
 
 /* ---- throughput benchmark ---- */
 typedef struct vq_bench_params {
@@ -20,7 +17,8 @@ typedef struct vq_bench_sample {
     int ctx_index, spec_index, rep;
     double prefill_tps, decode_tps;
     size_t kv_bytes;
-    long rss_delta;                       /* resident bytes after the run minus before the cache */
+    long rss_delta;                       /* resident bytes after the run minus before the session (its
+                                             cache, and its scratch as the run touched it) */
     /* additions by bench: */
     double prefill_s, decode_s;           /* the timed regions themselves */
     size_t peak_rss;                      /* VmHWM over this sample alone (reset before it), 0 if

@@ -1,5 +1,5 @@
 /* perplexity.c: negative log-likelihood of a text under several KV arms (vq_perplexity in
- * veloxquant.h). Each arm is a session of its own; the arms walk the same sequences chunk by
+ * lab/vqlab.h). Each arm is a session of its own; the arms walk the same sequences chunk by
  * chunk, so every chunk's logits of all arms are at hand together (KL against arm 0 without
  * keeping a window of logits). Decode mode feeds one token per forward, so every prediction reads
  * the cache as generation does; with several arms the step is one batched forward
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/eval.h"
+#include "lab/eval.h"
 
 vq_ppl_params vq_ppl_default_params(void) {
     return (vq_ppl_params){ .n_ctx = 512, .mode = VQ_PPL_DECODE, .score = VQ_PPL_SCORE_ALL, .n_batch = 64 };
@@ -67,7 +67,7 @@ static vq_status run_init(ppl_run *r, const vq_model *m, const vq_kv_spec *const
     r->m = m;
     r->p = p;
     r->n_arms = n;
-    r->V = m->cfg.vocab_size;
+    r->V = vq_model_n_vocab(m);
     const int batch = p->n_batch > 0 ? p->n_batch : 64;
     r->step = p->mode == VQ_PPL_DECODE ? 1 : VQ_MIN(batch, p->n_ctx);
     r->batched = p->mode == VQ_PPL_DECODE && n > 1 && !p->serial_arms;
@@ -194,11 +194,11 @@ static vq_status windows(const vq_model *m, const vq_kv_spec *const *specs, int 
     if (n_win < 1)
         return vq_err_set(err, VQ_ERR_RANGE, "perplexity: the text has %ld tokens, fewer than one window of %d",
                           n, per_win);
-    const int bos = vq_tok_bos(m->tok);
+    const int bos = vq_token_bos(m);
     if (p->bos_per_window && bos < 0)
         return vq_err_set(err, VQ_ERR_ARG, "perplexity: the model has no BOS token for bos_per_window");
     for (long i = 0; i < n_win * per_win; i++)
-        if (tok[i] < 0 || tok[i] >= m->cfg.vocab_size)
+        if (tok[i] < 0 || tok[i] >= vq_model_n_vocab(m))
             return vq_err_set(err, VQ_ERR_ARG, "perplexity: token %ld (id %d) is outside the vocabulary", i, tok[i]);
     const int first = p->first_scored > 0 ? p->first_scored
                     : p->score == VQ_PPL_SCORE_SECOND_HALF ? p->n_ctx / 2 : 0;
@@ -261,11 +261,11 @@ static long paragraphs_of(const char *text, size_t len, size_t (**spans)[2], vq_
 
 /* Tokens of text[0..len) (no BOS unless bos), malloc'd; -1 with err set. */
 static long tokenize(const vq_model *m, const char *text, size_t len, int bos, int **out, vq_err *err) {
-    int need = vq_tok_encode(m->tok, text, len, bos, 0, NULL, 0, err);
+    int need = vq_tokenize(m, text, len, bos, 0, NULL, 0, err);
     if (need < 0) return -1;
     int *ids = malloc(((size_t)need + 1) * sizeof(int));
     if (!ids) return vq_err_set(err, VQ_ERR_NOMEM, "perplexity: out of memory"), -1;
-    if (vq_tok_encode(m->tok, text, len, bos, 0, ids, need, err) != need) {
+    if (vq_tokenize(m, text, len, bos, 0, ids, need, err) != need) {
         free(ids);
         return vq_err_set(err, VQ_ERR_FORMAT, "perplexity: the tokenizer gave two lengths for one text"), -1;
     }

@@ -9,8 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "veloxquant.h"
-#include "eval/eval.h"
+#include "lab/eval.h"
 
 typedef struct { float v; int i; } vk;
 static int cmp_vk(const void *a, const void *b) {
@@ -53,13 +52,14 @@ static vq_status truth_spec(const vq_kv_spec *s, int n, char *out, size_t cap, v
     return VQ_OK;
 }
 
-static vq_status prefill(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tok, int n, int batch, vq_err *err) {
-    vq_kv_evict_begin(kv, 0, n);   /* the prompt's observation window; no step (no _end) */
-    for (int i = 0; i < n; i += batch) {
-        vq_status st = vq_forward(m, f, kv, tok + i, VQ_MIN(batch, n - i), i, NULL, 0, err);
-        if (st) return st;
-    }
-    return VQ_OK;
+/* A session of spec holding N positions; NULL with err set. */
+static vq_session *session_of(const vq_model *m, const vq_kv_spec *spec, int N, vq_err *err) {
+    vq_session_params sp = vq_session_default_params();
+    sp.n_ctx = N;
+    sp.n_batch = 64;
+    sp.kv_seed = 0;
+    sp.allow_ctx_over_train = 1;
+    return vq_session_create(m, spec, &sp, err);
 }
 
 vq_status vq_evict_correlation(const vq_model *m, const vq_kv_spec *const *specs, int n_specs,
@@ -68,15 +68,13 @@ vq_status vq_evict_correlation(const vq_model *m, const vq_kv_spec *const *specs
     if (!m || !specs || n_specs < 1 || !tok || !rho || at < 2 || future < 1 || (long)at + future > n_tok)
         return vq_err_set(err, VQ_ERR_ARG, "evict-corr: bad arguments (need 2 <= at, 1 <= future, at + "
                           "future <= %d text tokens; got at %d, future %d)", n_tok, at, future);
-    const int NL = m->cfg.n_layers, N = at + future, batch = 64;
-    vq_kv_dims dims = vq_model_kv_dims(m, N);
-    vq_fwd *f = vq_fwd_create(m, batch, err);
+    const int NL = vq_model_n_layers(m), N = at + future;
     float *sc = malloc(sizeof(float) * N), *s0 = malloc(sizeof(float) * (size_t)NL * N), *s1 = malloc(sizeof(float) * N);
     double *ra = malloc(sizeof(double) * N), *rb = malloc(sizeof(double) * N);
     int32_t *pos = malloc(sizeof(int32_t) * N);
     vk *tmp = malloc(sizeof(vk) * N);
     float *truth = malloc(sizeof(float) * (size_t)NL * N);
-    vq_status st = f && sc && s0 && s1 && ra && rb && pos && tmp && truth ? VQ_OK
+    vq_status st = sc && s0 && s1 && ra && rb && pos && tmp && truth ? VQ_OK
                  : vq_err_set(err, VQ_ERR_NOMEM, "evict-corr: out of memory");
     char last_truth[VQ_KV_SPEC_MAX_LEN + 64] = "";
     for (int a = 0; !st && a < n_specs; a++) {
@@ -84,41 +82,40 @@ vq_status vq_evict_correlation(const vq_model *m, const vq_kv_spec *const *specs
         st = truth_spec(specs[a], N, ts, sizeof ts, err);
         if (st) break;
         if (strcmp(ts, last_truth)) {   /* the truth for this codec (shared by arms in a row) */
-            vq_kv *kt = vq_kv_create_str(ts, &dims, 0, err);
+            vq_kv_spec *tspec = vq_kv_spec_parse(ts, err);
+            vq_session *kt = tspec ? session_of(m, tspec, N, err) : NULL;
+            vq_kv_spec_free(tspec);
             if (!kt) { st = err->code; break; }
-            st = prefill(m, f, kt, tok, at, batch, err);
-            for (int l = 0; !st && l < NL; l++) st = vq_kv_evict_scores(kt, l, s0 + (size_t)l * N, pos, err);
-            for (int p = at; !st && p < N; p++) {
-                vq_kv_evict_begin(kt, p, 1);
-                st = vq_forward(m, f, kt, tok + p, 1, p, NULL, 0, err);
-            }
+            /* the prompt's observation window, no eviction step; then each future token the same */
+            st = vq_lab_session_observe(kt, tok, at, err);
+            for (int l = 0; !st && l < NL; l++) st = vq_lab_session_evict_scores(kt, l, s0 + (size_t)l * N, pos, err);
+            for (int p = at; !st && p < N; p++) st = vq_lab_session_observe(kt, tok + p, 1, err);
             for (int l = 0; !st && l < NL; l++) {
-                st = vq_kv_evict_scores(kt, l, s1, pos, err);
+                st = vq_lab_session_evict_scores(kt, l, s1, pos, err);
                 for (int r = 0; !st && r < at; r++) truth[(size_t)l * N + r] = s1[r] - s0[(size_t)l * N + r];
             }
-            vq_kv_destroy(kt);
+            vq_session_free(kt);
             if (st) break;
             snprintf(last_truth, sizeof last_truth, "%s", ts);
         }
-        vq_kv *kv = vq_kv_create(specs[a], &dims, 0, err);
+        vq_session *kv = session_of(m, specs[a], N, err);
         if (!kv) { st = err->code; break; }
-        st = prefill(m, f, kv, tok, at, batch, err);
+        st = vq_lab_session_observe(kv, tok, at, err);
         for (int l = 0; !st && l < NL; l++) {
-            if (vq_kv_rows(kv, l) != at) {
+            if (vq_session_kv_rows(kv, l) != at) {
                 st = vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s' holds %d rows of %d at layer %d", vq_kv_spec_text(specs[a]),
-                                vq_kv_rows(kv, l), at, l);
+                                vq_session_kv_rows(kv, l), at, l);
                 break;
             }
-            st = vq_kv_evict_scores(kv, l, sc, pos, err);
+            st = vq_lab_session_evict_scores(kv, l, sc, pos, err);
             for (int r = 0; !st && r < at; r++)
                 if (pos[r] != r) st = vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s' layer %d: rows are not the "
                                                  "positions in order (sink=/window= specs are not supported here)",
                                                  vq_kv_spec_text(specs[a]), l);
             if (!st) rho[(size_t)a * NL + l] = spearman(sc, truth + (size_t)l * N, at, ra, rb, tmp);
         }
-        vq_kv_destroy(kv);
+        vq_session_free(kv);
     }
-    vq_fwd_destroy(f);
     free(sc); free(s0); free(s1); free(ra); free(rb); free(pos); free(tmp); free(truth);
     return st;
 }

@@ -1,6 +1,6 @@
 /* generate.c: one-shot generation for eval (needle, tests): a session, a sampler, one call to
  * vq_session_generate, everything freed. Interactive use holds a session instead. */
-#include "eval/eval.h"
+#include "lab/eval.h"
 
 vq_status vq_generate(const vq_model *m, const char *kv_spec, const int *prompt, int n_prompt,
                       const vq_gen_params *p, vq_text_cb cb, void *user, vq_gen_stats *st,

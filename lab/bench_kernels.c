@@ -8,10 +8,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "codec/codec.h"
-#include "eval/bench_kernels.h"
-#include "kernels/kernels.h"
-#include "kv/kv.h"
+#define VQ_LAB_STORE   /* the store and the codec table themselves (lab_tap.h says why) */
+#include "lab/vqlab.h"
+#include "session/lab_tap.h"
+#include "lab/bench_kernels.h"
 
 #define BK_NQ 16          /* distinct query sets, rotated with the caches */
 #define BK_MAX_POOL 65536

@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "eval/eval.h"
-#include "veloxquant.h"
+#include "lab/eval.h"
+#include "lab/vqlab.h"
 
 static void child(const vq_bench_share_params *p, int ready_fd, int go_fd) {
     vq_model_params mp = vq_model_default_params();

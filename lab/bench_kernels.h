@@ -3,7 +3,7 @@
  * ceiling; arms interleaved, inputs rotated over a pool of caches larger than the LLC. */
 #ifndef VQ_BENCH_KERNELS_H
 #define VQ_BENCH_KERNELS_H
-#include "core/core.h"
+#include "lab/vqlab.h"
 
 #define VQ_BK_GROUP 3   /* query heads per KV head in the benchmark */
 

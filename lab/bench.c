@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/eval.h"
-#include "kernels/kernels.h"
+#define VQ_LAB_STORE   /* vq_bench_rss_fill: the forward and a cache apart (lab_tap.h says why) */
+#include "lab/eval.h"
 
 /* VmHWM is reset by writing "5" to clear_refs (Linux >= 4.0); returns 0 when that is refused. */
 static int peak_rss_reset(void) {
@@ -15,6 +15,12 @@ static int peak_rss_reset(void) {
     if (!f) return 0;
     int ok = fputs("5", f) >= 0;
     return fclose(f) == 0 && ok;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
 }
 
 static double load1(void) {
@@ -30,9 +36,9 @@ vq_status vq_bench_run(const vq_model *m, const vq_bench_params *p, vq_bench_sam
     for (int c = 0; c < p->n_ctxs; c++) max_ctx = VQ_MAX(max_ctx, p->ctxs[c]);
     if (p->n_text < max_ctx + p->n_gen)
         return vq_err_set(err, VQ_ERR_RANGE, "bench: %ld text tokens, need %d", p->n_text, max_ctx + p->n_gen);
-    vq_fwd *f = vq_fwd_create(m, VQ_MAX(1, p->batch), err);
-    float *logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));
-    if (!f || !logits) { vq_fwd_destroy(f); free(logits); return err->code ? err->code : vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); }
+    const int V = vq_model_n_vocab(m);
+    float *logits = malloc((size_t)V * sizeof(float));
+    if (!logits) return vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
     vq_status s = VQ_OK;
     long k = 0, total = (long)p->reps * p->n_ctxs * p->n_specs;
     for (int r = 0; r < p->reps && !s; r++)
@@ -46,41 +52,37 @@ vq_status vq_bench_run(const vq_model *m, const vq_bench_params *p, vq_bench_sam
                 memset(o, 0, sizeof *o);
                 o->load1 = load1();
                 int hwm = peak_rss_reset();
-                long rss0 = (long)vq_rss_bytes();
-                vq_kv_dims dims = vq_model_kv_dims(m, ctx + p->n_gen);
-                vq_kv *kv = vq_kv_create(p->specs[a], &dims, p->kv_seed, err);
-                if (!kv) { s = err->code; break; }
-                double t0 = vq_now_s();
-                /* an evicting spec runs its schedule as a session would: a step when the prompt
-                 * ends, then every N decode steps (inside the timed regions: it is their cost) */
-                vq_kv_evict_begin(kv, 0, ctx);
-                for (int i = 0; i < ctx && !s; i += p->batch) {
-                    int nb = VQ_MIN(p->batch, ctx - i);
-                    s = vq_forward(m, f, kv, tok + i, nb, i, i + nb == ctx ? logits : NULL, 1, err);
-                }
-                vq_kv_evict_end(kv, 0, ctx);
-                double t1 = vq_now_s();
-                int next = vq_argmax(logits, m->cfg.vocab_size);
+                long rss0 = (long)vq_rss_now_bytes();
+                /* a session per sample: the product's decode path, eviction schedule included (a
+                 * step when the prompt ends, then every N decode steps, inside the timed regions) */
+                vq_session_params sp = vq_session_default_params();
+                sp.n_ctx = ctx + p->n_gen;
+                sp.n_batch = VQ_MAX(1, p->batch);
+                sp.kv_seed = p->kv_seed;
+                sp.allow_ctx_over_train = 1;
+                vq_session *ss = vq_session_create(m, p->specs[a], &sp, err);
+                if (!ss) { s = err->code; break; }
+                double t0 = vq_clock_s();
+                s = vq_session_decode(ss, tok, ctx, logits, 0, err);
+                double t1 = vq_clock_s();
+                int next = argmax(logits, V);
                 for (int g = 0; g < p->n_gen && !s; g++) {
-                    vq_kv_evict_begin(kv, ctx + g, 1);
-                    s = vq_forward(m, f, kv, &next, 1, ctx + g, logits, 1, err);
-                    vq_kv_evict_end(kv, ctx + g, 1);
-                    next = vq_argmax(logits, m->cfg.vocab_size);
+                    s = vq_session_decode(ss, &next, 1, logits, 0, err);
+                    next = argmax(logits, V);
                 }
-                double t2 = vq_now_s();
+                double t2 = vq_clock_s();
                 o->ctx_index = c; o->spec_index = a; o->rep = r;
                 o->prefill_s = t1 - t0;
                 o->decode_s = t2 - t1;
                 o->prefill_tps = ctx / (t1 - t0);
                 o->decode_tps = p->n_gen / (t2 - t1);
-                o->kv_bytes = vq_kv_bytes(kv);
-                o->rss_delta = (long)vq_rss_bytes() - rss0;
-                o->peak_rss = hwm ? vq_peak_rss_bytes() : 0;
-                vq_kv_destroy(kv);
+                o->kv_bytes = vq_session_kv_bytes(ss);
+                o->rss_delta = (long)vq_rss_now_bytes() - rss0;
+                o->peak_rss = hwm ? vq_rss_peak_bytes() : 0;
+                vq_session_free(ss);
                 if (cb) cb(k + 1, total, user);
             }
     free(logits);
-    vq_fwd_destroy(f);
     return s;
 }
 

@@ -3,7 +3,7 @@
  * same rows through the real store (decode order: append row t, attend query t), per layer. */
 #ifndef VQ_KV_FIDELITY_H
 #define VQ_KV_FIDELITY_H
-#include "model/model.h"
+#include "lab/vqlab.h"
 
 typedef struct vq_kvfid_capture {
     int n, n_layers, n_heads, n_kv, hd;
