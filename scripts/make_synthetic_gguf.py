@@ -617,6 +617,8 @@ def main():
         for p in PRESETS.values():
             print(f"{p.name:22s} {p.arch:7s} L={p.n_layer:<3d} n_embd={p.n_embd:<5d} ff={p.n_ff:<6d} "
                   f"heads={p.n_head}/{p.n_head_kv} hd={p.head_dim} vocab={p.n_vocab}  {p.title}")
+        if not a.list:
+            print("make_synthetic_gguf: name a preset (above)", file=sys.stderr)
         return 0 if a.list else 2
     if a.preset not in PRESETS:
         sys.exit(f"make_synthetic_gguf: unknown preset {a.preset!r} (--list shows them)")
@@ -647,7 +649,10 @@ def main():
     out = a.output or f"{p.name}-{a.type.upper()}.gguf"
     print(f"make_synthetic_gguf: {p.name} seed={seed} type={a.type} -> {out}")
     t0 = time.time()
-    ts, n_pad = generate(p, out, seed, a.type)
+    try:
+        ts, n_pad = generate(p, out, seed, a.type)
+    except OSError as e:
+        sys.exit(f"make_synthetic_gguf: cannot write {out}: {e.strerror or e}")
     dt = time.time() - t0
     n_params = sum(int(np.prod(t.shape)) for t in ts)
     size = os.path.getsize(out)
