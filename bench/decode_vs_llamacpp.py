@@ -6,7 +6,7 @@ median [min, max] per arm and context, peak RSS, the machine and the load, and w
 repeat as JSON.
 
   .venv-llamacpp/bin/python bench/decode_vs_llamacpp.py --ctx 128,2048,8192 --reps 5 --threads 2 \
-      --json docs/bench-decode.json
+      --json docs/results/benchmarks/bench-decode.json
 The llama.cpp venv: see tests/fixtures/README.md. Without it, --no-llamacpp measures ours only.
 """
 import argparse, json, os, platform, statistics, subprocess, sys, tempfile, time

@@ -31,7 +31,7 @@
  * and group. It serves both key layouts' values (layout only changes keys). On AVX-512 it
  * replaced the older row loop of codec_ggml.h (one query per pass, each row re-read per query):
  * with that loop and the AVX2 keys a decode step ran at only 1.1-1.4x f16 there, now 2.3-3.0x
- * (docs/lowbit-keys.md, "AVX-512 variants").
+ * (docs/experiments/2026-12-02-lanes-q8_0-q4_0.md, "AVX-512 variants").
  *
  * Every variant is tested on every ISA the CPU has: test_codec_ggml calls these loops directly
  * with each ISA; test_codecs_attention and test_kv_codecs run once per VQ_CODEC_ISA. */

@@ -1,7 +1,7 @@
 /* model.h: a loaded language model (Llama family, Gemma 3) and its forward pass.
  * Weights point into the mapped file (GGUF or llama2.c checkpoint); nothing is dequantized.
  * The forward pass hands K/V rows to a vq_kv cache and asks it for attention outputs: it never
- * reads K/V memory itself (ARCHITECTURE.md), so every codec plugs in without touching this code. */
+ * reads K/V memory itself (docs/architecture.md), so every codec plugs in without touching this code. */
 #ifndef VQ_MODEL_H
 #define VQ_MODEL_H
 #include "core/core.h"
