@@ -154,7 +154,7 @@ int vq_tok_finish(vq_tokenizer *t, vq_err *err) {
     /* end of generation: eos plus the chat end markers this vocabulary has */
     add_eog(t, t->eos);
     static const char *const eog_text[] = { "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>",
-                                            "<end_of_turn>", "<|end|>" };
+                                            "<end_of_turn>", "<|end|>", "</s>" };
     for (size_t k = 0; k < VQ_ARRAY_LEN(eog_text); k++) {
         int id = vq_tok_lookup(t, eog_text[k], strlen(eog_text[k]));
         if (id >= 0 && t->type[id] != TOK_T_NORMAL) add_eog(t, id);
@@ -316,6 +316,8 @@ int vq_tok_encode(const vq_tokenizer *t, const char *text, size_t len, int add_b
         if ((rc = encode_fragment(t, &s, text + frag, pos - frag, &o, err))) goto done;
         tok_push(&o, hit);
         pos += t->len[hit];
+        if (t->rstrip && t->rstrip[hit])   /* C isspace, as llama.cpp strips */
+            while (pos < len && (text[pos] == ' ' || (text[pos] >= '\t' && text[pos] <= '\r'))) pos++;
         frag = pos;
     }
     rc = encode_fragment(t, &s, text + frag, len - frag, &o, err);
@@ -383,7 +385,7 @@ int vq_tok_find(const vq_tokenizer *t, const char *piece) {
 }
 
 static void scratch_free(tok_scratch *s) {
-    free(s->sym); free(s->heap); free(s->buf);
+    free(s->sym); free(s->heap); free(s->buf); free(s->text);
     vq_tok_bpe_scratch_free(s);
 }
 
@@ -391,7 +393,7 @@ void vq_tokenizer_free(vq_tokenizer *t) {
     if (!t) return;
     vq_tok_bpe_free(t);
     free(t->arena); free(t->dec); free(t->off); free(t->len); free(t->dec_off); free(t->dec_len);
-    free(t->score); free(t->type); free(t->map); free(t->special);
+    free(t->score); free(t->type); free(t->map); free(t->special); free(t->rstrip);
     free(t);
 }
 
