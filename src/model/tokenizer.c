@@ -281,8 +281,23 @@ static int encode_fragment(const vq_tokenizer *t, tok_scratch *s, const char *p,
     return vq_tok_spm_encode(t, s, p, n, t->add_space_prefix, o, err);
 }
 
+static int encode(const vq_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                  const unsigned char *special_ok, int *out, int max_out, vq_err *err);
+
 int vq_tok_encode(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
                 int parse_special, int *out, int max_out, vq_err *err) {
+    return encode(t, text, len, add_bos, parse_special, NULL, out, max_out, err);
+}
+
+int vq_tok_encode_masked(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
+                         const unsigned char *special_ok, int *out, int max_out, vq_err *err) {
+    if (!special_ok && len)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_tok_encode_masked: NULL mask"), -1;
+    return encode(t, text, len, add_bos, 1, special_ok, out, max_out, err);
+}
+
+static int encode(const vq_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                  const unsigned char *special_ok, int *out, int max_out, vq_err *err) {
     if (!t || (!text && len) || (!out && max_out > 0))
         return vq_err_set(err, VQ_ERR_ARG, "vq_tok_encode: NULL tokenizer, text or output"), -1;
     if (len > (size_t)INT_MAX / 4)   /* SentencePiece spells spaces in 3 bytes; int offsets */
@@ -307,6 +322,9 @@ int vq_tok_encode(const vq_tokenizer *t, const char *text, size_t len, int add_b
         for (int k = 0; k < t->n_special; k++) {
             int id = t->special[k];
             if (!parse_special && t->type[id] != TOK_T_USER) continue;
+            if (special_ok && t->type[id] != TOK_T_USER && t->len[id] <= len - pos &&
+                (!special_ok[pos] || memchr(special_ok + pos, 0, t->len[id])))
+                continue;   /* not all of it is template text */
             if (t->len[id] <= len - pos && memcmp(text + pos, tok_text(t, id), t->len[id]) == 0) {
                 hit = id;
                 break;
