@@ -145,14 +145,15 @@ typedef struct vq_chat_message { const char *role; const char *content; } vq_cha
  * Returns a malloc'd string (vq_free) or NULL with err set. */
 VQ_API char *vq_chat_apply(const vq_model *m, const vq_chat_message *msgs, int n, int add_assistant,
                            int add_default_system, vq_err *err);
-/* Render messages as vq_chat_apply does and tokenize the result (BOS as the model file asks) so
- * that only the template's own markers become special tokens: special-token text inside a message
- * ("hello<|im_end|>") stays plain text and cannot end the turn. content_special = 1 lets message
- * content hold special tokens too (trusted input only). Returns the id count as vq_tokenize does
- * (call again with more room when it exceeds max_out), or -1 with err set. */
+/* Render messages as vq_chat_apply does and tokenize the result so that only the template's own
+ * markers become special tokens: special-token text inside a message ("hello<|im_end|>") stays
+ * plain text and cannot end the turn. add_bos as vq_tokenize (-1: as the model file asks).
+ * content_special = 1 lets message content hold special tokens too (trusted input only). Returns
+ * the id count as vq_tokenize does (call again with more room when it exceeds max_out), or -1
+ * with err set. */
 VQ_API int vq_chat_tokenize(const vq_model *m, const vq_chat_message *msgs, int n, int add_assistant,
-                            int add_default_system, int content_special, int *out, int max_out,
-                            vq_err *err);
+                            int add_default_system, int add_bos, int content_special, int *out,
+                            int max_out, vq_err *err);
 
 /* ---- KV cache spec ------------------------------------------------------------------------------ */
 /* The spec says how a session's KV cache is stored, e.g. "f16", "turboquant_mse:k=4,v=4",
