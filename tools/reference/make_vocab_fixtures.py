@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 r"""Writes tests/fixtures/vocab_<name>_tokens.tsv: llama.cpp's own token ids for the real vocabularies
 of the model families we run (models/vocab/ggml-vocab-{llama-bpe,qwen2,phi-3,llama-spm}.gguf, from
-scripts/fetch_vocabs.sh), for tests/model/test_tokenizer_vocab.c to compare ours against.
+scripts/fetch_vocabs.sh), and for "llama-bpe-default" (llama-bpe's vocabulary with tokenizer.ggml.pre
+rewritten to "default"), for tests/model/test_tokenizer_vocab.c to compare ours against.
 
 The reference is llama.cpp's tokenizer through llama-cpp-python's ctypes binding (llama_tokenize on a
 vocab_only model): the library loaded from LLAMA_CPP_LIB_PATH, the binding module from
@@ -30,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
-VOCABS = ["llama-bpe", "qwen2", "phi-3", "llama-spm"]
+VOCABS = ["llama-bpe", "qwen2", "phi-3", "llama-spm", "llama-bpe-default"]
 SEED = 3030
 
 
@@ -47,10 +48,31 @@ L = load_binding()
 L.llama_backend_init()
 
 
+def default_pre_copy(src):
+    """llama-bpe's vocabulary with tokenizer.ggml.pre = "default" (llama.cpp's four-regex default, which
+    no shipped vocabulary uses): the string value rewritten in place, in a temporary file. The C test
+    makes the same bytes in memory."""
+    import struct
+    import tempfile
+    data = src.read_bytes()
+    k = b"tokenizer.ggml.pre"
+    i = data.index(k) + len(k)
+    (n,) = struct.unpack_from("<Q", data, i + 4)
+    new = data[:i + 4] + struct.pack("<Q", 7) + b"default" + data[i + 12 + n:]
+    f = tempfile.NamedTemporaryFile(suffix=".gguf", delete=False)
+    f.write(new)
+    f.close()
+    return f.name
+
+
 def open_vocab(name):
     p = L.llama_model_default_params()
     p.vocab_only = True
-    m = L.llama_model_load_from_file(str(ROOT / "models" / "vocab" / ("ggml-vocab-%s.gguf" % name)).encode(), p)
+    if name == "llama-bpe-default":
+        path = default_pre_copy(ROOT / "models" / "vocab" / "ggml-vocab-llama-bpe.gguf")
+    else:
+        path = str(ROOT / "models" / "vocab" / ("ggml-vocab-%s.gguf" % name))
+    m = L.llama_model_load_from_file(path.encode(), p)
     if not m:
         raise SystemExit("cannot load vocab %s" % name)
     return m, L.llama_model_get_vocab(m)
@@ -131,6 +153,8 @@ SPECIAL = {
     "llama-bpe": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                   "<|eot_id|>", "<|reserved_special_token_5|>"],
     "qwen2": ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|fim_prefix|>", "<|vision_start|>"],
+    "llama-bpe-default": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                          "<|eot_id|>", "<|reserved_special_token_5|>"],
     "phi-3": ["<|user|>", "<|assistant|>", "<|end|>", "<|system|>", "<s>", "</s>", "<|endoftext|>"],
     "llama-spm": ["<s>", "</s>", "<unk>"],
 }
@@ -207,7 +231,7 @@ def main():
         ]
         seen = set()
         for text in texts:
-            if text in seen or (name in ("llama-bpe", "qwen2") and text in LLAMACPP_ABORTS_BPE):
+            if text in seen or (name in ("llama-bpe", "qwen2", "llama-bpe-default") and text in LLAMACPP_ABORTS_BPE):
                 continue
             seen.add(text)
             for mode in ("plain", "special"):
