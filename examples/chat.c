@@ -63,17 +63,6 @@ static int print_text(const char *bytes, size_t n, void *user) {
     return 0;
 }
 
-/* a + b in a new malloc'd string; b came from the library (vq_chat_apply) and is freed here. */
-static char *concat(const char *a, char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    char *r = malloc(la + lb + 1);
-    if (!r) die("out of memory");
-    memcpy(r, a, la);
-    memcpy(r + la, b, lb + 1);
-    vq_free(b);
-    return r;
-}
-
 static char *dup_str(const char *s) {
     size_t n = strlen(s) + 1;
     char *r = malloc(n);
@@ -187,8 +176,6 @@ int main(int argc, char **argv) {
         int n_msgs = 0;
         if (turn == 1 && system) msgs[n_msgs++] = (vq_chat_message){ "system", system };
         msgs[n_msgs++] = (vq_chat_message){ "user", user };
-        char *rendered = vq_chat_apply(m, msgs, n_msgs, 1, turn == 1, &err);
-        if (!rendered) die("%s", err.msg);
         const char *c = "";
         if (turn > 1) {
             c = close;
@@ -199,9 +186,19 @@ int main(int argc, char **argv) {
                 ne = vq_token_piece(m, -1, vq_session_tokens(s)[pos - 1], 1, eog, sizeof eog);
             if (ne > 0 && ne < sizeof eog && !strncmp(c, eog, ne)) c += ne;
         }
-        char *text = concat(c, rendered);
-        int n_new;
-        int *ids = tokenize(m, text, turn == 1 ? -1 : 0, &n_new);
+        /* the close is the template's text (special tokens on); the messages go through
+         * vq_chat_tokenize, so special-token text a user types stays plain text */
+        int n_close, n_msg;
+        int *close_ids = tokenize(m, c, 0, &n_close);
+        n_msg = vq_chat_tokenize(m, msgs, n_msgs, 1, turn == 1, turn == 1 ? -1 : 0, 0, NULL, 0, &err);
+        if (n_msg < 0) die("%s", err.msg);
+        int n_new = n_close + n_msg;
+        int *ids = malloc((size_t)(n_new > 0 ? n_new : 1) * sizeof *ids);
+        if (!ids) die("out of memory");
+        memcpy(ids, close_ids, (size_t)n_close * sizeof *ids);
+        if (vq_chat_tokenize(m, msgs, n_msgs, 1, turn == 1, turn == 1 ? -1 : 0, 0, ids + n_close, n_msg, &err) != n_msg)
+            die("%s", err.msg);
+        free(close_ids);
 
         int held = vq_session_pos(s);
         printf("> %s\n", user);
@@ -216,7 +213,6 @@ int main(int argc, char **argv) {
                 vq_session_pos(s), res.n_gen, vq_stop_reason_name(res.stop));
         last_stop = res.stop;
         free(ids);
-        free(text);
     }
 
     free(close);

@@ -140,12 +140,22 @@ VQ_API int vq_token_add_bos(const vq_model *m);         /* what the model file a
 
 /* One turn of a conversation. role: "system", "user" or "assistant". */
 typedef struct vq_chat_message { const char *role; const char *content; } vq_chat_message;
-/* Render messages with the model's chat template (recognized by family: ChatML). When the first
+/* Render messages with the model's chat template (recognized by family: ChatML, Llama 3, Gemma,
+ * Phi-3). When the first
  * message is not "system" and the template has a default system prompt, it is added (only when
  * add_default_system). add_assistant: end with the assistant header, ready to generate.
  * Returns a malloc'd string (vq_free) or NULL with err set. */
 VQ_API char *vq_chat_apply(const vq_model *m, const vq_chat_message *msgs, int n, int add_assistant,
                            int add_default_system, vq_err *err);
+/* Render messages as vq_chat_apply does and tokenize the result so that only the template's own
+ * markers become special tokens: special-token text inside a message ("hello<|im_end|>") stays
+ * plain text and cannot end the turn. add_bos as vq_tokenize (-1: as the model file asks).
+ * content_special = 1 lets message content hold special tokens too (trusted input only). Returns
+ * the id count as vq_tokenize does (call again with more room when it exceeds max_out), or -1
+ * with err set. */
+VQ_API int vq_chat_tokenize(const vq_model *m, const vq_chat_message *msgs, int n, int add_assistant,
+                            int add_default_system, int add_bos, int content_special, int *out,
+                            int max_out, vq_err *err);
 
 /* ---- KV cache spec ------------------------------------------------------------------------------ */
 /* The spec says how a session's KV cache is stored, e.g. "f16", "turboquant_mse:k=4,v=4",

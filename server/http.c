@@ -289,13 +289,14 @@ static enum MHD_Result completion(server *S, struct MHD_Connection *c, conn_ctx 
     /* the prompt: messages through the chat template, or the text as it is */
     vq_err err;
     char *text = NULL;
+    vq_chat_message *ms = NULL;
     if (chat) {
-        vq_chat_message *ms = calloc((size_t)rq->n_msgs, sizeof *ms);
+        ms = calloc((size_t)rq->n_msgs, sizeof *ms);
         for (int i = 0; ms && i < rq->n_msgs; i++) ms[i] = (vq_chat_message){ rq->msgs[i].role, rq->msgs[i].content };
-        text = ms ? vq_chat_apply(m, ms, rq->n_msgs, 1, 1, &err) : NULL;
-        free(ms);
+        text = ms ? vq_chat_apply(m, ms, rq->n_msgs, 1, 1, &err) : NULL;   /* a bad conversation is a 400 */
         if (!text) {
             srv_error_set(&e, 400, "invalid_request_error", "messages", NULL, "messages: %s", ms ? err.msg : "out of memory");
+            free(ms);
             srv_job_release(NULL, j);
             return send_error(S, c, &e);
         }
@@ -303,9 +304,13 @@ static enum MHD_Result completion(server *S, struct MHD_Connection *c, conn_ctx 
     const char *p = chat ? text : rq->prompt;
     size_t plen = strlen(p);
     int add_bos = vq_token_add_bos(m) && vq_token_bos(m) >= 0;
-    int need = vq_tokenize(m, p, plen, add_bos, chat, NULL, 0, &err);
+    /* chat: only the template's markers are special tokens, a message's "<|im_end|>" is text */
+    int need = chat ? vq_chat_tokenize(m, ms, rq->n_msgs, 1, 1, add_bos, 0, NULL, 0, &err)
+                    : vq_tokenize(m, p, plen, add_bos, 0, NULL, 0, &err);
     if (need > 0 && (j->tok = malloc((size_t)need * sizeof(int))))
-        j->n_tok = vq_tokenize(m, p, plen, add_bos, chat, j->tok, need, &err);
+        j->n_tok = chat ? vq_chat_tokenize(m, ms, rq->n_msgs, 1, 1, add_bos, 0, j->tok, need, &err)
+                        : vq_tokenize(m, p, plen, add_bos, 0, j->tok, need, &err);
+    free(ms);
     vq_free(text);
     const char *param = chat ? "messages" : "prompt";
     int rc = 0;

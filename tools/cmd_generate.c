@@ -30,7 +30,8 @@ static const char *generate_help =
     "      --top-p P         (default 0.95; 1 = off)\n"
     "      --min-p P         (default 0.05; 0 = off)\n"
     "  -s, --seed N          sampling seed (default 0)\n"
-    "      --chat            wrap the prompt in the model's chat template (ChatML)\n"
+    "      --chat            wrap the prompt in the model's chat template (ChatML,\n"
+    "                        Llama 3, Gemma, Phi-3); the prompt's text stays plain text\n"
     "      --system TEXT     system prompt for --chat (default: the template's)\n"
     "      --no-bos          do not prepend BOS even if the model asks for it\n"
     "      --kv SPEC         KV cache (default f16); see docs/kv-spec.md\n"
@@ -84,17 +85,22 @@ int cmd_generate(int argc, char **argv) {
     char *text = o.prompt ? strdup(o.prompt) : o.file ? read_text(o.file, "prompt file", &len) : NULL;
     if (!text) die("no prompt: use -p TEXT, -f FILE or -f - (stdin)");
     vq_model *m = load_model(&o);
-    if (chat) {
-        vq_chat_message msgs[2] = { { "system", system }, { "user", text } };
-        char *c = system ? vq_chat_apply(m, msgs, 2, 1, 0, &err) : vq_chat_apply(m, msgs + 1, 1, 1, 1, &err);
-        if (!c) die("%s", err.msg);
-        free(text);
-        text = c;
-    }
     len = strlen(text);
     int add_bos = !no_bos && vq_token_add_bos(m) && vq_token_bos(m) >= 0;
     int n_prompt;
-    int *prompt = tokenize_all(m, text, len, add_bos, chat, &n_prompt);
+    int *prompt;
+    if (chat) {   /* the template's markers are special tokens; the prompt's text is plain text */
+        vq_chat_message msgs[2] = { { "system", system }, { "user", text } };
+        const vq_chat_message *ms = system ? msgs : msgs + 1;
+        int nm = system ? 2 : 1, defsys = !system;
+        n_prompt = vq_chat_tokenize(m, ms, nm, 1, defsys, add_bos, 0, NULL, 0, &err);
+        if (n_prompt < 0) die("%s", err.msg);
+        prompt = malloc(((size_t)n_prompt + 1) * sizeof *prompt);
+        if (!prompt) die("out of memory");
+        if (vq_chat_tokenize(m, ms, nm, 1, defsys, add_bos, 0, prompt, n_prompt, &err) < 0) die("%s", err.msg);
+    } else {
+        prompt = tokenize_all(m, text, len, add_bos, 0, &n_prompt);
+    }
     if (n_prompt >= n_ctx)
         die("the prompt is %d tokens but the context size is %d: raise -c or shorten the prompt", n_prompt, n_ctx);
     vq_session_params sprm = vq_session_default_params();

@@ -1,7 +1,8 @@
-/* chat.h: turns a user message into the prompt text a chat model expects. The model file's
- * Jinja template is not executed; we recognize the template family by its markers (ChatML for
- * SmolLM2, Qwen, ...) and render that family's fixed layout, taking the default system prompt
- * the template hard-codes, if any. Families: ChatML ("<|im_start|>") and Gemma ("<start_of_turn>").
+/* chat.h: turns a conversation into the prompt text a chat model expects. The model file's
+ * Jinja template is not executed; we recognize the template family by its markers and render that
+ * family's fixed layout, taking the default system prompt the template hard-codes, if any.
+ * Families: ChatML ("<|im_start|>": SmolLM2, Qwen 2.5/3), Llama 3 ("<|start_header_id|>"),
+ * Gemma ("<start_of_turn>") and Phi-3 ("<|user|>" ... "<|end|>").
  * Gemma files often carry no template at all: the loader then names the Gemma family itself
  * (VQ_CHAT_GEMMA). */
 #ifndef VQ_CHAT_H
@@ -21,4 +22,8 @@ char *vq_chat_render(const char *tmpl, const char *system, const char *user, vq_
  * "system"; the assistant header last when add_assistant. Roles: system, user, assistant. */
 char *vq_chat_render_msgs(const char *tmpl, const vq_chat_message *msgs, int n, int add_assistant,
                           int add_default_system, vq_err *err);
+/* The same, and *mark (malloc'd, one byte per byte of the text) says which bytes are the template's
+ * own text (1) and which are message content (0); *len is the text's length. Either may be NULL. */
+char *vq_chat_render_marked(const char *tmpl, const vq_chat_message *msgs, int n, int add_assistant,
+                            int add_default_system, unsigned char **mark, size_t *len, vq_err *err);
 #endif

@@ -47,18 +47,28 @@ int vq_tok_bpe_decode_piece(const char *s, size_t len, char *out) {
 
 /* ---- pre-tokenizer regexes, as llama.cpp assigns them to tokenizer.ggml.pre ---- */
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-#define RE_LLAMA3 "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" \
+/* contractions spelled with classes, as llama.cpp does: (?i:'s) would also take U+017F */
+#define RE_CONTR "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+#define RE_LLAMA3 RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" \
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN2 "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" \
+#define RE_QWEN2 RE_CONTR "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" \
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_DIGIT "\\p{N}"
+/* llama.cpp's "default" (a missing tokenizer.ggml.pre): punctuation runs, GPT-2's regex, digit runs, threes */
+#define RE_DEF_PUNCT "[\\p{P}\\$\\+<=>\\^~\\|]+"
+#define RE_DEF_DIGITS "\\p{N}+"
+#define RE_DEF_THREE "[0-9][0-9][0-9]"
 
+/* Names as llama.cpp's llama_vocab::load assigns them to a pre-tokenizer type (src/llama-vocab.cpp),
+ * only those whose regexes we run; a name missing here is refused, never guessed. */
 typedef struct pre_def { const char *names; const char *re[TOK_MAX_REGEX]; int ignore_merges; } pre_def;
 static const pre_def pre_defs[] = {
-    { ",default,gpt2,mpt,olmo,jais,", { RE_GPT2 }, 0 },
-    { ",smollm,starcoder,refact,command-r,codeshell,exaone,minerva,", { RE_DIGIT, RE_GPT2 }, 0 },
-    { ",llama3,llama-bpe,llama-v3,smaug-bpe,falcon3,dbrx,", { RE_LLAMA3 }, 1 },
-    { ",qwen2,deepseek-r1-qwen,stablelm2,", { RE_QWEN2 }, 0 },
+    { ",default,", { RE_DEF_PUNCT, RE_GPT2, RE_DEF_DIGITS, RE_DEF_THREE }, 0 },
+    { ",gpt-2,phi-2,mpt,olmo,jais,exaone4,mellum,gigachat,a.x-4.0,", { RE_GPT2 }, 0 },
+    { ",smollm,starcoder,refact,command-r,codeshell,exaone,minerva-7b,", { RE_DIGIT, RE_GPT2 }, 0 },
+    { ",llama3,llama-bpe,llama-v3,falcon3,falcon-h1,pixtral,midm-2.0,lfm2,", { RE_LLAMA3 }, 1 },
+    { ",dbrx,smaug-bpe,", { RE_LLAMA3 }, 0 },
+    { ",qwen2,deepseek-r1-qwen,kormo,megrez,stablelm2,", { RE_QWEN2 }, 0 },
 };
 
 static const pre_def *find_pre(const char *name) {
@@ -66,7 +76,7 @@ static const pre_def *find_pre(const char *name) {
     snprintf(key, sizeof key, ",%s,", name);
     for (size_t i = 0; i < VQ_ARRAY_LEN(pre_defs); i++)
         if (strstr(pre_defs[i].names, key)) return &pre_defs[i];
-    return &pre_defs[0];   /* unknown pre-tokenizers fall back to GPT-2's regex */
+    return NULL;
 }
 
 /* ---- merges ---- */
@@ -122,6 +132,17 @@ int vq_tok_bpe_init(vq_tokenizer *t, const char *const *merges, const size_t *me
     }
     free(cat);
     const pre_def *pd = find_pre(t->pre);
+    if (!pd) {   /* another pre-tokenizer's regexes would split words where the model never saw them */
+        char known[640];
+        size_t w = 0;
+        for (size_t i = 0; i < VQ_ARRAY_LEN(pre_defs) && w < sizeof known; i++) {
+            const char *nm = pre_defs[i].names + 1;
+            size_t L = strlen(nm) - 1;
+            w += (size_t)snprintf(known + w, sizeof known - w, "%s%.*s", i ? "," : "", (int)L, nm);
+        }
+        return vq_err_set(err, VQ_ERR_UNSUPPORTED, "tokenizer: unknown pre-tokenizer tokenizer.ggml.pre = '%s' "
+                          "(known: %s)", t->pre, known), -1;
+    }
     t->ignore_merges = pd->ignore_merges;
     for (int k = 0; k < TOK_MAX_REGEX && pd->re[k]; k++) {
         int ec; PCRE2_SIZE eo;
@@ -238,8 +259,60 @@ static int split(const vq_tokenizer *t, tok_scratch *s, int level, const char *p
     return 0;
 }
 
+/* llama.cpp reads the text as code points before splitting it and spells each word again from them:
+ * a byte that does not start a sequence it accepts becomes U+FFFD, one per byte. It checks only the
+ * lead byte's length and the continuation bytes, so an overlong form is read as its code point
+ * ("\xC0\xAF" is "/") and a surrogate as itself. A 4-byte form past U+10FFFF makes llama.cpp abort
+ * (it cannot spell it again); here it is invalid like the rest. Writes the result into s->text;
+ * returns its length, or (size_t)-1 when out of memory. */
+static size_t clean_utf8(tok_scratch *s, const char *text, size_t len) {
+    if (len > SIZE_MAX / 3 - 1) return (size_t)-1;
+    if (s->text_cap < len * 3) {
+        char *p = realloc(s->text, len * 3);
+        if (!p) return (size_t)-1;
+        s->text = p; s->text_cap = len * 3;
+    }
+    const unsigned char *p = (const unsigned char *)text;
+    char *o = s->text;
+    size_t w = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned c = p[i];
+        int n = c < 0x80 ? 1 : c < 0xC0 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF8 ? 4 : 0;
+        uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1Fu) : n == 3 ? (c & 0x0Fu) : (c & 0x07u);
+        if (n > 1 && (size_t)n > len - i) n = 0;
+        for (int k = 1; k < n; k++) {
+            if ((p[i + (size_t)k] & 0xC0) != 0x80) { n = 0; break; }
+            cp = (cp << 6) | (p[i + (size_t)k] & 0x3Fu);
+        }
+        if (n == 0 || cp > 0x10FFFF) { memcpy(o + w, "\xEF\xBF\xBD", 3); w += 3; i++; continue; }
+        i += (size_t)n;
+        if (cp < 0x80) o[w++] = (char)cp;
+        else if (cp < 0x800) { o[w++] = (char)(0xC0 | cp >> 6); o[w++] = (char)(0x80 | (cp & 0x3F)); }
+        else if (cp < 0x10000) {
+            o[w++] = (char)(0xE0 | cp >> 12); o[w++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+            o[w++] = (char)(0x80 | (cp & 0x3F));
+        } else {
+            o[w++] = (char)(0xF0 | cp >> 18); o[w++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+            o[w++] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[w++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    return w;
+}
+
 int vq_tok_bpe_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, size_t len,
                       tok_out *o, vq_err *err) {
+    size_t i = 0;
+    while (i < len) {   /* valid UTF-8 (the usual case) is split as it is */
+        int k = vq_tok_utf8_len((const unsigned char *)text + i, len - i);
+        if (!k) break;
+        i += (size_t)k;
+    }
+    if (i < len) {
+        size_t n = clean_utf8(s, text, len);
+        if (n == (size_t)-1) return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", len), -1;
+        text = s->text;
+        len = n;
+    }
     if (!s->md) {   /* the JIT's default 32 KiB stack serves until a match needs more */
         s->md = pcre2_match_data_create(8, NULL);
         if (!s->md) return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory for the regex matcher"), -1;

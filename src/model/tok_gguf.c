@@ -38,6 +38,56 @@ static const vq_gguf_kv *opt_arr(const vq_gguf *g, const char *key, vq_gguf_type
     return kv;
 }
 
+/* llama.cpp makes these texts control tokens whatever type the file gives them (end-of-turn and
+ * fill-in-the-middle markers, src/llama-vocab.cpp "auto-detect special tokens by text"): so Phi-3's
+ * user-defined "</s>" is ordinary text when special tokens are not parsed, as there. */
+static const char *const control_text[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~[",
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>",
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>",
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>",
+};
+
+static void mark_control(vq_tokenizer *t) {
+    for (int i = 0; i < t->n_vocab; i++) {
+        char c0 = t->len[i] >= 3 ? tok_text(t, i)[0] : 0;
+        if (t->type[i] == TOK_T_CONTROL || (c0 != '<' && c0 != '[' && c0 != '_' && c0 != '\xE2')) continue;
+        for (size_t k = 0; k < VQ_ARRAY_LEN(control_text); k++)
+            if (t->len[i] == strlen(control_text[k]) && !memcmp(tok_text(t, i), control_text[k], t->len[i])) {
+                t->type[i] = TOK_T_CONTROL;
+                break;
+            }
+    }
+}
+
+/* llama.cpp gives Phi-3's special tokens the RSTRIP attribute (whitespace after them is dropped
+ * before tokenizing), keyed on general.name holding "phi-3" or "phi3", any case: every control,
+ * user-defined and unknown token, and "</s>"; not "<unk>", "<s>", "<|endoftext|>". */
+static int phi3_rstrip(const vq_gguf *g, vq_tokenizer *t, vq_err *err) {
+    if (!vq_gguf_find(g, "general.name")) return 0;
+    vq_str name;
+    if (vq_gguf_get_str(g, "general.name", &name, err)) return -1;
+    char low[128];
+    size_t n = VQ_MIN(name.len, sizeof low - 1);
+    for (size_t i = 0; i < n; i++) low[i] = (char)((name.ptr[i] >= 'A' && name.ptr[i] <= 'Z') ? name.ptr[i] + 32 : name.ptr[i]);
+    low[n] = 0;
+    if (!strstr(low, "phi-3") && !strstr(low, "phi3")) return 0;
+    t->rstrip = calloc((size_t)t->n_vocab, 1);
+    if (!t->rstrip) return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory"), -1;
+    for (int k = 0; k < t->n_special; k++) t->rstrip[t->special[k]] = 1;
+    static const char *const keep[] = { "<unk>", "<s>", "<|endoftext|>" };
+    for (size_t k = 0; k < VQ_ARRAY_LEN(keep); k++) {
+        int id = vq_tok_lookup(t, keep[k], strlen(keep[k]));
+        if (id >= 0) t->rstrip[id] = 0;
+    }
+    return 0;
+}
+
 vq_tokenizer *vq_tokenizer_from_gguf(const vq_gguf *g, vq_err *err) {
     if (!g) { vq_err_set(err, VQ_ERR_ARG, "vq_tokenizer_from_gguf: NULL file"); return NULL; }
     const char *path = vq_gguf_path(g);
@@ -86,6 +136,7 @@ vq_tokenizer *vq_tokenizer_from_gguf(const vq_gguf *g, vq_err *err) {
         if (ty < TOK_T_NORMAL || ty > TOK_T_BYTE) ty = TOK_T_NORMAL;
         vq_tok_set(t, (int)i, s.ptr, (size_t)s.len, sc, ty);
     }
+    mark_control(t);
     if (opt_id(g, "tokenizer.ggml.bos_token_id", (int)n, &t->bos, err) ||
         opt_id(g, "tokenizer.ggml.eos_token_id", (int)n, &t->eos, err) ||
         opt_id(g, "tokenizer.ggml.unknown_token_id", (int)n, &t->unk, err))
@@ -108,6 +159,7 @@ vq_tokenizer *vq_tokenizer_from_gguf(const vq_gguf *g, vq_err *err) {
         snprintf(t->pre, sizeof t->pre, "%.*s", (int)VQ_MIN(pre.len, sizeof t->pre - 1), pre.ptr);
     }
     if (vq_tok_finish(t, err)) goto fail;
+    if (phi3_rstrip(g, t, err)) goto fail;
     /* llama.cpp also names end-of-turn tokens explicitly */
     int eot = -1, eom = -1;
     if (opt_id(g, "tokenizer.ggml.eot_token_id", (int)n, &eot, err) ||

@@ -13,7 +13,7 @@ enum { TOK_T_UNDEF = 0, TOK_T_NORMAL = 1, TOK_T_UNKNOWN = 2, TOK_T_CONTROL = 3,
 
 enum { TOK_KIND_BPE = 1, TOK_KIND_SPM = 2 };
 
-#define TOK_MAX_REGEX 3
+#define TOK_MAX_REGEX 4
 #define TOK_MAX_EOG 8
 
 struct vq_tokenizer {
@@ -38,6 +38,8 @@ struct vq_tokenizer {
     /* special tokens matched before pre-tokenization, longest text first */
     int *special;
     int n_special;
+    /* llama.cpp's RSTRIP attribute: whitespace after this special token is dropped (NULL: none has it) */
+    unsigned char *rstrip;
     /* SentencePiece: <0xXX> ids, -1 when absent */
     int byte_id[256];
     /* byte-level BPE */
@@ -72,6 +74,7 @@ typedef struct tok_scratch {
     tok_sym *sym; int sym_cap;
     tok_cand *heap; int heap_n, heap_cap;
     char *buf; size_t buf_cap;
+    char *text; size_t text_cap;   /* byte-level BPE: the input with invalid UTF-8 replaced */
     void *md;                  /* pcre2_match_data_8 * */
     void *mctx;                /* pcre2_match_context_8 * */
     void *jit_stack;           /* pcre2_jit_stack_8 * */

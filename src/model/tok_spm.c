@@ -34,11 +34,15 @@ int vq_tok_spm_encode(const vq_tokenizer *t, tok_scratch *s, const char *text, s
         return vq_err_set(err, VQ_ERR_NOMEM, "tokenizer: out of memory for %zu symbols", n), -1;
     int ns = 0;
     for (size_t i = 0; i < n;) {
-        int k = vq_tok_utf8_len((const unsigned char *)b + i, n - i);
-        if (!k) k = 1;   /* an invalid byte stands alone and falls back to its byte token */
+        /* a symbol is as long as its first byte says (capped at the end), continuation bytes
+         * unchecked, as llama.cpp splits: an invalid sequence is then no piece and falls back to
+         * its byte tokens whole, so "\xC3a" gives <0xC3> <0x61>, not <0xC3> "a" */
+        unsigned c = (unsigned char)b[i];
+        size_t k = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        if (k > n - i) k = n - i;
         tok_sym *y = &s->sym[ns];
-        y->start = (int)i; y->len = k; y->id = -1; y->prev = ns - 1; y->next = ns + 1;
-        i += (size_t)k;
+        y->start = (int)i; y->len = (int)k; y->id = -1; y->prev = ns - 1; y->next = ns + 1;
+        i += k;
         ns++;
     }
     if (ns == 0) return 0;

@@ -154,7 +154,7 @@ int vq_tok_finish(vq_tokenizer *t, vq_err *err) {
     /* end of generation: eos plus the chat end markers this vocabulary has */
     add_eog(t, t->eos);
     static const char *const eog_text[] = { "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>",
-                                            "<end_of_turn>", "<|end|>" };
+                                            "<end_of_turn>", "<|end|>", "</s>" };
     for (size_t k = 0; k < VQ_ARRAY_LEN(eog_text); k++) {
         int id = vq_tok_lookup(t, eog_text[k], strlen(eog_text[k]));
         if (id >= 0 && t->type[id] != TOK_T_NORMAL) add_eog(t, id);
@@ -281,8 +281,23 @@ static int encode_fragment(const vq_tokenizer *t, tok_scratch *s, const char *p,
     return vq_tok_spm_encode(t, s, p, n, t->add_space_prefix, o, err);
 }
 
+static int encode(const vq_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                  const unsigned char *special_ok, int *out, int max_out, vq_err *err);
+
 int vq_tok_encode(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
                 int parse_special, int *out, int max_out, vq_err *err) {
+    return encode(t, text, len, add_bos, parse_special, NULL, out, max_out, err);
+}
+
+int vq_tok_encode_masked(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
+                         const unsigned char *special_ok, int *out, int max_out, vq_err *err) {
+    if (!special_ok && len)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_tok_encode_masked: NULL mask"), -1;
+    return encode(t, text, len, add_bos, 1, special_ok, out, max_out, err);
+}
+
+static int encode(const vq_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+                  const unsigned char *special_ok, int *out, int max_out, vq_err *err) {
     if (!t || (!text && len) || (!out && max_out > 0))
         return vq_err_set(err, VQ_ERR_ARG, "vq_tok_encode: NULL tokenizer, text or output"), -1;
     if (len > (size_t)INT_MAX / 4)   /* SentencePiece spells spaces in 3 bytes; int offsets */
@@ -307,6 +322,9 @@ int vq_tok_encode(const vq_tokenizer *t, const char *text, size_t len, int add_b
         for (int k = 0; k < t->n_special; k++) {
             int id = t->special[k];
             if (!parse_special && t->type[id] != TOK_T_USER) continue;
+            if (special_ok && t->type[id] != TOK_T_USER && t->len[id] <= len - pos &&
+                (!special_ok[pos] || memchr(special_ok + pos, 0, t->len[id])))
+                continue;   /* not all of it is template text */
             if (t->len[id] <= len - pos && memcmp(text + pos, tok_text(t, id), t->len[id]) == 0) {
                 hit = id;
                 break;
@@ -316,6 +334,8 @@ int vq_tok_encode(const vq_tokenizer *t, const char *text, size_t len, int add_b
         if ((rc = encode_fragment(t, &s, text + frag, pos - frag, &o, err))) goto done;
         tok_push(&o, hit);
         pos += t->len[hit];
+        if (t->rstrip && t->rstrip[hit])   /* C isspace, as llama.cpp strips */
+            while (pos < len && (text[pos] == ' ' || (text[pos] >= '\t' && text[pos] <= '\r'))) pos++;
         frag = pos;
     }
     rc = encode_fragment(t, &s, text + frag, len - frag, &o, err);
@@ -383,7 +403,7 @@ int vq_tok_find(const vq_tokenizer *t, const char *piece) {
 }
 
 static void scratch_free(tok_scratch *s) {
-    free(s->sym); free(s->heap); free(s->buf);
+    free(s->sym); free(s->heap); free(s->buf); free(s->text);
     vq_tok_bpe_scratch_free(s);
 }
 
@@ -391,7 +411,7 @@ void vq_tokenizer_free(vq_tokenizer *t) {
     if (!t) return;
     vq_tok_bpe_free(t);
     free(t->arena); free(t->dec); free(t->off); free(t->len); free(t->dec_off); free(t->dec_len);
-    free(t->score); free(t->type); free(t->map); free(t->special);
+    free(t->score); free(t->type); free(t->map); free(t->special); free(t->rstrip);
     free(t);
 }
 

@@ -33,6 +33,13 @@ int vq_tok_find(const vq_tokenizer *t, const char *piece); /* exact vocab lookup
 int vq_tok_encode(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
                 int parse_special, int *out, int max_out, vq_err *err);
 
+/* vq_tok_encode with parse_special on only where special_ok[i] is nonzero: a special token is
+ * matched only when all its bytes are so marked (elsewhere only user-defined tokens, as with
+ * parse_special off). Used for chat: the template's markers are special tokens, message content
+ * is plain text; the rest of the encoding is that of the whole text. */
+int vq_tok_encode_masked(const vq_tokenizer *t, const char *text, size_t len, int add_bos,
+                         const unsigned char *special_ok, int *out, int max_out, vq_err *err);
+
 /* Bytes of one token as generation should print them, given the previous token (SentencePiece
  * drops the dummy-prefix space after BOS; byte tokens become their byte; special/control tokens
  * print as nothing unless show_special). Returns the byte count written into buf (<= cap).

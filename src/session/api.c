@@ -81,3 +81,20 @@ char *vq_chat_apply(const vq_model *m, const vq_chat_message *msgs, int n, int a
     if (!m) { vq_err_set(err, VQ_ERR_ARG, "vq_chat_apply: no model"); return NULL; }
     return vq_chat_render_msgs(m->chat_template, msgs, n, add_assistant, add_default_system, err);
 }
+
+int vq_chat_tokenize(const vq_model *m, const vq_chat_message *msgs, int n, int add_assistant,
+                     int add_default_system, int add_bos, int content_special, int *out, int max_out,
+                     vq_err *err) {
+    if (!m) { vq_err_set(err, VQ_ERR_ARG, "vq_chat_tokenize: no model"); return -1; }
+    unsigned char *mark = NULL;
+    size_t len = 0;
+    char *text = vq_chat_render_marked(m->chat_template, msgs, n, add_assistant, add_default_system, &mark, &len,
+                                       err);
+    if (!text) return -1;
+    if (add_bos < 0) add_bos = vq_tok_add_bos_default(m->tok);
+    int k = content_special ? vq_tok_encode(m->tok, text, len, add_bos, 1, out, max_out, err)
+                            : vq_tok_encode_masked(m->tok, text, len, add_bos, mark, out, max_out, err);
+    free(text);
+    free(mark);
+    return k;
+}

@@ -129,7 +129,7 @@ static vq_tokenizer *tiny_bpe(const char *pre, vq_err *e) {
     char *merges[] = { "1 2", "12 3", "3 4", "4 5" };
     wb b = { 0 }, f = { 0 };
     kv_str(&b, "tokenizer.ggml.model", "gpt2");
-    kv_str(&b, "tokenizer.ggml.pre", pre);
+    if (pre) kv_str(&b, "tokenizer.ggml.pre", pre);   /* NULL: the key is absent */
     kv_strs(&b, "tokenizer.ggml.tokens", tok, len, 262);
     kv_nums(&b, "tokenizer.ggml.token_type", VQ_GGUF_INT32, ty, 262);
     kv_strs(&b, "tokenizer.ggml.merges", merges, NULL, 4);
@@ -146,21 +146,22 @@ static void check_pre_tokenizers(void) {
     const char *text = "x 12345";
     struct { const char *pre; const char *pieces; } expect[] = {
         /* gpt2: " 12345" is one word: 1 2 -> 12, 12 3 -> 123, 4 5 -> 45 */
-        { "gpt2", "x| |123|45" },
+        { "gpt-2", "x| |123|45" },
+        /* llama.cpp's default: GPT-2's words, then digit runs apart from their space, then threes */
         { "default", "x| |123|45" },
+        { NULL, "x| |123|45" },
         /* smollm: each digit alone, nothing merges */
         { "smollm", "x| |1|2|3|4|5" },
         /* llama3: " " alone, then digits in threes: "123" "45" */
         { "llama3", "x| |123|45" },
         /* qwen2: single digits */
         { "qwen2", "x| |1|2|3|4|5" },
-        /* unknown names use GPT-2's regex */
-        { "no-such-pre", "x| |123|45" },
     };
     for (size_t k = 0; k < VQ_ARRAY_LEN(expect); k++) {
         vq_err e; vq_err_clear(&e);
         vq_tokenizer *t = tiny_bpe(expect[k].pre, &e);
-        CHECKF(t != NULL, "pre %s: %s", expect[k].pre, e.msg);
+        const char *pn = expect[k].pre ? expect[k].pre : "(absent)";
+        CHECKF(t != NULL, "pre %s: %s", pn, e.msg);
         if (!t) continue;
         int ids[32];
         int n = vq_tok_encode(t, text, strlen(text), 0, 0, ids, 32, &e);
@@ -170,7 +171,7 @@ static void check_pre_tokenizers(void) {
             w += vq_tok_piece(t, i ? ids[i - 1] : -1, ids[i], 0, got + w, 20);
         }
         got[w] = 0;
-        CHECKF(strcmp(got, expect[k].pieces) == 0, "pre %s: \"%s\" -> %s, want %s", expect[k].pre, text, got,
+        CHECKF(strcmp(got, expect[k].pieces) == 0, "pre %s: \"%s\" -> %s, want %s", pn, text, got,
                expect[k].pieces);
         /* specials: control only with parse_special, user-defined always; eot is end of generation */
         const char *sp = "a<|eot_id|>b<|user|>";
@@ -179,6 +180,18 @@ static void check_pre_tokenizers(void) {
         n = vq_tok_encode(t, sp, strlen(sp), 0, 0, ids, 32, &e);
         CHECK(n > 4 && ids[n - 1] == 261);
         CHECK(vq_tok_is_eog(t, 260) && vq_tok_bos(t) == -1 && vq_tok_add_bos_default(t) == 0);
+        vq_tokenizer_free(t);
+    }
+    /* an unknown pre-tokenizer is refused, naming it and the known ones (no silent GPT-2 regex) */
+    const char *unknown[] = { "no-such-pre", "gpt2", "deepseek-llm" };
+    for (size_t k = 0; k < VQ_ARRAY_LEN(unknown); k++) {
+        vq_err e; vq_err_clear(&e);
+        vq_tokenizer *t = tiny_bpe(unknown[k], &e);
+        char want[80];
+        snprintf(want, sizeof want, "tokenizer.ggml.pre = '%s'", unknown[k]);
+        CHECKF(t == NULL && e.code == VQ_ERR_UNSUPPORTED && strstr(e.msg, want) && strstr(e.msg, "known: default,") &&
+               strstr(e.msg, "qwen2") && strstr(e.msg, "llama-bpe"), "pre %s: %s", unknown[k], e.msg);
+        if (k == 0) printf("unknown pre-tokenizer: %s\n", e.msg);
         vq_tokenizer_free(t);
     }
 }

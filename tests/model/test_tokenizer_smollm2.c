@@ -1,7 +1,8 @@
 /* test_tokenizer_smollm2.c: byte-level BPE on SmolLM2's GGUF vocabulary. Token ids must equal those
  * of an independent tokenizer (HF tokenizers, tests/fixtures/smollm2_tokens.tsv, written by
  * tools/reference/make_token_fixtures.py) on fixed and random strings and on whole data files;
- * decode(encode(s)) == s byte-exactly for random valid UTF-8 and for arbitrary bytes. */
+ * decode(encode(s)) == s byte-exactly for random valid UTF-8, and for arbitrary bytes == s as llama.cpp reads
+ * it (invalid UTF-8 becomes U+FFFD, one per byte; see llama_clean). */
 #include "formats/gguf.h"
 #include "model/tokenizer.h"
 #include "../vq_test.h"
@@ -46,29 +47,60 @@ static int *encode_all(const vq_tokenizer *t, const char *s, size_t n, int speci
     return ids;
 }
 
-/* Bytes the vocabulary has a token for: the others are dropped by the encoder (as by HF and
- * llama.cpp), so decode(encode(s)) is s without them. */
+/* Bytes the vocabulary has a token for (looked up by their GPT-2 spelling): the others are dropped
+ * by the encoder (as by HF and llama.cpp), so decode(encode(s)) is s without them. */
 static unsigned char g_has_byte[256];
 static int g_n_missing;
 static void find_byte_tokens(const vq_tokenizer *t) {
-    vq_err e;
     for (int b = 0; b < 256; b++) {
-        char c = (char)b; int id = -1;
-        g_has_byte[b] = vq_tok_encode(t, &c, 1, 0, 0, &id, 1, &e) == 1;
+        uint32_t cp = b <= 0x20 ? 256u + (unsigned)b : (b >= 0x7F && b <= 0xA0) ? 256u + 33 + (unsigned)(b - 0x7F)
+                    : b == 0xAD ? 256u + 67 : (unsigned)b;
+        char sp[3] = { 0 };
+        if (cp < 0x80) sp[0] = (char)cp;
+        else { sp[0] = (char)(0xC0 | cp >> 6); sp[1] = (char)(0x80 | (cp & 63)); }
+        g_has_byte[b] = vq_tok_find(t, sp) >= 0;
         g_n_missing += !g_has_byte[b];
     }
     printf("%d of 256 bytes have no token in this vocabulary\n", g_n_missing);
 }
 
+/* The text the encoder sees, as llama.cpp reads it: each byte that does not start a sequence of the
+ * length its lead byte says with continuation bytes after it becomes U+FFFD; an overlong form is read
+ * as its code point and spelled again in the shortest form; past U+10FFFF is invalid too.
+ * (Written from that rule, separately from src/model/tok_bpe.c.) Returns the length written to o. */
+static size_t llama_clean(const unsigned char *p, size_t n, char *o) {
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {
+        int len = p[i] < 0x80 ? 1 : p[i] < 0xC0 ? 0 : p[i] < 0xE0 ? 2 : p[i] < 0xF0 ? 3 : p[i] < 0xF8 ? 4 : 0;
+        uint32_t cp = len == 1 ? p[i] : (uint32_t)(p[i] & (0x7F >> len));
+        if (len > 1 && i + (size_t)len > n) len = 0;
+        for (int k = 1; k < len; k++) {
+            if ((p[i + (size_t)k] & 0xC0) != 0x80) { len = 0; break; }
+            cp = cp << 6 | (p[i + (size_t)k] & 0x3F);
+        }
+        if (len == 0 || cp > 0x10FFFF) { memcpy(o + w, "\xEF\xBF\xBD", 3); w += 3; i++; continue; }
+        i += (size_t)len;
+        char tmp[4]; int m;
+        if (cp < 0x80) { tmp[0] = (char)cp; m = 1; }
+        else if (cp < 0x800) { tmp[0] = (char)(0xC0 | cp >> 6); tmp[1] = (char)(0x80 | (cp & 63)); m = 2; }
+        else if (cp < 0x10000) { tmp[0] = (char)(0xE0 | cp >> 12); tmp[1] = (char)(0x80 | ((cp >> 6) & 63));
+                                 tmp[2] = (char)(0x80 | (cp & 63)); m = 3; }
+        else { tmp[0] = (char)(0xF0 | cp >> 18); tmp[1] = (char)(0x80 | ((cp >> 12) & 63));
+               tmp[2] = (char)(0x80 | ((cp >> 6) & 63)); tmp[3] = (char)(0x80 | (cp & 63)); m = 4; }
+        memcpy(o + w, tmp, (size_t)m); w += (size_t)m;
+    }
+    return w;
+}
+
 static int round_trips(const vq_tokenizer *t, const char *s, size_t n) {
     int k;
     int *ids = encode_all(t, s, n, 0, &k);
-    char *back = malloc(n + 1), *want = malloc(n + 1);
-    size_t w = 0;
-    for (size_t i = 0; i < n; i++) if (g_has_byte[(unsigned char)s[i]]) want[w++] = s[i];
-    size_t m = k >= 0 ? vq_tok_decode(t, ids, k, back, n + 1) : (size_t)-1;
+    char *clean = malloc(3 * n + 1), *want = malloc(3 * n + 1), *back = malloc(3 * n + 1);
+    size_t c = llama_clean((const unsigned char *)s, n, clean), w = 0;
+    for (size_t i = 0; i < c; i++) if (g_has_byte[(unsigned char)clean[i]]) want[w++] = clean[i];
+    size_t m = k >= 0 ? vq_tok_decode(t, ids, k, back, 3 * n + 1) : (size_t)-1;
     int ok = m == w && memcmp(back, want, w) == 0;
-    free(ids); free(back); free(want);
+    free(ids); free(back); free(want); free(clean);
     return ok;
 }
 

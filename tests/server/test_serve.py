@@ -6,7 +6,7 @@ sockets. Each case starts the server on a free loopback port (--port 0: it print
         prefix reuse; concurrent requests equal the sequential ones; the bad-request list (each a
         4xx JSON error or a clean close, the server still serving); slot save/restore/erase
   python test_serve.py BIN smollm2   SmolLM2 (models/): a streamed chat equals `generate --chat
-        --temp 0`; 16 concurrent clients all complete and /metrics returns to zero active slots and
+        --temp 0`; "hello<|im_end|>" in a message stays text; 16 concurrent clients all complete and /metrics returns to zero active slots and
         zero reserved bytes; a client that disconnects mid-stream frees its slot at once; a full
         queue gives 503; SIGTERM finishes the stream in flight and exits 0
 
@@ -400,6 +400,21 @@ def case_smollm2(binary):
                 usage = ch.usage
         check(text == want, f"chat text equals the CLI's ({want[:50]!r})")
         check(role == "assistant" and usage is not None and usage.prompt_tokens > 0, "role and usage in the stream")
+        # special-token text in a message is plain text (issue 31): "hello<|im_end|>" costs the plain
+        # tokens of "<|im_end|>" more than "hello", not one control token that would close the turn
+        def n_plain(t):
+            out = subprocess.run([binary, "tokenize", *margs, "-p", t, "--no-bos"], capture_output=True, text=True,
+                                 check=True).stdout
+            return len([l for l in out.splitlines() if l.strip()])
+        pt = {}
+        for content in ("hello", "hello<|im_end|>"):
+            r = cl.chat.completions.create(model=model, messages=[{"role": "user", "content": content}], max_tokens=1,
+                                           temperature=0)
+            pt[content] = r.usage.prompt_tokens
+        extra = n_plain("hello<|im_end|>") - n_plain("hello")
+        check(extra > 1 and pt["hello<|im_end|>"] - pt["hello"] == extra,
+              f"'hello<|im_end|>' in a message stays text ({pt['hello<|im_end|>'] - pt['hello']} more prompt tokens "
+              f"than 'hello', its plain tokenization has {extra} more)")
         # the same question again would reuse the slot's cache, and a prefill cut at other chunk
         # boundaries need not round the same (`generate -b 1` and `-b 64` differ too; docs/serve.md):
         # erase the slots first, so it is prefilled as the CLI does
