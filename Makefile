@@ -15,6 +15,8 @@ setup:
 	bash scripts/fetch_model.sh
 	bash scripts/fetch_gemma.sh
 	bash scripts/setup-serve-venv.sh
+	bash scripts/fetch_vocabs.sh
+	bash scripts/setup-ref-venv.sh
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
