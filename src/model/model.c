@@ -550,6 +550,14 @@ uint64_t vq_model_config_hash(const vq_model *m, char *text, size_t cap) {
              "vocab=%d rope_base=%.9g rope_dim=%d rope_neox=%d eps=%.9g", c->arch, c->dim,
              c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
              (double)c->rope_base, c->rope_dim, c->rope_neox, (double)c->norm_eps);
+    /* what only the newer rows set is added when it departs from the plain decoder, so the identity
+     * of every model loaded before (and of its calibration files) stays what it was */
+    size_t at = strlen(t);
+    if (c->rope_scaling != VQ_ROPE_SCALING_NONE && c->rope_freq_scale != 1.0f)
+        at += (size_t)snprintf(t + at, sizeof t - at, " rope_scaling=%d freq_scale=%.9g attn_factor=%.9g orig_ctx=%d",
+                               c->rope_scaling, (double)c->rope_freq_scale, (double)c->rope_attn_factor, c->yarn_orig_ctx);
+    if (c->has_rope_freqs) at += (size_t)snprintf(t + at, sizeof t - at, " rope_freqs=1");
+    if (c->q_scale != 1.0f) at += (size_t)snprintf(t + at, sizeof t - at, " attn_scale=%.9g", (double)c->attn_scale);
     if (text && cap) snprintf(text, cap, "%s", t);
     uint64_t h = 1469598103934665603ull;   /* FNV-1a 64, as vq_calib_config_hash */
     for (const unsigned char *s = (const unsigned char *)t; *s; s++) { h ^= *s; h *= 1099511628211ull; }

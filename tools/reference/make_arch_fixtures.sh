@@ -33,5 +33,5 @@ echo "$ALL" | while read -r NAME PRESET ARGS; do
     "$PY" "$REPO/scripts/make_synthetic_gguf.py" "$PRESET" $ARGS -o "$F"
     # shellcheck disable=SC2086
     PYTHONPATH=$LLAMACPP_PY LLAMA_CPP_LIB_PATH=$LLAMACPP_LIB "$PY" "$REPO/tools/reference/llamacpp_arch_reference.py" \
-        "$F" -o "$REPO/tests/fixtures/arch/$NAME.txt" --preset "$PRESET" --preset-args "$ARGS"
+        "$F" -o "$REPO/tests/fixtures/arch/$NAME.txt" --preset "$PRESET" --preset-args="$ARGS"
 done
