@@ -13,12 +13,16 @@
 #include "model/model.h"
 #include "../vq_test.h"
 
-/* Bounds, derived in tests/fixtures/README.md ("arch/"): twice the worst of the realizations of our
- * arithmetic (matmul ISA x attention ISA) measured on every fixture, never fitted to one file. */
-#define LP_MAX 0.02         /* max |our log-prob - llama.cpp's| over every compared id */
-#define LP_MEAN 0.002       /* mean of the same */
-#define PPL_REL 0.002       /* |our PPL / llama.cpp's - 1| */
-#define TOP1_LEAD (2 * LP_MAX)   /* the argmax must agree where llama.cpp's top-1 leads by more */
+/* Bounds (tests/fixtures/README.md, "arch/"): twice the worst of the 12 fixtures as first measured
+ * (2026-12-07): max 0.0469 (llama3.2-1b-tiny-yarn), mean 0.00408 (gemma3-27b-tiny-62l), PPL 0.0514 %
+ * (yarn). Our own realizations do not spread them (F16 weights: no activation quantization on our
+ * side; avx512, avx2 and scalar agree to 1e-5): the distance is llama.cpp's rounding of activations
+ * to f16 in its F16 matmuls. The errors this check exists for are 15-100x larger (README). */
+#define LP_MAX 0.094        /* max |our log-prob - llama.cpp's| over every compared id */
+#define LP_MEAN 0.0082      /* mean of the same */
+#define PPL_REL 0.00103     /* |our PPL / llama.cpp's - 1| */
+#define TOP1_LEAD (2 * LP_MAX)   /* argmax must agree where llama.cpp's top-1 leads by more: a lead
+                                  * of 2 LP_MAX cannot flip while each log-prob moves <= LP_MAX */
 
 #define N 512
 #define CHUNK 64
