@@ -389,7 +389,8 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
             if ((s = bind_mat(&b, NM("attn_v.weight"), kvd, c->dim, 0, &L->wv, err))) break;
         }
         if ((s = bind_mat(&b, NM("attn_output.weight"), c->dim, qd, 0, &L->wo, err))) break;
-        if ((have & VQ_AT_FUSED_GATE_UP) && !vq_gguf_find_tensor(g, NM("ffn_gate.weight"))) {
+        const int fused_gu = (have & VQ_AT_FUSED_GATE_UP) && !vq_gguf_find_tensor(g, NM("ffn_gate.weight"));
+        if (fused_gu) {   /* gate rows then up rows (the order is the row's to verify) */
             vq_wmat gu;
             if ((s = bind_mat(&b, NM("ffn_up.weight"), 2 * c->hidden_dim, c->dim, 0, &gu, err))) break;
             L->w_gate = row_slice(&gu, 0, c->hidden_dim);
@@ -408,8 +409,7 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
         if ((have & VQ_AT_O_BIAS) && (s = bind_vec(&b, NM("attn_output.bias"), c->dim, REQ(VQ_AT_O_BIAS), &L->bo, err))) break;
         if (have & VQ_AT_FFN_BIAS) {
             int opt = REQ(VQ_AT_FFN_BIAS);
-            if (L->w_gate.data != L->w_up.data && L->w_gate.rows == c->hidden_dim &&
-                (s = bind_vec(&b, NM("ffn_gate.bias"), c->hidden_dim, opt, &L->b_gate, err))) break;
+            if (!fused_gu && (s = bind_vec(&b, NM("ffn_gate.bias"), c->hidden_dim, opt, &L->b_gate, err))) break;
             if ((s = bind_vec(&b, NM("ffn_up.bias"), c->hidden_dim, opt, &L->b_up, err))) break;
             if ((s = bind_vec(&b, NM("ffn_down.bias"), c->dim, opt, &L->b_down, err))) break;
         }
