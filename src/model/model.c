@@ -159,12 +159,12 @@ static float rope_table(float *inv, int rot, float base, const float *ff, int sc
 }
 
 /* the tensor that marks a mixture-of-experts file, if any */
-static const char *moe_tensor(const vq_gguf *g) {
+static const vq_gguf_tensor *moe_tensor(const vq_gguf *g) {
     for (uint64_t i = 0; i < vq_gguf_n_tensors(g); i++) {
         const vq_gguf_tensor *t = vq_gguf_tensor_at(g, i);
         char n[128];
         snprintf(n, sizeof n, "%.*s", (int)VQ_MIN(t->name.len, 127), t->name.ptr);
-        if (strstr(n, "_exps.") || strstr(n, "ffn_gate_inp.") || strstr(n, "_shexp.")) return t->name.ptr;
+        if (strstr(n, "_exps.") || strstr(n, "ffn_gate_inp.") || strstr(n, "_shexp.")) return t;
     }
     return NULL;
 }
@@ -251,11 +251,13 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
          * is found missing */
         int n_exp = 0;
         if ((s = get_u32_key(g, a, "expert_count", 0, 0, 0, 1 << 20, &n_exp, err))) return s;
-        const char *mt = moe_tensor(g);
-        if (n_exp > 0 || mt)
-            return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: mixture-of-experts models are not supported (%s%s%s)",
-                              path, n_exp > 0 ? "expert_count > 0" : "tensor ", n_exp > 0 ? "" : mt,
-                              n_exp > 0 ? "" : "...");
+        const vq_gguf_tensor *mt = moe_tensor(g);
+        if (n_exp > 0)
+            return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: mixture-of-experts models are not supported (%s.expert_count "
+                              "= %d)", path, a, n_exp);
+        if (mt)
+            return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: mixture-of-experts models are not supported (tensor '%.*s')",
+                              path, (int)VQ_MIN(mt->name.len, 96), mt->name.ptr);
     }
     if ((s = get_u32_key(g, a, "embedding_length", 1, 0, 1, 65536, &c->dim, err))) return s;
     if ((s = get_u32_key(g, a, "block_count", 1, 0, 1, 1024, &c->n_layers, err))) return s;
