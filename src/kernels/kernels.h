@@ -61,9 +61,13 @@ float vq_dot_f32(const float *a, const float *b, int n);
 void  vq_axpy_f32(float *y, float a, const float *x, int n);   /* y += a*x */
 
 /* Rotary embedding in place on n_heads heads of head_dim, rotating the first rot_dim dims, at
- * absolute position pos. neox = 0: pairs (x[2i], x[2i+1]) (llama2.c, GGUF llama);
- * neox = 1: pairs (x[i], x[i + rot_dim/2]). theta_i = pos * base^(-2i/rot_dim). */
-void vq_rope(float *x, int n_heads, int head_dim, int rot_dim, int pos, float freq_base, int neox);
+ * absolute position pos: pair i (neox = 0: (x[2i], x[2i+1]), llama2.c and GGUF llama; neox = 1:
+ * (x[i], x[i + rot_dim/2])) turns by pos * inv_freq[i]; cos and sin are multiplied by mscale
+ * (YaRN's magnitude scale; 1 leaves them as they are). inv_freq holds rot_dim/2 values. */
+void vq_rope(float *x, int n_heads, int head_dim, int rot_dim, int pos, const float *inv_freq, float mscale,
+             int neox);
+/* llama2.c's frequencies, bit for bit: inv_freq[i] = 1 / base^(2i/rot_dim) in float. */
+void vq_rope_freqs(float *inv_freq, int rot_dim, float base);
 
 /* fast Walsh-Hadamard transform, in place, n a power of two, unnormalized */
 void vq_fwht(float *x, int n);

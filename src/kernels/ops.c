@@ -104,8 +104,14 @@ void vq_axpy_f32(float *y, float a, const float *x, int n) {
 }
 
 /* llama2.c's arithmetic: freq = 1/base^(i/rot) for the even index i, angle = pos*freq in float.
- * The angles depend only on i, so they are computed once and applied to every head. */
-void vq_rope(float *x, int n_heads, int head_dim, int rot_dim, int pos, float freq_base, int neox) {
+ * The frequencies are computed once at load (vq_rope_freqs); the angles depend only on the pair,
+ * so they are computed once per call and applied to every head. */
+void vq_rope_freqs(float *inv_freq, int rot_dim, float base) {
+    for (int k = 0; k < rot_dim / 2; k++) inv_freq[k] = 1.0f / powf(base, (float)(2 * k) / (float)rot_dim);
+}
+
+void vq_rope(float *x, int n_heads, int head_dim, int rot_dim, int pos, const float *inv_freq, float mscale,
+             int neox) {
     if (rot_dim > head_dim) rot_dim = head_dim;
     rot_dim &= ~1;
     int half = rot_dim / 2;
@@ -113,12 +119,12 @@ void vq_rope(float *x, int n_heads, int head_dim, int rot_dim, int pos, float fr
     for (int c0 = 0; c0 < half; c0 += 512) {
         int cn = VQ_MIN(512, half - c0);
         for (int k = 0; k < cn; k++) {
-            int i = 2 * (c0 + k);
-            float freq = 1.0f / powf(freq_base, (float)i / (float)rot_dim);
-            float val = (float)pos * freq;
+            float val = (float)pos * inv_freq[c0 + k];
             cs[k] = cosf(val);
             sn[k] = sinf(val);
         }
+        if (mscale != 1.0f)
+            for (int k = 0; k < cn; k++) { cs[k] *= mscale; sn[k] *= mscale; }
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (size_t)h * head_dim;
             for (int k = 0; k < cn; k++) {

@@ -1,8 +1,10 @@
-/* forward.c: the Llama / Gemma 3 forward pass over a batch of tokens (chunked prefill, or one
- * token for decode). Reads top to bottom like the math; K/V go to the cache and attention comes
- * back from it, so the pass is the same for every KV codec. Gemma 3 adds: embeddings scaled by
- * sqrt(dim), RMSNorm of each q/k head before RoPE, RMSNorm of each branch's output before the
- * residual add, GeGLU, and per-layer rope bases (sliding-window layers: the cache masks them). */
+/* forward.c: the one decoder forward pass over a batch of tokens (chunked prefill, or one token
+ * for decode). Reads top to bottom like the math; K/V go to the cache and attention comes back
+ * from it, so the pass is the same for every KV codec. What differs between architectures is
+ * config and layer fields set at load from the architecture row (arch.c): embedding scale,
+ * biases, per-head q/k RMSNorm before RoPE, per-layer rope tables (base, rope_freqs, scaling),
+ * the attention scale (a factor on q), post-norms of each branch, GeGLU or SwiGLU, sliding-window
+ * layers (the cache masks them), an output bias and final-logit soft-capping. Never an arch name. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,9 +124,15 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
             for (size_t r = 0; r < (size_t)n * c->n_kv_heads; r++) vq_rmsnorm(f->k + r * hd, f->k + r * hd, L->k_norm, hd, c->norm_eps);
         }
         for (int t = 0; t < n; t++) {   /* RoPE at the true position of each token */
-            vq_rope(f->q + (size_t)t * qd, c->n_heads, c->head_dim, c->rope_dim, f->pos[t], L->rope_base, c->rope_neox);
-            vq_rope(f->k + (size_t)t * kvd, c->n_kv_heads, c->head_dim, c->rope_dim, f->pos[t], L->rope_base, c->rope_neox);
+            vq_rope(f->q + (size_t)t * qd, c->n_heads, c->head_dim, c->rope_dim, f->pos[t], L->rope_inv_freq,
+                    L->rope_mscale, c->rope_neox);
+            vq_rope(f->k + (size_t)t * kvd, c->n_kv_heads, c->head_dim, c->rope_dim, f->pos[t], L->rope_inv_freq,
+                    L->rope_mscale, c->rope_neox);
         }
+        /* the cache scores q.k / sqrt(head_dim); another attention scale rides on q (before the
+         * tap, which sees exactly the rows the cache gets) */
+        if (c->q_scale != 1.0f)
+            for (size_t i = 0; i < (size_t)n * qd; i++) f->q[i] *= c->q_scale;
         if (f->tap) f->tap(f->tap_user, l, n, f->pos, f->q, f->k, f->v);
         /* A NaN/inf here comes from the weights (or an overflow), not from the caller: say so with
          * VQ_ERR_NUMERIC, as the logits check does, before the cache refuses the row as a bad
@@ -153,6 +161,7 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
             if (s) return s;
         }
         matmul(f->xb, &L->wo, f->att, n);
+        add_bias(f->xb, L->bo, n, dim);
         post_norm(f->xb, L->post_attn_norm, n, dim, c->norm_eps);
         for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
 
@@ -163,9 +172,12 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
                                    { f->hb2, L->w_up.data, L->w_up.type, L->w_up.rows } };
             vq_matmul_many(j, 2, f->xb, n, dim);
         }
+        add_bias(f->hb, L->b_gate, n, c->hidden_dim);
+        add_bias(f->hb2, L->b_up, n, c->hidden_dim);
         if (c->ffn_gelu) vq_geglu(f->hb, f->hb2, n * c->hidden_dim);
         else vq_swiglu(f->hb, f->hb2, n * c->hidden_dim);
         matmul(f->xb, &L->w_down, f->hb, n);
+        add_bias(f->xb, L->b_down, n, dim);
         post_norm(f->xb, L->post_ffn_norm, n, dim, c->norm_eps);
         for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
     }
@@ -174,6 +186,11 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
         for (int t = first; t < n; t++)
             vq_rmsnorm(f->xb + (size_t)(t - first) * dim, f->x + (size_t)t * dim, m->out_norm, dim, c->norm_eps);
         matmul(logits, &m->output, f->xb, n_logits);
+        add_bias(logits, m->out_bias, n_logits, c->vocab_size);
+        if (c->final_softcap > 0) {   /* logits = cap * tanh(logits / cap) */
+            const float cap = c->final_softcap;
+            for (size_t i = 0; i < (size_t)n_logits * c->vocab_size; i++) logits[i] = cap * tanhf(logits[i] / cap);
+        }
     }
     return VQ_OK;
 }

@@ -1,4 +1,4 @@
-/* model.h: a loaded language model (Llama family, Gemma 3) and its forward pass.
+/* model.h: a loaded language model (the architecture rows of arch.c) and its forward pass.
  * Weights point into the mapped file (GGUF or llama2.c checkpoint); nothing is dequantized.
  * The forward pass hands K/V rows to a vq_kv cache and asks it for attention outputs: it never
  * reads K/V memory itself (docs/architecture.md), so every codec plugs in without touching this code. */
@@ -8,6 +8,44 @@
 #include "kv/kv.h"
 #include "model/tokenizer.h"
 
+/* ---- architecture rows (arch.c) ----
+ * A row says, for one GGUF `general.architecture`, which tensors exist and which operations of
+ * the one decoder in forward.c differ; model.c binds a file through its row into the config and
+ * layer fields below, and forward.c reads only those (never an architecture's name). */
+enum {                           /* tensor classes a row requires or allows (bits) */
+    VQ_AT_QKV_BIAS   = 1 << 0,   /* blk.N.attn_{q,k,v}.bias (or attn_qkv.bias with a fused qkv) */
+    VQ_AT_O_BIAS     = 1 << 1,   /* blk.N.attn_output.bias */
+    VQ_AT_FFN_BIAS   = 1 << 2,   /* blk.N.ffn_{gate,up,down}.bias */
+    VQ_AT_QK_NORM    = 1 << 3,   /* blk.N.attn_{q,k}_norm.weight: RMSNorm of each q/k head before rope */
+    VQ_AT_POST_NORMS = 1 << 4,   /* blk.N.post_attention_norm / post_ffw_norm: RMSNorm of each branch */
+    VQ_AT_FUSED_QKV  = 1 << 5,   /* blk.N.attn_qkv.weight: q, k, v rows in one matrix */
+    VQ_AT_FUSED_GATE_UP = 1 << 6,/* blk.N.ffn_up.weight: gate rows then up rows, no ffn_gate */
+    VQ_AT_ROPE_FREQS = 1 << 7,   /* rope_freqs.weight: per-pair frequency divisors (Llama 3.x) */
+    VQ_AT_OUT_BIAS   = 1 << 8,   /* output.bias */
+};
+enum { VQ_ATTN_SCALE_HEAD_DIM,   /* 1/sqrt(head_dim) */
+       VQ_ATTN_SCALE_GEMMA3,     /* 1/sqrt(dim/heads) for the 62-layer (27B) shape, else head_dim's */
+       VQ_ATTN_SCALE_KEY };      /* attention.scale from the file, else head_dim's */
+enum { VQ_ROPE_SCALING_NONE, VQ_ROPE_SCALING_LINEAR, VQ_ROPE_SCALING_YARN };
+
+typedef struct vq_arch {
+    const char *name;            /* general.architecture */
+    unsigned required, optional; /* VQ_AT_* beyond the Llama set every row has */
+    int rope_neox;               /* rope on halves (1) or adjacent pairs (0) */
+    int ffn_gelu;                /* GeGLU (1) or SwiGLU (0) */
+    int emb_scale_sqrt_dim;      /* embeddings multiplied by sqrt(dim) */
+    int attn_scale;              /* VQ_ATTN_SCALE_* */
+    int swa;                     /* reads attention.sliding_window (0: the key is ignored) */
+    int swa_pattern;             /* default: every swa_pattern-th layer global (pattern key overrides) */
+    float rope_base_swa;         /* default rope base of sliding layers (key rope.freq_base_swa) */
+    int rope_scale_swa;          /* rope scaling applies to the sliding layers too */
+    int final_softcap;           /* reads final_logit_softcapping */
+    int attn_softcap;            /* reads attn_logit_softcapping */
+    const char *chat_default;    /* turn format when the file has no chat template (NULL: none) */
+} vq_arch;
+const vq_arch *vq_arch_find(const char *name, size_t len);   /* NULL: unknown */
+const vq_arch *vq_arch_at(int i);                            /* the i-th row; NULL past the end */
+
 typedef struct vq_model_config {
     char arch[32];
     int dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size;
@@ -15,11 +53,21 @@ typedef struct vq_model_config {
     float norm_eps, rope_base;
     int rope_dim;           /* dims rotated per head */
     int rope_neox;          /* 0: adjacent pairs (llama), 1: halves (neox) */
-    /* Gemma 3 (all off for Llama): */
     float emb_scale;        /* embeddings multiplied by it (gemma: sqrt(dim)); 1 */
     int ffn_gelu;           /* 0: SwiGLU (silu), 1: GeGLU (gelu, tanh form) */
     int swa_window;         /* sliding-window layers see this many tokens (0: none) */
     float rope_base_swa;    /* rope base of the sliding-window layers */
+    /* rope scaling (llama.cpp's meaning): freq_scale = 1/factor; YaRN mixes interpolated and
+     * extrapolated frequencies between the correction dims of yarn_orig_ctx and scales cos/sin */
+    int rope_scaling;       /* VQ_ROPE_SCALING_* */
+    float rope_freq_scale;  /* 1 / rope.scaling.factor (1: none) */
+    float rope_attn_factor; /* rope.scaling.attn_factor (1) */
+    int yarn_orig_ctx;      /* rope.scaling.original_context_length (train_ctx) */
+    int has_rope_freqs;     /* rope_freqs.weight divides the frequencies (Llama 3.x) */
+    float attn_scale;       /* softmax scale of q.k; the cache applies 1/sqrt(head_dim), so forward
+                             * multiplies q by q_scale = attn_scale * sqrt(head_dim) when it differs */
+    float q_scale;          /* 1 exactly when attn_scale is 1/sqrt(head_dim) */
+    float final_softcap;    /* logits = c * tanh(logits / c) (0: none) */
 } vq_model_config;
 
 typedef struct vq_wmat { const void *data; uint32_t type; int rows, cols; } vq_wmat; /* rows x cols */
@@ -30,8 +78,13 @@ typedef struct vq_layer_weights {
     const float *bq, *bk, *bv;              /* optional biases (NULL when absent) */
     const float *q_norm, *k_norm;           /* head_dim: RMSNorm of each q/k head before RoPE (QK-norm) */
     const float *post_attn_norm, *post_ffn_norm;   /* dim: RMSNorm of each branch's output */
+    const float *bo, *b_gate, *b_up, *b_down;  /* optional biases (NULL when absent) */
     int swa;                                /* 1: a sliding-window layer (cfg.swa_window) */
     float rope_base;                        /* this layer's rope base */
+    /* rope_dim/2 inverse frequencies (the angle of pair i at position p is p * rope_inv_freq[i]):
+     * base, rope_freqs, linear and YaRN scaling folded in at load; cos/sin times rope_mscale */
+    const float *rope_inv_freq;
+    float rope_mscale;
 } vq_layer_weights;
 
 typedef struct vq_model {
@@ -39,6 +92,9 @@ typedef struct vq_model {
     vq_wmat tok_embd;                       /* vocab x dim */
     vq_wmat output;                         /* vocab x dim (== tok_embd when tied) */
     const float *out_norm;
+    const float *out_bias;                  /* vocab (NULL: none) */
+    const vq_arch *row;                     /* the architecture row (NULL: llama2.c checkpoint) */
+    float *rope_tables;                     /* the layers' rope_inv_freq (owned) */
     vq_layer_weights *layers;
     int *span;                              /* per layer: attention span for the cache (0: all) */
     vq_tokenizer *tok;

@@ -41,7 +41,9 @@ int main(void) {
             for (int rot = 32; rot <= 64; rot += 32) {
                 int pos = poss[pi];
                 for (int i = 0; i < nh * hd; i++) x0[i] = x[i] = (float)vq_rng_gauss(&rng);
-                vq_rope(x, nh, hd, rot, pos, 100000.0f, layout);
+                float inv[32];
+                vq_rope_freqs(inv, rot, 100000.0f);
+                vq_rope(x, nh, hd, rot, pos, inv, 1.0f, layout);
                 int bad = 0, untouched = 0;
                 double maxe = 0;
                 for (int h = 0; h < nh; h++) {
@@ -65,7 +67,9 @@ int main(void) {
     /* adjacent pairs at base 10000 = llama2.c's loop, bit for bit */
     for (size_t pi = 0; pi < VQ_ARRAY_LEN(poss); pi++) {
         for (int i = 0; i < nh * hd; i++) x0[i] = x[i] = (float)vq_rng_gauss(&rng);
-        vq_rope(x, nh, hd, hd, poss[pi], 10000.0f, 0);
+        float inv[32];
+        vq_rope_freqs(inv, hd, 10000.0f);
+        vq_rope(x, nh, hd, hd, poss[pi], inv, 1.0f, 0);
         for (int h = 0; h < nh; h++) rope_llama2c(x0 + h * hd, hd, poss[pi]);
         CHECKF(memcmp(x, x0, sizeof x) == 0, "rope differs from llama2.c's arithmetic at pos %d", poss[pi]);
     }

@@ -1,6 +1,7 @@
 /* test_model_input.c: vq_model_open's input checks. The model and tokenizer paths must be regular
  * files, refused at once otherwise (a FIFO must not block, a directory says "is a directory");
- * non-finite or absurd float hyperparameters in a GGUF are refused at load, naming the key.
+ * non-finite or absurd float hyperparameters in a GGUF are refused at load, naming the key; an
+ * unknown architecture, a mixture-of-experts file and an unknown rope scaling are refused by name.
  * alarm() turns a hang on the FIFO into a failure. */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -99,12 +100,63 @@ static void check_hparams(void) {
     for (size_t i = 0; i < VQ_ARRAY_LEN(good_eps); i++) hparam(eps, 12, good_eps[i], 1);
 }
 
+/* a metadata-only GGUF of architecture arch with one extra key (u32 or string): refused with want */
+static void arch_refused_t(const char *arch, const char *key, const char *sval, uint32_t uval, const char *tensor,
+                           vq_status code, const char *want, const char *want2) {
+    char path[128], k[128];
+    snprintf(path, sizeof path, "%s/a.gguf", dir);
+    tw_buf b = {0};
+    tw_put(&b, "GGUF", 4);
+    tw_u32(&b, 3);
+    tw_u64(&b, tensor ? 1 : 0);
+    tw_u64(&b, key ? 6 : 5);
+    tw_key(&b, "general.architecture", 8); tw_str(&b, arch);
+    const char *u[4] = { "embedding_length", "block_count", "feed_forward_length", "attention.head_count" };
+    const uint32_t uv[4] = { 64, 2, 128, 8 };
+    for (int i = 0; i < 4; i++) { snprintf(k, sizeof k, "%s.%s", arch, u[i]); tw_key(&b, k, 4); tw_u32(&b, uv[i]); }
+    if (key && sval) { tw_key(&b, key, 8); tw_str(&b, sval); }
+    else if (key) { tw_key(&b, key, 4); tw_u32(&b, uval); }
+    if (tensor) {   /* one F32 tensor of 4 elements */
+        tw_str(&b, tensor); tw_u32(&b, 1); tw_u64(&b, 4); tw_u32(&b, 0); tw_u64(&b, 0);
+        while (b.n % 32) tw_u8(&b, 0);
+        for (int i = 0; i < 4; i++) tw_f32(&b, 1.0f);
+    }
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(b.p, 1, b.n, f) == b.n);
+    if (f) fclose(f);
+    free(b.p);
+    refused(path, NULL, code, want, want2);
+    unlink(path);
+}
+
+static void arch_refused(const char *arch, const char *key, const char *sval, uint32_t uval, vq_status code,
+                         const char *want, const char *want2) {
+    arch_refused_t(arch, key, sval, uval, NULL, code, want, want2);
+}
+
+/* unknown architectures name themselves and the known rows; mixture-of-experts files and rope
+ * scalings we do not implement are refused before any tensor is looked for */
+static void check_arch(void) {
+    arch_refused("mamba", NULL, NULL, 0, VQ_ERR_UNSUPPORTED, "architecture 'mamba' is not supported",
+                 "known: llama, gemma3, qwen2, qwen3");
+    arch_refused("llama", "llama.expert_count", NULL, 8, VQ_ERR_UNSUPPORTED, "mixture-of-experts models are not supported",
+                 NULL);
+    arch_refused("qwen2", "qwen2.expert_count", NULL, 60, VQ_ERR_UNSUPPORTED, "mixture-of-experts", NULL);
+    arch_refused("llama", "llama.rope.scaling.type", "longrope", 0, VQ_ERR_UNSUPPORTED, "longrope", NULL);
+    arch_refused("llama", "llama.rope.scaling.type", "dynamic", 0, VQ_ERR_FORMAT, "llama.rope.scaling.type", "dynamic");
+    arch_refused("llama", "llama.expert_count", NULL, 0, VQ_ERR_FORMAT, "token_embd.weight", NULL);   /* 0: dense */
+    arch_refused_t("llama", NULL, NULL, 0, "blk.0.ffn_up_exps.weight", VQ_ERR_UNSUPPORTED, "mixture-of-experts",
+                   "blk.0.ffn_up_exps.weight");
+    arch_refused_t("qwen2", NULL, NULL, 0, "blk.3.ffn_gate_inp.weight", VQ_ERR_UNSUPPORTED, "mixture-of-experts", NULL);
+}
+
 int main(void) {
     signal(SIGALRM, on_alarm);
     alarm(30);
     if (!mkdtemp(dir)) VQ_SKIP("cannot make a temp directory in /tmp");
     check_paths();
     check_hparams();
+    check_arch();
     rmdir(dir);
     return vq_t_done();
 }
