@@ -4,7 +4,7 @@
  * equal the exact integer dot; (3) a float64 dot of the dequantized weights with the original
  * activations, within the activation-quantization bound sum_b (d_b/2)*sum_j|w_bj| + 1e-5*sum|w*x|;
  * (4) 1 vs 2 threads bit-identical. Sizes include rows that are no multiple of the thread chunk
- * and n = 1, 3, 17 tokens. */
+ * and n = 1, 3, 6, 17 tokens. */
 #include "kernels/kernels_impl.h"
 #include "../vq_test.h"
 #include <omp.h>
@@ -349,7 +349,7 @@ int main(void) {
 
     check_quantizers(&rng);
     check_many(&rng);
-    const int ns[] = {1, 3, 17};
+    const int ns[] = {1, 3, 6, 17};   /* 6: a tile of 4 then one of 2 */
     for (size_t ti = 0; ti < VQ_ARRAY_LEN(TYPES); ti++) {
         uint32_t type = TYPES[ti];
         int blk = vq_wtype_get(type)->block, quant = blk > 1;
