@@ -377,5 +377,8 @@ int main(void) {
     check_case(&rng, VQ_TYPE_Q8_0, 1001, 576, 1);
     check_case(&rng, VQ_TYPE_TQW4, 1536 + 5, 576, 3);
     check_case(&rng, VQ_TYPE_TQW4, 576, 1536, 1);
+    /* Q6_K rows wider than the 512-bit kernel's stack buffer (16384) take the 256-bit kernel */
+    check_case(&rng, VQ_TYPE_Q6_K, 9, 16384 + 256, 5);
+    check_case(&rng, VQ_TYPE_Q6_K, 9, 16384, 5);
     return vq_t_done();
 }
