@@ -191,6 +191,9 @@ void vq_rows_f32_avx512(const uint8_t *, size_t, int, const void *, size_t, int,
 void vq_rows_f16_avx512(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_bf16_avx512(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 /* the int8 AVX-512 kernels need VNNI (vpdpbusd); without it the AVX2 ones run */
+/* Q4_K and Q6_K on 512-bit vectors (kquants512.inc), bit-identical to the 256-bit kernels */
+void vq_rows_q4_k_avx512z(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+void vq_rows_q6_k_avx512z(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q8_0_avx512vnni(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q4_0_avx512vnni(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q4_1_avx512vnni(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);

@@ -73,6 +73,7 @@ FROW(bf16, 2, ld_bf16)
 #include "kquants256.inc"
 #undef DOT_SC
 #undef KSUF
+#include "kquants512.inc"
 
 /* fwht: strides 1..8 inside one 16-float register, larger strides as whole-vector butterflies */
 void vq_fwht_avx512(float *x, int n) {

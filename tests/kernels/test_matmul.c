@@ -4,7 +4,7 @@
  * equal the exact integer dot; (3) a float64 dot of the dequantized weights with the original
  * activations, within the activation-quantization bound sum_b (d_b/2)*sum_j|w_bj| + 1e-5*sum|w*x|;
  * (4) 1 vs 2 threads bit-identical. Sizes include rows that are no multiple of the thread chunk
- * and n = 1, 3, 17 tokens. */
+ * and n = 1, 3, 6, 17 tokens. */
 #include "kernels/kernels_impl.h"
 #include "../vq_test.h"
 #include <omp.h>
@@ -349,7 +349,7 @@ int main(void) {
 
     check_quantizers(&rng);
     check_many(&rng);
-    const int ns[] = {1, 3, 17};
+    const int ns[] = {1, 3, 6, 17};   /* 6: a tile of 4 then one of 2 */
     for (size_t ti = 0; ti < VQ_ARRAY_LEN(TYPES); ti++) {
         uint32_t type = TYPES[ti];
         int blk = vq_wtype_get(type)->block, quant = blk > 1;
@@ -377,5 +377,8 @@ int main(void) {
     check_case(&rng, VQ_TYPE_Q8_0, 1001, 576, 1);
     check_case(&rng, VQ_TYPE_TQW4, 1536 + 5, 576, 3);
     check_case(&rng, VQ_TYPE_TQW4, 576, 1536, 1);
+    /* Q6_K rows wider than the 512-bit kernel's stack buffer (16384) take the 256-bit kernel */
+    check_case(&rng, VQ_TYPE_Q6_K, 9, 16384 + 256, 5);
+    check_case(&rng, VQ_TYPE_Q6_K, 9, 16384, 5);
     return vq_t_done();
 }
