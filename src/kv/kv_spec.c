@@ -421,10 +421,38 @@ static vq_status parse_items(char *list, vq_kv_clause *c, const char *spec, vq_e
     return VQ_OK;
 }
 
+/* A spec from an untrusted sender (vq_kv_spec_parse_confined): calib= may only name a file of the
+ * operator's folder, by its plain name; every refusal (no folder, a path, a name with other
+ * characters, a file that is missing, not a regular file or not a calibration file) gets the one
+ * message below, so the answer tells nothing about the host's files. */
+typedef struct calib_conf { const char *dir; } calib_conf;
+
+static vq_status confine_calib(vq_kv_parsed *sp, const calib_conf *conf, vq_err *err) {
+    const char *n = sp->calib;
+    int ok = conf->dir && conf->dir[0] && n[0] != '.' && strlen(n) <= 128;
+    for (const char *q = n; ok && *q; q++)
+        ok = isalnum((unsigned char)*q) || *q == '.' || *q == '_' || *q == '-';
+    char path[VQ_KV_CALIB_MAX];
+    if (ok) {
+        int w = snprintf(path, sizeof path, "%s/%s", conf->dir, n);
+        ok = w > 0 && (size_t)w < sizeof path;
+    }
+    vq_calib cal;
+    memset(&cal, 0, sizeof cal);
+    if (ok) ok = vq_calib_read(path, &cal, NULL) == VQ_OK;   /* regular files only (vq_read_file) */
+    vq_calib_free(&cal);
+    if (!ok)
+        return vq_err_set(err, VQ_ERR_ARG, "calib=: not a calibration file this server offers (a request "
+                          "may name one of the operator's calibration folder by its plain name)");
+    snprintf(sp->calib, sizeof sp->calib, "%s", path);
+    return VQ_OK;
+}
+
 /* Check one plain spec's codecs and parameters by configuring each side once (head_dim 64, the
  * smallest every codec takes), and make its normalized text. */
-static vq_status probe_clause(vq_kv_clause *c, const char *plain, vq_err *err) {
+static vq_status probe_clause(vq_kv_clause *c, const char *plain, const calib_conf *conf, vq_err *err) {
     if (vq_kv_part_parse(plain, &c->sp, err)) return err ? err->code : VQ_ERR_ARG;
+    if (conf && c->sp.calib[0] && confine_calib(&c->sp, conf, err)) return VQ_ERR_ARG;
     vq_codec_state st[2];
     memset(st, 0, sizeof st);
     int fpw = 0;
@@ -475,6 +503,10 @@ static vq_status probe_clause(vq_kv_clause *c, const char *plain, vq_err *err) {
         int P = (int)((c->sp.page + rpbs - 1) / rpbs * rpbs);
         vq_kv_normalize(c->norm, sizeof c->norm, &st[0], &st[1], &c->sp,
                         c->sp.window >= 0 ? c->sp.window : fpw, c->sp.wprec, P, c->sp.sink);
+        /* a cut normalized text would make two different specs equal (vq_kv_spec_equal) */
+        if (strlen(c->norm) >= sizeof c->norm - 1)
+            rc = vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s...': the normalized clause is longer than "
+                            "%zu characters", plain, sizeof c->norm - 2);
     }
     for (int s = 0; s < 2; s++)
         if (st[s].codec && st[s].codec->fini) st[s].codec->fini(&st[s]);
@@ -491,7 +523,40 @@ void vq_kv_spec_free(vq_kv_spec *s) {
 
 const char *vq_kv_spec_text(const vq_kv_spec *s) { return s ? s->text : ""; }
 
-vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err) {
+/* The normalized text spells out every value the cache is built from and parsing refuses a spec
+ * whose normalized text would be cut (probe_clause, the override join), so two specs are equal
+ * exactly when their texts are. */
+int vq_kv_spec_equal(const vq_kv_spec *a, const vq_kv_spec *b) {
+    if (!a || !b) return a == b;
+    return !strcmp(a->text, b->text);
+}
+
+vq_kv_spec *vq_kv_spec_dup(const vq_kv_spec *s, vq_err *err) {
+    vq_err_clear(err);
+    if (!s) { vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_dup: no spec"); return NULL; }
+    vq_kv_spec *d = calloc(1, sizeof *d);
+    if (d) d->c = calloc((size_t)s->n, sizeof *d->c);
+    if (!d || !d->c) goto nomem;
+    memcpy(d->given, s->given, sizeof d->given);
+    memcpy(d->text, s->text, sizeof d->text);
+    d->n = s->n;
+    for (int i = 0; i < s->n; i++) {
+        d->c[i] = s->c[i];
+        d->c[i].items = NULL;
+        if (s->c[i].n_items) {
+            d->c[i].items = malloc((size_t)s->c[i].n_items * sizeof *d->c[i].items);
+            if (!d->c[i].items) goto nomem;
+            memcpy(d->c[i].items, s->c[i].items, (size_t)s->c[i].n_items * sizeof *d->c[i].items);
+        }
+    }
+    return d;
+nomem:
+    vq_kv_spec_free(d);
+    vq_err_set(err, VQ_ERR_NOMEM, "kv spec: out of memory");
+    return NULL;
+}
+
+static vq_kv_spec *spec_parse(const char *text, const calib_conf *conf, vq_err *err) {
     vq_err_clear(err);
     if (!text || !*text) {
         vq_kv_parsed sp;
@@ -534,7 +599,7 @@ vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err) {
     }
     vq_err e;
     vq_err_clear(&e);
-    if (probe_clause(&s->c[0], clause[0], &e)) {
+    if (probe_clause(&s->c[0], clause[0], conf, &e)) {
         vq_err_set(err, e.code ? e.code : VQ_ERR_ARG, "%s", e.msg);
         goto fail;
     }
@@ -550,7 +615,7 @@ vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err) {
         if (!*t) { ovr_err(err, text, s->c[c].given, "no layers before '='"); goto fail; }
         if (parse_items(clause[c], &s->c[c], text, err)) goto fail;
         vq_err_clear(&e);
-        if (probe_clause(&s->c[c], sp, &e)) {
+        if (probe_clause(&s->c[c], sp, conf, &e)) {
             vq_err_set(err, e.code ? e.code : VQ_ERR_ARG, "kv spec '%.160s': layer override "
                        "'@%.100s': %s", text, s->c[c].given, e.msg);
             goto fail;
@@ -580,4 +645,11 @@ fail:
     free(clause);
     vq_kv_spec_free(s);
     return NULL;
+}
+
+vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err) { return spec_parse(text, NULL, err); }
+
+vq_kv_spec *vq_kv_spec_parse_confined(const char *text, const char *calib_dir, vq_err *err) {
+    const calib_conf conf = { calib_dir };
+    return spec_parse(text, &conf, err);
 }
