@@ -283,12 +283,39 @@ static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *
     return VQ_OK;
 }
 
+/* What the tokenizer below would pass over in silence: an empty part (";;", a ';' at either end),
+ * an empty parameter list or item ("f16:", "k=4,,v=4", a ',' at either end) and whitespace next
+ * to a delimiter (" f16", "f16; window=4"). Each is a typo whose spec would run as something the
+ * writer did not mean, so it is refused, naming the place. NULL when the text is clean. */
+static const char *untidy(const char *t, size_t *at) {
+    static const char *DELIM = ";:,=";
+    size_t n = strlen(t);
+    for (size_t i = 0; i <= n; i++) {
+        char c = t[i], prev = i ? t[i - 1] : 0;
+        *at = i;
+        if (isspace((unsigned char)c) && (i == 0 || i + 1 == n || strchr(DELIM, t[i + 1]) || strchr(DELIM, prev)))
+            return "whitespace at the start or end of the spec or beside ';', ':', ',' or '='";
+        if (c == ';' && (i == 0 || i + 1 == n || t[i + 1] == ';')) return "an empty part (';' at an end or ';;')";
+        if (c == ':' && (i + 1 == n || t[i + 1] == ';' || t[i + 1] == ',')) return "':' with no parameter after it";
+        if (c == ',' && (i == 0 || i + 1 == n || strchr(";:,", prev) || t[i + 1] == ';' || t[i + 1] == ','))
+            return "an empty item in a ',' list";
+    }
+    return NULL;
+}
+
 vq_status vq_kv_part_parse(const char *spec, vq_kv_parsed *o, vq_err *err) {
     memset(o, 0, sizeof *o);
     o->window = -1;
     o->wprec = 16;
     o->page = 256;
     if (!spec || !*spec) return spec_err(err, spec ? spec : "(null)", "empty spec");
+    size_t at = 0;
+    const char *why = untidy(spec, &at);
+    if (why) {
+        char m[160];
+        snprintf(m, sizeof m, "%s (at character %zu)", why, at + 1);
+        return spec_err(err, spec, m);
+    }
     char buf[VQ_KV_SPEC_MAX];
     if (strlen(spec) >= sizeof buf) return spec_err(err, "(too long)", "spec longer than 2047 characters");
     snprintf(buf, sizeof buf, "%s", spec);
@@ -608,10 +635,9 @@ static vq_kv_spec *spec_parse(const char *text, const calib_conf *conf, vq_err *
         char *eq = strchr(clause[c], '=');
         if (!eq) { ovr_err(err, text, s->c[c].given, "no '=' between the layers and their spec"); goto fail; }
         *eq = 0;
-        char *sp = eq + 1, *t = clause[c];
-        while (isspace((unsigned char)*sp)) sp++;
+        char *sp = eq + 1, *t = clause[c];   /* the spec after '=' as written (vq_kv_part_parse refuses spaces) */
         while (isspace((unsigned char)*t)) t++;
-        if (!*sp) { ovr_err(err, text, s->c[c].given, "no spec after '='"); goto fail; }
+        if (!sp[strspn(sp, " \t\n\v\f\r")]) { ovr_err(err, text, s->c[c].given, "no spec after '='"); goto fail; }
         if (!*t) { ovr_err(err, text, s->c[c].given, "no layers before '='"); goto fail; }
         if (parse_items(clause[c], &s->c[c], text, err)) goto fail;
         vq_err_clear(&e);
