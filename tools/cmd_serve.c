@@ -76,6 +76,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--verbose")) c.verbose = 1;
         else die("serve: unknown option '%s' (see veloxquant serve --help)", a);
     }
+    if (o.n_kv_raw > 1) die("serve: --kv given %d times: it names the one default spec (a request names its own in \"kv\")", o.n_kv_raw);
     if (c.slot_dir) {
         struct stat st;
         if (stat(c.slot_dir, &st) || !S_ISDIR(st.st_mode)) die("--slot-save-path '%s' is not a directory", c.slot_dir);

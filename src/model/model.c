@@ -115,7 +115,8 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
     if ((s = get_u32_key(g, a, "feed_forward_length", 1, 0, 1, 1 << 20, &c->hidden_dim, err))) return s;
     if ((s = get_u32_key(g, a, "attention.head_count", 1, 0, 1, 1024, &c->n_heads, err))) return s;
     if ((s = get_u32_key(g, a, "attention.head_count_kv", 0, (uint32_t)c->n_heads, 1, 1024, &c->n_kv_heads, err))) return s;
-    if ((s = get_u32_key(g, a, "context_length", 0, 2048, 1, 1 << 24, &c->train_ctx, err))) return s;
+    /* a session needs 2 positions at least (vq_session_create's n_ctx 2..) */
+    if ((s = get_u32_key(g, a, "context_length", 0, 2048, 2, 1 << 24, &c->train_ctx, err))) return s;
     /* head_dim: attention.key_length when the file says (Gemma 3: 256 with dim 640 and 4 heads),
      * else dim / heads; values must have the same width (the cache stores K and V rows alike) */
     int kl = 0, vl = 0;
@@ -190,6 +191,19 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
         }
 #undef NM
     }
+    /* a tensor of a layer past block_count would be ignored in silence (garbage out, exit 0) */
+    for (uint64_t i = 0; i < vq_gguf_n_tensors(g); i++) {
+        const vq_gguf_tensor *t = vq_gguf_tensor_at(g, i);
+        unsigned long bl;
+        char rest;
+        if (t && t->name.len > 4 && t->name.len < 200 && !memcmp(t->name.ptr, "blk.", 4)) {
+            char nm[200];
+            snprintf(nm, sizeof nm, "%.*s", (int)t->name.len, t->name.ptr);
+            if (sscanf(nm + 4, "%lu%c", &bl, &rest) == 2 && rest == '.' && bl >= (unsigned long)c->n_layers)
+                return vq_err_set(err, VQ_ERR_FORMAT, "%s: tensor '%s' is of layer %lu but %s.block_count is %d",
+                                  path, nm, bl, a, c->n_layers);
+        }
+    }
     vq_str tmpl;
     if (vq_gguf_find(g, "tokenizer.chat_template") && vq_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL) == VQ_OK)
         m->chat_template = tmpl.ptr;   /* only its presence and a few markers are inspected */
@@ -204,11 +218,16 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
 }
 
 static vq_status load_l2c(vq_model *m, const char *path, const char *tok_path, vq_err *err) {
+    /* opened first: an empty or damaged file (not GGUF, so tried as llama2.c) is told as such,
+     * not as a checkpoint missing its tokenizer */
+    vq_err e;
+    vq_l2c *l = vq_l2c_open(path, &e);
+    if (!l)
+        return vq_err_set(err, e.code, "%s: neither a GGUF file (no 'GGUF' magic) nor a llama2.c checkpoint: %s",
+                          path, e.msg);
+    m->l2c = l;
     if (!tok_path)
         return vq_err_set(err, VQ_ERR_ARG, "%s: a llama2.c checkpoint needs its tokenizer file (--tokenizer tok512.bin)", path);
-    vq_l2c *l = vq_l2c_open(path, err);
-    if (!l) return err ? err->code : VQ_ERR_IO;
-    m->l2c = l;
     const vq_l2c_config *lc = vq_l2c_config_of(l);
     const vq_l2c_weights *w = vq_l2c_weights_of(l);
     vq_model_config *c = &m->cfg;
