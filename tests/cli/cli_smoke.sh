@@ -235,6 +235,16 @@ PY
   run gguf_restored 0 "$BIN" info -m "$T/p.gguf" && pass "the patched copy restored loads"
   rm -f "$T/p.gguf"
 fi
+# quantize stopped by SIGTERM while it writes: no temporary file is left beside OUT (issue 31)
+if [ -f "$MODEL" ]; then
+  "$BIN" quantize -m "$MODEL" -o "$T/q.vqr" --weights q8_0 > /dev/null 2>&1 & qp=$!
+  for _ in $(seq 3000); do compgen -G "$T/q.vqr.*" > /dev/null && break; kill -0 $qp 2>/dev/null || break; sleep 0.01; done
+  kill -TERM $qp 2>/dev/null; wait $qp; qrc=$?
+  left=$(compgen -G "$T/q.vqr.*")
+  if [ -z "$left" ]; then pass "quantize after SIGTERM (exit $qrc): no temporary file left"
+  else fail "quantize after SIGTERM (exit $qrc) left $left"; fi
+  rm -f "$T"/q.vqr*
+fi
 # an empty or damaged file is told as such, not as a llama2.c checkpoint missing its tokenizer
 : > "$T/empty.bin"
 run model_empty x "$BIN" info -m "$T/empty.bin" && err_has model_empty "neither a GGUF file.*0 bytes"
