@@ -558,6 +558,13 @@ int vq_kv_spec_equal(const vq_kv_spec *a, const vq_kv_spec *b) {
     return !strcmp(a->text, b->text);
 }
 
+int vq_kv_spec_keeps_rows(const vq_kv_spec *s, int n) {
+    for (int i = 0; s && i < s->n; i++) {
+        if (!vq_evict_keeps(&s->c[i].sp.ev, n)) return 0;
+    }
+    return 1;
+}
+
 vq_kv_spec *vq_kv_spec_dup(const vq_kv_spec *s, vq_err *err) {
     vq_err_clear(err);
     if (!s) { vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_dup: no spec"); return NULL; }

@@ -245,6 +245,9 @@ if [ -f "$MODEL" ]; then
   else fail "quantize after SIGTERM (exit $qrc) left $left"; fi
   rm -f "$T"/q.vqr*
 fi
+# evict-corr reads scores before any eviction: an evicting budget would be ignored, so it is refused
+run ec_budget x "$BIN" evict-corr -f "$T/text.txt" --kv "f16;evict=knorm,budget=8" --at 40 --future 8 \
+  && err_has ec_budget "would evict rows of the first 40"
 # an empty or damaged file is told as such, not as a llama2.c checkpoint missing its tokenizer
 : > "$T/empty.bin"
 run model_empty x "$BIN" info -m "$T/empty.bin" && err_has model_empty "neither a GGUF file.*0 bytes"
