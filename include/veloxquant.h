@@ -165,8 +165,16 @@ VQ_API int vq_chat_tokenize(const vq_model *m, const vq_chat_message *msgs, int 
 typedef struct vq_kv_spec vq_kv_spec;
 #define VQ_KV_SPEC_MAX_LEN 2047
 VQ_API vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err);
+/* The same for a spec from someone who may not read the host's files (a server's client): calib=
+ * may only name a calibration file of calib_dir by its plain name ([A-Za-z0-9._-], not starting
+ * with '.'); with calib_dir NULL no calib= is taken. Every such refusal has one message. */
+VQ_API vq_kv_spec *vq_kv_spec_parse_confined(const char *text, const char *calib_dir, vq_err *err);
 VQ_API void        vq_kv_spec_free(vq_kv_spec *s);
 VQ_API const char *vq_kv_spec_text(const vq_kv_spec *s);   /* normalized: every default spelled out */
+/* 1 when a and b build the same cache (their normalized texts are equal; two NULLs are equal). */
+VQ_API int         vq_kv_spec_equal(const vq_kv_spec *a, const vq_kv_spec *b);
+/* A copy to free on its own (NULL with err: VQ_ERR_ARG for no spec, VQ_ERR_NOMEM). */
+VQ_API vq_kv_spec *vq_kv_spec_dup(const vq_kv_spec *s, vq_err *err);
 /* Bytes a session's cache holds when every layer holds n_ctx rows (exact: the cache's own
  * accounting for those rows, codes + metadata + full-precision window + codec state). */
 VQ_API vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_ctx, size_t *bytes,

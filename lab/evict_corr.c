@@ -78,6 +78,14 @@ vq_status vq_evict_correlation(const vq_model *m, const vq_kv_spec *const *specs
                  : vq_err_set(err, VQ_ERR_NOMEM, "evict-corr: out of memory");
     char last_truth[VQ_KV_SPEC_MAX_LEN + 64] = "";
     for (int a = 0; !st && a < n_specs; a++) {
+        /* the scores are read before any eviction step: a budget that would drop rows of the
+         * first `at` tokens would be ignored in silence, so it is refused */
+        if (!vq_kv_spec_keeps_rows(specs[a], at)) {
+            st = vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s': its budget would evict rows of the first %d "
+                            "tokens; the scores are read before any eviction, so give a budget that keeps "
+                            "every row (budget=1.0)", vq_kv_spec_text(specs[a]), at);
+            break;
+        }
         char ts[VQ_KV_SPEC_MAX_LEN + 64];
         st = truth_spec(specs[a], N, ts, sizeof ts, err);
         if (st) break;

@@ -16,20 +16,35 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "server.h"
 
+/* A connection's deadline (--header-timeout): from its start, or from its last response on a
+ * kept-alive connection, its next request's headers and body must have arrived by `deadline`, or
+ * the reaper thread shuts its socket down (libmicrohttpd then closes it). A connection answering
+ * a request (the model at work, a stream) has none. Lives from MHD's STARTED notification to its
+ * CLOSED one, which comes before the socket is closed, so fd stays valid while listed. */
+typedef struct watch {
+    struct watch *prev, *next;
+    int fd, reading, shut;
+    double deadline;
+} watch;
+
 typedef struct server {
     srv_config c;
     srv_sched *sched;
-    vq_kv_spec *spec_default;
-    char spec_default_text[256];
+    vq_kv_spec *spec_default;  /* requests that name no kv get a copy (never its text re-parsed) */
     long created;
     pthread_mutex_t mu;        /* the counters below */
     long n_id, http_2xx, http_4xx, http_5xx;
     long inflight;             /* requests begun whose response is not yet sent (the drain waits) */
+    pthread_mutex_t wmu;       /* the watch list */
+    pthread_cond_t wcv;
+    watch *watches;
+    int reaper_stop;
 } server;
 
 typedef struct conn_ctx {
@@ -77,17 +92,90 @@ static enum MHD_Result fail(server *S, struct MHD_Connection *c, int http, const
     return send_error(S, c, &e);
 }
 
-/* ---- the client's socket: gone or not (a request it no longer waits for is cancelled) ---- */
-static int client_gone(int fd) {
+/* ---- the client's socket: gone or not (a request it no longer waits for is cancelled) ----
+ * The end of the client's input (POLLRDHUP) is either a close or a half-close (shutdown of its
+ * sending side after a complete request, which still waits for the answer): the two look alike
+ * until something is written. A stream writes every second (text or a keep-alive), so there an
+ * end of input counts as gone; a non-streamed request counts only a reset or error (what a write
+ * to a closed client brings), so a half-closed client gets its answer. */
+static int client_gone(int fd, int eof_is_gone) {
     if (fd < 0) return 0;
     struct pollfd p = { .fd = fd, .events = POLLRDHUP };
     if (poll(&p, 1, 0) <= 0) return 0;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+    return (p.revents & ((eof_is_gone ? POLLRDHUP : 0) | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
 static int conn_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? ci->connect_fd : -1;
+}
+
+/* ---- deadlines for a request's headers and body (the watch list) ---- */
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* reading 1: the next request must arrive within `in` seconds; 0: answering, no deadline */
+static void watch_set(server *S, struct MHD_Connection *c, int reading, double in) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    watch *w = ci ? ci->socket_context : NULL;
+    if (!w) return;
+    pthread_mutex_lock(&S->wmu);
+    w->reading = reading;
+    w->deadline = mono_s() + in;
+    pthread_mutex_unlock(&S->wmu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **sc, enum MHD_ConnectionNotificationCode toe) {
+    server *S = cls;
+    watch *w = *sc;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        if (!(w = calloc(1, sizeof *w))) return;   /* unwatched: the idle timeout still ends it */
+        w->fd = conn_fd(c);
+        w->reading = 1;
+        w->deadline = mono_s() + S->c.header_timeout_s;
+        pthread_mutex_lock(&S->wmu);
+        w->next = S->watches;
+        if (S->watches) S->watches->prev = w;
+        S->watches = w;
+        pthread_mutex_unlock(&S->wmu);
+        *sc = w;
+        return;
+    }
+    if (!w) return;
+    pthread_mutex_lock(&S->wmu);
+    if (w->prev) w->prev->next = w->next;
+    else S->watches = w->next;
+    if (w->next) w->next->prev = w->prev;
+    pthread_mutex_unlock(&S->wmu);
+    free(w);
+    *sc = NULL;
+}
+
+/* Every 250 ms: shut down the sockets whose request is late (the connection's thread sees the
+ * end of its input and closes it, freeing its place for honest clients). */
+static void *reaper(void *arg) {
+    server *S = arg;
+    pthread_mutex_lock(&S->wmu);
+    while (!S->reaper_stop) {
+        double t = mono_s();
+        for (watch *w = S->watches; w; w = w->next)
+            if (w->reading && !w->shut && w->fd >= 0 && t > w->deadline) {
+                shutdown(w->fd, SHUT_RDWR);
+                w->shut = 1;
+                if (S->c.verbose) fprintf(stderr, "serve: a request's headers or body came too slowly (--header-timeout %d): closed\n", S->c.header_timeout_s);
+            }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&S->wcv, &S->wmu, &ts);
+    }
+    pthread_mutex_unlock(&S->wmu);
+    return NULL;
 }
 
 /* ---- completion JSON ---- */
@@ -106,7 +194,7 @@ static cJSON *usage_json(const srv_job *j) {
 /* our extension: where the request ran and how long each phase took */
 static cJSON *timings_json(const srv_job *j) {
     cJSON *t = cJSON_CreateObject();
-    cJSON_AddStringToObject(t, "kv", j->spec_text);
+    cJSON_AddStringToObject(t, "kv", vq_kv_spec_text(j->spec));
     cJSON_AddNumberToObject(t, "slot", j->slot);
     cJSON_AddNumberToObject(t, "reused_tokens", j->n_reused);
     cJSON_AddNumberToObject(t, "prefilled_tokens", j->n_tok - j->n_reused);
@@ -207,7 +295,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             size_t ok = j->done ? have : srv_utf8_complete(j->out + j->out_taken, have);
             if (ok > 0 || j->done) break;
             srv_sched_wait(sc, j, 20);
-            if (!j->done && client_gone(st->fd)) {
+            if (!j->done && client_gone(st->fd, 1)) {
                 srv_sched_cancel(sc, j);
                 srv_sched_unlock(sc);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -277,7 +365,7 @@ static enum MHD_Result completion(server *S, struct MHD_Connection *c, conn_ctx 
     srv_error e;
     srv_job *j = srv_job_create();
     if (!j) return fail(S, c, 500, "server_error", NULL, NULL, "out of memory");
-    if (srv_req_parse(x->body, x->len, chat, &j->rq, &e)) { srv_job_release(NULL, j); return send_error(S, c, &e); }
+    if (srv_req_parse(x->body, x->len, chat, S->c.calib_dir, &j->rq, &e)) { srv_job_release(NULL, j); return send_error(S, c, &e); }
     srv_req *rq = &j->rq;
     const vq_model *m = S->c.model;
     if (rq->model && strcmp(rq->model, S->c.model_name)) {
@@ -330,8 +418,7 @@ static enum MHD_Result completion(server *S, struct MHD_Connection *c, conn_ctx 
     j->max_tokens = rq->max_tokens ? rq->max_tokens : S->c.n_ctx - j->n_tok;
     /* the cache: its spec, and the bytes it holds at the request's longest length */
     if (rq->spec) { j->spec = rq->spec; rq->spec = NULL; }
-    else j->spec = vq_kv_spec_parse(S->spec_default_text, &err);
-    snprintf(j->spec_text, sizeof j->spec_text, "%s", j->spec ? vq_kv_spec_text(j->spec) : "");
+    else j->spec = vq_kv_spec_dup(S->spec_default, &err);
     if (!j->spec || vq_kv_spec_bytes_batch(j->spec, m, S->c.n_ctx, S->c.n_batch, j->n_tok + j->max_tokens, &j->reserve, &err)) {
         srv_error_set(&e, 400, "invalid_request_error", "kv", "invalid_kv_spec", "'kv': %s", err.msg);
         srv_job_release(NULL, j);
@@ -341,7 +428,7 @@ static enum MHD_Result completion(server *S, struct MHD_Connection *c, conn_ctx 
         srv_error_set(&e, 400, "invalid_request_error", "max_tokens", "kv_budget_exceeded",
                       "this request needs %zu bytes of KV cache (%d tokens of %s) but the server's whole "
                       "budget is %zu bytes (--kv-budget): lower max_tokens or use a smaller KV spec",
-                      j->reserve, j->n_tok + j->max_tokens, j->spec_text, S->c.kv_budget_bytes);
+                      j->reserve, j->n_tok + j->max_tokens, vq_kv_spec_text(j->spec), S->c.kv_budget_bytes);
         srv_job_release(NULL, j);
         return send_error(S, c, &e);
     }
@@ -375,7 +462,7 @@ static enum MHD_Result completion(server *S, struct MHD_Connection *c, conn_ctx 
     srv_sched_lock(S->sched);
     while (!j->done) {
         srv_sched_wait(S->sched, j, 20);
-        if (!j->done && client_gone(fd)) { srv_sched_cancel(S->sched, j); break; }
+        if (!j->done && client_gone(fd, 0)) { srv_sched_cancel(S->sched, j); break; }
     }
     while (!j->done) srv_sched_wait(S->sched, j, 20);
     char *out = srv_utf8_clean(j->out ? j->out : "", j->out_len);
@@ -505,6 +592,10 @@ static enum MHD_Result slot_action(server *S, struct MHD_Connection *c, const ch
         if (!S->c.slot_dir)
             return fail(S, c, 400, "invalid_request_error", NULL, "slot_files_off",
                         "slot files are off: start the server with --slot-save-path DIR");
+        /* cJSON ends a string at an escaped NUL: "a\u0000b" would be the name "a" */
+        if ((x->len && memchr(x->body, 0, x->len)) || (x->len >= 6 && memmem(x->body, x->len, "\\u0000", 6)))
+            return fail(S, c, 400, "invalid_request_error", "filename", NULL,
+                        "the body holds a NUL character (\\u0000): a filename cannot contain one");
         body = x->len ? cJSON_ParseWithLength(x->body, x->len) : NULL;
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(body, "filename");
         if (!cJSON_IsObject(body) || !cJSON_IsString(fn) || cJSON_GetArraySize(body) != 1) {
@@ -520,6 +611,15 @@ static enum MHD_Result slot_action(server *S, struct MHD_Connection *c, const ch
                         "(it names a file in --slot-save-path)");
         }
         snprintf(path, sizeof path, "%s/%s", S->c.slot_dir, fname);
+        struct stat st;
+        if (!lstat(path, &st) && !S_ISREG(st.st_mode)) {
+            srv_error e;
+            srv_error_set(&e, 400, "invalid_request_error", "filename", NULL,
+                          "'%s' in --slot-save-path is a %s, not a slot file: choose another name", fname,
+                          S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "symbolic link" : "special file");
+            cJSON_Delete(body);
+            return send_error(S, c, &e);
+        }
     }
     srv_error e;
     int n_tokens = 0;
@@ -550,6 +650,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > S->c.max_body) {   /* refused before the body is read */
             x->too_big = 1;
+            watch_set(S, c, 0, 0);
             srv_error e;
             srv_error_set(&e, 413, "invalid_request_error", NULL, "body_too_large",
                           "the body is %s bytes; at most %zu are taken", cl, S->c.max_body);
@@ -578,6 +679,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    watch_set(S, c, 0, 0);   /* the whole request is here: answering has no deadline */
     if (x->too_big) {
         srv_error e;
         srv_error_set(&e, 413, "invalid_request_error", NULL, "body_too_large", "the body exceeds %zu bytes", S->c.max_body);
@@ -604,7 +706,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cJSON_AddNumberToObject(m, "created", (double)S->created);
         cJSON_AddStringToObject(m, "owned_by", "veloxquant");
         cJSON_AddNumberToObject(m, "n_ctx", S->c.n_ctx);
-        cJSON_AddStringToObject(m, "kv", S->spec_default_text);
+        cJSON_AddStringToObject(m, "kv", vq_kv_spec_text(S->spec_default));
         cJSON_AddItemToArray(d, m);
         return send_json(S, c, 200, o);
     }
@@ -630,6 +732,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **cc, enum MHD_RequestTerminationCode why) {
     server *S = cls;
     conn_ctx *x = *cc;
+    /* a kept-alive connection's next request: the idle timeout ends a silent one, this a trickler */
+    watch_set(S, c, 1, (double)S->c.idle_timeout_s + S->c.header_timeout_s);
     if (!x) return;
     pthread_mutex_lock(&S->mu);
     S->inflight--;
@@ -639,13 +743,24 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **cc, enum MH
     *cc = NULL;
 }
 
+static void stop_reaper(server *S, pthread_t th) {
+    pthread_mutex_lock(&S->wmu);
+    S->reaper_stop = 1;
+    pthread_cond_signal(&S->wcv);
+    pthread_mutex_unlock(&S->wmu);
+    pthread_join(th, NULL);
+}
+
 int srv_run(const srv_config *cfg, char *msg, size_t cap) {
     server S = { .c = *cfg, .created = (long)time(NULL) };
+    if (S.c.header_timeout_s <= 0) S.c.header_timeout_s = 30;
+    if (S.c.max_conns_per_client <= 0) S.c.max_conns_per_client = S.c.max_conns;
     pthread_mutex_init(&S.mu, NULL);
+    pthread_mutex_init(&S.wmu, NULL);
+    pthread_cond_init(&S.wcv, NULL);
     vq_err err;
     S.spec_default = vq_kv_spec_parse(cfg->kv_default, &err);
     if (!S.spec_default) { snprintf(msg, cap, "--kv: %s", err.msg); return 1; }
-    snprintf(S.spec_default_text, sizeof S.spec_default_text, "%s", vq_kv_spec_text(S.spec_default));
     size_t one;
     if (vq_kv_spec_bytes_batch(S.spec_default, cfg->model, cfg->n_ctx, cfg->n_batch, 1, &one, &err)) {
         snprintf(msg, cap, "--kv: %s", err.msg);
@@ -665,8 +780,15 @@ int srv_run(const srv_config *cfg, char *msg, size_t cap) {
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    S.sched = srv_sched_create(&S.c, msg, cap);
+    S.sched = srv_sched_create(&S.c, S.spec_default, msg, cap);
     if (!S.sched) { vq_kv_spec_free(S.spec_default); return 1; }
+    pthread_t reaper_th;
+    if (pthread_create(&reaper_th, NULL, reaper, &S)) {
+        snprintf(msg, cap, "cannot start the connection reaper thread");
+        srv_sched_free(S.sched);
+        vq_kv_spec_free(S.spec_default);
+        return 1;
+    }
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
         (cfg->verbose ? MHD_USE_ERROR_LOG : 0),
@@ -674,11 +796,14 @@ int srv_run(const srv_config *cfg, char *msg, size_t cap) {
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conns,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : 60),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)S.c.max_conns_per_client,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, &S,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, &S,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
         MHD_OPTION_END);
     if (!d) {
         snprintf(msg, cap, "cannot listen on %s:%d: %s", cfg->host, cfg->port, strerror(errno ? errno : EADDRINUSE));
+        stop_reaper(&S, reaper_th);
         srv_sched_free(S.sched);
         vq_kv_spec_free(S.spec_default);
         return 1;
@@ -686,7 +811,7 @@ int srv_run(const srv_config *cfg, char *msg, size_t cap) {
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int port = di ? di->port : cfg->port;
     printf("veloxquant serve: listening on http://%s:%d  model %s, kv %s, %d slots of %d tokens, "
-           "kv budget %zu bytes, queue %d\n", cfg->host, port, cfg->model_name, S.spec_default_text,
+           "kv budget %zu bytes, queue %d\n", cfg->host, port, cfg->model_name, vq_kv_spec_text(S.spec_default),
            cfg->n_slots, cfg->n_ctx, cfg->kv_budget_bytes, cfg->queue_cap);
     fflush(stdout);
     int sig = 0;
@@ -705,6 +830,7 @@ int srv_run(const srv_config *cfg, char *msg, size_t cap) {
         usleep(10000);
     }
     MHD_stop_daemon(d);
+    stop_reaper(&S, reaper_th);
     srv_sched_free(S.sched);
     vq_kv_spec_free(S.spec_default);
     pthread_mutex_destroy(&S.mu);

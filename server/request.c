@@ -237,16 +237,17 @@ static int get_stop(const cJSON *v, srv_req *r, srv_error *e) {
     return 0;
 }
 
-static int get_kv(const cJSON *v, srv_req *r, srv_error *e) {
+/* calib= may name only a file of the operator's --calib-dir (vq_kv_spec_parse_confined) */
+static int get_kv(const cJSON *v, const char *calib_dir, srv_req *r, srv_error *e) {
     if (!cJSON_IsString(v)) return BAD("kv", "'kv' must be a KV spec string (e.g. \"q8_0\"), not %s", type_name(v));
     vq_err err;
-    r->spec = vq_kv_spec_parse(v->valuestring, &err);
+    r->spec = vq_kv_spec_parse_confined(v->valuestring, calib_dir, &err);
     if (!r->spec) return BAD("kv", "'kv': %s", err.msg);
     if (!(r->kv = dup_str(v->valuestring))) return BAD("kv", "out of memory");
     return 0;
 }
 
-static int parse_fields(const cJSON *root, int chat, srv_req *r, srv_error *e) {
+static int parse_fields(const cJSON *root, int chat, const char *calib_dir, srv_req *r, srv_error *e) {
     if (!cJSON_IsObject(root)) return BAD(NULL, "the body must be a JSON object, not %s", type_name(root));
     double x;
     int have_input = 0, have_max = 0;
@@ -315,7 +316,7 @@ static int parse_fields(const cJSON *root, int chat, srv_req *r, srv_error *e) {
         } else if (!strcmp(k, "user")) {
             if (!cJSON_IsString(f)) return BAD(k, "'user' must be a string, not %s", type_name(f));
         } else if (!strcmp(k, "kv")) {
-            if (get_kv(f, r, e)) return e->http;
+            if (get_kv(f, calib_dir, r, e)) return e->http;
         } else {
             return BAD(k, "unknown field '%.64s' (this server takes: model, %s, max_tokens%s, temperature, "
                        "top_p, top_k, min_p, seed, stop, stream, stream_options, n, user, kv)",
@@ -326,7 +327,7 @@ static int parse_fields(const cJSON *root, int chat, srv_req *r, srv_error *e) {
     return 0;
 }
 
-int srv_req_parse(const char *body, size_t len, int chat, srv_req *r, srv_error *e) {
+int srv_req_parse(const char *body, size_t len, int chat, const char *calib_dir, srv_req *r, srv_error *e) {
     memset(r, 0, sizeof *r);
     r->chat = chat;
     r->temperature = 1.0;
@@ -345,7 +346,7 @@ int srv_req_parse(const char *body, size_t len, int chat, srv_req *r, srv_error 
             cJSON_Delete(root);
             return BAD(NULL, "the body has bytes after the JSON value (at byte %zu)", i);
         }
-    int rc = parse_fields(root, chat, r, e);
+    int rc = parse_fields(root, chat, calib_dir, r, e);
     cJSON_Delete(root);
     if (rc) srv_req_free(r);
     return rc;

@@ -15,7 +15,7 @@
 
 typedef struct slot {
     vq_session *s;
-    char spec_text[256];       /* the spec the session was made with (normalized) */
+    vq_kv_spec *spec;          /* the spec the session was made with (a copy; NULL with no session) */
     srv_job *job;              /* running request, or NULL */
     int setup;                 /* job assigned, session not yet prepared */
     int fed;                   /* prompt tokens in the cache */
@@ -31,6 +31,7 @@ typedef struct slot {
 struct srv_sched {
     srv_config c;
     const vq_model *m;
+    vq_kv_spec *spec_default;  /* a restored slot file's cache */
     int V;
     pthread_mutex_t mu;
     pthread_cond_t work, idle, ctl_cv;
@@ -237,7 +238,7 @@ static void take_token(srv_sched *s, slot *sl, int id) {
 
 /* ---- admission (under the lock) ---- */
 static int common_prefix(const slot *sl, const srv_job *j) {
-    if (!sl->s || strcmp(sl->spec_text, j->spec_text)) return 0;
+    if (!sl->s || !vq_kv_spec_equal(sl->spec, j->spec)) return 0;   /* the whole spec, never a prefix of its text */
     const int *t = vq_session_tokens(sl->s);
     int n = vq_session_pos(sl->s), k = 0;
     while (k < n && k < j->n_tok && t[k] == j->tok[k]) k++;
@@ -254,7 +255,8 @@ static size_t held_idle(const srv_sched *s, int except) {
 static void drop_cache(slot *sl) {
     vq_session_free(sl->s);
     sl->s = NULL;
-    sl->spec_text[0] = 0;
+    vq_kv_spec_free(sl->spec);
+    sl->spec = NULL;
     sl->held = 0;
     sl->n_held = 0;
 }
@@ -321,7 +323,7 @@ static void admit(srv_sched *s) {
 static const char *prepare(srv_sched *s, slot *sl, char *msg, size_t cap) {
     srv_job *j = sl->job;
     vq_err err;
-    if (sl->s && strcmp(sl->spec_text, j->spec_text)) drop_cache(sl);
+    if (sl->s && !vq_kv_spec_equal(sl->spec, j->spec)) drop_cache(sl);
     int k = 0;
     if (sl->s) {
         k = common_prefix(sl, j);
@@ -335,7 +337,7 @@ static const char *prepare(srv_sched *s, slot *sl, char *msg, size_t cap) {
         p.allow_ctx_over_train = 1;
         sl->s = vq_session_create(s->m, j->spec, &p, &err);
         if (!sl->s) { snprintf(msg, cap, "%s", err.msg); return msg; }
-        snprintf(sl->spec_text, sizeof sl->spec_text, "%s", j->spec_text);
+        if (!(sl->spec = vq_kv_spec_dup(j->spec, &err))) { drop_cache(sl); snprintf(msg, cap, "%s", err.msg); return msg; }
     }
     vq_sampler_params sp = vq_sampler_default_params();
     sp.temp = (float)j->rq.temperature;
@@ -374,19 +376,23 @@ static void run_ctl(srv_sched *s) {
     else if (!strcmp(a, "save")) {
         if (!sl->s || vq_session_pos(sl->s) == 0)
             rc = srv_error_set(e, 400, "invalid_request_error", NULL, "slot_empty", "slot %d holds no tokens to save", s->ctl.slot);
-        else if (vq_session_save(sl->s, s->ctl.path, &err))
-            rc = srv_error_set(e, 500, "server_error", NULL, NULL, "saving slot %d: %s", s->ctl.slot, err.msg);
+        else if (vq_session_save(sl->s, s->ctl.path, &err)) {
+            if (err.code == VQ_ERR_STATE)   /* a documented limit (an evicting cache), not a failure */
+                rc = srv_error_set(e, 501, "invalid_request_error", NULL, "not_implemented",
+                                   "slot %d cannot be saved: %s", s->ctl.slot, err.msg);
+            else
+                rc = srv_error_set(e, 500, "server_error", NULL, NULL, "saving slot %d: %s", s->ctl.slot, err.msg);
+        }
     } else {   /* restore */
         if (!sl->s) {
-            vq_kv_spec *spec = vq_kv_spec_parse(s->c.kv_default, &err);
             vq_session_params p = vq_session_default_params();
             p.n_ctx = s->c.n_ctx;
             p.n_batch = s->c.n_batch;
             p.kv_seed = s->c.kv_seed;
             p.allow_ctx_over_train = 1;
-            sl->s = spec ? vq_session_create(s->m, spec, &p, &err) : NULL;
-            if (sl->s) snprintf(sl->spec_text, sizeof sl->spec_text, "%s", vq_kv_spec_text(spec));
-            vq_kv_spec_free(spec);
+            sl->spec = vq_kv_spec_dup(s->spec_default, &err);
+            sl->s = sl->spec ? vq_session_create(s->m, sl->spec, &p, &err) : NULL;
+            if (!sl->s) drop_cache(sl);
         }
         if (!sl->s)
             rc = srv_error_set(e, 500, "server_error", NULL, NULL, "slot %d: %s", s->ctl.slot, err.msg);
@@ -527,9 +533,15 @@ static void *loop(void *arg) {
     return NULL;
 }
 
-srv_sched *srv_sched_create(const srv_config *c, char *msg, size_t cap) {
+srv_sched *srv_sched_create(const srv_config *c, const vq_kv_spec *spec_default, char *msg, size_t cap) {
     srv_sched *s = calloc(1, sizeof *s);
     if (!s) { snprintf(msg, cap, "out of memory"); return NULL; }
+    vq_err err;
+    if (!(s->spec_default = vq_kv_spec_dup(spec_default, &err))) {
+        snprintf(msg, cap, "%s", err.msg);
+        free(s);
+        return NULL;
+    }
     s->c = *c;
     s->m = c->model;
     s->V = vq_model_n_vocab(c->model);
@@ -576,6 +588,7 @@ void srv_sched_free(srv_sched *s) {
     }
     for (int i = 0; s->slots && i < s->c.n_slots; i++) {
         vq_session_free(s->slots[i].s);
+        vq_kv_spec_free(s->slots[i].spec);
         vq_sampler_free(s->slots[i].smp);
         free(s->slots[i].text);
     }
@@ -585,6 +598,7 @@ void srv_sched_free(srv_sched *s) {
     free(s->bs);
     free(s->btok);
     free(s->bslot);
+    vq_kv_spec_free(s->spec_default);
     free(s);
 }
 
@@ -620,11 +634,12 @@ void srv_sched_stats(srv_sched *s, srv_stats *st) {
         st->slots_holding++;
         st->held += sl->held;
         int k = 0;
-        while (k < st->n_codecs && strcmp(st->codec[k].spec, sl->spec_text)) k++;
+        const char *t = vq_kv_spec_text(sl->spec);
+        while (k < st->n_codecs && strcmp(st->codec[k].spec, t)) k++;
         if (k == st->n_codecs) {
             if (k == SRV_MAX_CODECS) continue;
             st->n_codecs++;
-            snprintf(st->codec[k].spec, sizeof st->codec[k].spec, "%s", sl->spec_text);
+            snprintf(st->codec[k].spec, sizeof st->codec[k].spec, "%s", t);
             st->codec[k].bytes = 0;
             st->codec[k].slots = 0;
         }
@@ -643,7 +658,7 @@ int srv_sched_slots(srv_sched *s, srv_slot_info *out, int cap) {
         out[i].busy = sl->job != NULL;
         out[i].n_tokens = sl->n_held;
         out[i].kv_bytes = sl->held;
-        snprintf(out[i].spec, sizeof out[i].spec, "%s", sl->s ? sl->spec_text : "");
+        snprintf(out[i].spec, sizeof out[i].spec, "%s", sl->s ? vq_kv_spec_text(sl->spec) : "");
     }
     pthread_mutex_unlock(&s->mu);
     return n;

@@ -29,9 +29,12 @@ typedef struct srv_config {
     size_t kv_budget_bytes;    /* KV memory all slots together may hold or reserve */
     const char *kv_default;    /* spec of requests that name none */
     const char *slot_dir;      /* where slot files go (NULL: slot save/restore is off) */
+    const char *calib_dir;     /* calibration files a request's kv may name (NULL: none) */
     uint64_t kv_seed;          /* every slot's cache seed (the CLI's generate uses 0x5eed) */
     size_t max_body;           /* bytes of a request body; larger: 413 */
     int idle_timeout_s;        /* a connection silent this long is closed (slow or broken clients) */
+    int header_timeout_s;      /* a request's headers and body must arrive within this (trickling clients) */
+    int max_conns_per_client;  /* concurrent connections from one IP address */
     int verbose;               /* a line per request on stderr */
 } srv_config;
 
@@ -73,8 +76,9 @@ char *srv_error_json(const srv_error *e);
 
 /* Parse and validate len bytes of a request body (need not be NUL-terminated). Returns 0 with
  * *r filled (srv_req_free it), or an HTTP status with e filled and nothing to free. Touches no
- * model and no global state. */
-int  srv_req_parse(const char *body, size_t len, int chat, srv_req *r, srv_error *e);
+ * model and no global state; the only file it may read is a calibration file of calib_dir that
+ * "kv" names by its plain name (calib_dir NULL: none). */
+int  srv_req_parse(const char *body, size_t len, int chat, const char *calib_dir, srv_req *r, srv_error *e);
 void srv_req_free(srv_req *r);
 /* A slot file's name: 1..128 of [A-Za-z0-9._-], not starting with '.'. Returns 1 when valid. */
 int  srv_filename_ok(const char *name);
@@ -96,8 +100,7 @@ typedef struct srv_job {
     srv_req rq;
     int *tok; int n_tok;           /* the prompt's tokens */
     int max_tokens;
-    vq_kv_spec *spec;              /* owned (rq.spec moved here, or the default parsed) */
-    char spec_text[256];
+    vq_kv_spec *spec;              /* owned (rq.spec moved here, or a copy of the default) */
     size_t reserve;                /* vq_kv_spec_bytes at n_tok + max_tokens */
     uint64_t seed;
     double t_submit;
@@ -123,15 +126,16 @@ typedef struct srv_stats {
     int active, queued, n_slots, slots_holding;
     size_t budget, reserved, held;  /* bytes: budget, reserved by running requests, held by idle slots */
     int n_codecs;
-    struct { char spec[256]; size_t bytes; int slots; } codec[SRV_MAX_CODECS];
+    struct { char spec[VQ_KV_SPEC_MAX_LEN + 1]; size_t bytes; int slots; } codec[SRV_MAX_CODECS];
     size_t rss;
 } srv_stats;
 
 /* Per slot, for GET /slots. */
-typedef struct srv_slot_info { int busy, n_tokens; size_t kv_bytes; char spec[256]; } srv_slot_info;
+typedef struct srv_slot_info { int busy, n_tokens; size_t kv_bytes; char spec[VQ_KV_SPEC_MAX_LEN + 1]; } srv_slot_info;
 
 srv_job   *srv_job_create(void);   /* zeroed, refs 1 (the caller's) */
-srv_sched *srv_sched_create(const srv_config *c, char *msg, size_t cap);
+/* spec_default: what a restored slot file's cache is made with (copied) */
+srv_sched *srv_sched_create(const srv_config *c, const vq_kv_spec *spec_default, char *msg, size_t cap);
 void       srv_sched_free(srv_sched *s);   /* stops the thread; call when nothing is in flight */
 /* Queue a job (refs becomes 2: the scheduler's and the caller's). 0, or 503 with e filled when
  * the queue is full or the server is draining. */

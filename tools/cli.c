@@ -48,6 +48,10 @@ double parse_double(const char *flag, const char *s, double lo, double hi) {
 }
 int parse_int_list(const char *flag, const char *s, int *out, int cap, long lo, long hi) {
     if (!s || !*s) die("%s needs a comma-separated list", flag);
+    /* strtok would pass over an empty item ("1,,2", ",1", "1,"): a typo, not a shorter list */
+    size_t L = strlen(s);
+    if (s[0] == ',' || s[L - 1] == ',' || strstr(s, ",,"))
+        die("%s: '%s' has an empty item (a ',' at an end or ',,')", flag, s);
     int n = 0;
     char *list = strdup(s), *save = NULL;
     if (!list) die("out of memory");

@@ -77,6 +77,9 @@ int cmd_generate(int argc, char **argv) {
         else die("generate: unknown option '%s' (see veloxquant generate --help)", a);
     }
     if (o.prompt && o.file) die("give the prompt with -p or -f, not both");
+    /* one cache: a second --kv would be ignored (and never validated) */
+    if (o.n_kv_raw > 1) die("generate runs one KV cache: --kv given %d times (perplexity and bench compare several)", o.n_kv_raw);
+    if (system && !chat) die("--system needs --chat (the system message goes through the chat template)");
     /* everything that can fail on the arguments fails before anything is printed */
     vq_err err;
     vq_kv_spec *spec = vq_kv_spec_parse(o.kv, &err);

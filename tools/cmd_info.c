@@ -2,6 +2,7 @@
 #ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
 #endif
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -30,6 +31,9 @@ int cmd_info(int argc, char **argv) {
            vq_model_path(m), c.file_bytes, c.arch, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
            c.head_dim, c.n_vocab, c.n_ctx_train, c.rope_base, d.rope_dim, d.rope_neox ? "neox" : "adjacent pairs",
            d.norm_eps, d.weight_type, d.embd_type, machine);
+    /* the barrier wait OpenMP runs with (tools/main.c sets GOMP_SPINCOUNT when nothing is set) */
+    const char *wp = getenv("OMP_WAIT_POLICY"), *sc = getenv("GOMP_SPINCOUNT");
+    printf("omp wait    OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n", wp ? wp : "(unset)", sc ? sc : "(unset)");
     vq_model_free(m);
     finish_stdout();
     return 0;

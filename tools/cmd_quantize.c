@@ -1,8 +1,12 @@
 /* cmd_quantize.c: `veloxquant quantize`: a model's weights re-coded into a reservoir file
  * (docs/reservoir-format.md), which every command then loads like a GGUF file, without copying. */
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cmds.h"
@@ -31,6 +35,24 @@ static const char *quantize_help =
     "  -v, --verbose      one line per tensor (types, bytes, relative RMS error)\n"
     "      --json         the summary (and every tensor) as JSON\n";
 
+/* SIGTERM, SIGINT, SIGHUP: blocked in every thread (set before OpenMP starts any, which inherit
+ * the mask) and taken here, so the writer's temporary file (OUT.tmp.PID, src/formats/reservoir.c)
+ * is removed before the process ends as the signal would have ended it. A signal after the rename
+ * finds no temporary file: the output is then complete. */
+static char tmp_path[PATH_MAX];
+static sigset_t stop_sigs;
+
+static void *on_stop(void *arg) {
+    (void)arg;
+    int sig = 0;
+    if (sigwait(&stop_sigs, &sig)) return NULL;
+    unlink(tmp_path);
+    signal(sig, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
+    raise(sig);
+    _exit(128 + sig);
+}
+
 int cmd_quantize(int argc, char **argv) {
     opts o;
     opts_init(&o, argv[1]);
@@ -49,6 +71,14 @@ int cmd_quantize(int argc, char **argv) {
     if (!o.weights) die("quantize: --weights SPEC is required (e.g. q8_0, or q4_0,embd=q8_0)");
     if (o.n_kv) die("quantize: --kv does not apply (quantize re-codes weights, not a cache)");
     if (o.copy_weights) die("quantize: --copy-weights does not apply");
+    snprintf(tmp_path, sizeof tmp_path, "%s.tmp.%ld", out, (long)getpid());
+    sigemptyset(&stop_sigs);
+    sigaddset(&stop_sigs, SIGTERM);
+    sigaddset(&stop_sigs, SIGINT);
+    sigaddset(&stop_sigs, SIGHUP);
+    pthread_t th;
+    if (pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL) || pthread_create(&th, NULL, on_stop, NULL))
+        die("quantize: cannot set up the signal handling thread");
     if (o.threads > 0) vq_set_threads(o.threads);
     check_regular_file(o.model, "-m");
     vq_quantize_info info;

@@ -32,7 +32,12 @@ static const char *serve_help =
     "      --max-conns N     concurrent HTTP connections (default 128)\n"
     "      --max-body BYTES  largest request body (default 1048576); larger: 413\n"
     "      --idle-timeout S  close a connection silent for S seconds (default 60)\n"
+    "      --header-timeout S  a request's headers and body must arrive within S seconds of its\n"
+    "                        first byte's chance (default 30); a slower one is closed\n"
+    "      --max-conns-per-client N  concurrent connections from one IP address (default 32)\n"
     "      --slot-save-path DIR  directory of slot files (default: slot files off)\n"
+    "      --calib-dir DIR   calibration files a request's kv may name as calib=NAME (default:\n"
+    "                        none: a request's calib= is refused; --kv itself may name any file)\n"
     "  -b, --batch N         prefill chunk in tokens (default 64)\n"
     "  -t, --threads N       threads for the model (default: OpenMP's)\n"
     "      --kv-seed N       seed of the caches' rotations (default 24301 = 0x5eed, as generate)\n"
@@ -44,7 +49,8 @@ int cmd_serve(int argc, char **argv) {
     o.kv = "f16";
     srv_config c = { .host = "127.0.0.1", .port = 8080, .n_slots = 4, .n_ctx = 2048, .queue_cap = 64,
                      .max_conns = 128, .kv_budget_bytes = (size_t)1024 << 20, .kv_seed = 0x5eed,
-                     .max_body = 1 << 20, .idle_timeout_s = 60 };
+                     .max_body = 1 << 20, .idle_timeout_s = 60, .header_timeout_s = 30,
+                     .max_conns_per_client = 32 };
     const char *alias = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -61,15 +67,23 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-conns")) { c.max_conns = (int)parse_long(a, v, 2, 4096); i++; }
         else if (!strcmp(a, "--max-body")) { c.max_body = (size_t)parse_long(a, v, 1024, 1L << 30); i++; }
         else if (!strcmp(a, "--idle-timeout")) { c.idle_timeout_s = (int)parse_long(a, v, 1, 86400); i++; }
+        else if (!strcmp(a, "--header-timeout")) { c.header_timeout_s = (int)parse_long(a, v, 1, 86400); i++; }
+        else if (!strcmp(a, "--max-conns-per-client")) { c.max_conns_per_client = (int)parse_long(a, v, 1, 4096); i++; }
         else if (!strcmp(a, "--slot-save-path")) { if (!v) die("--slot-save-path needs a directory"); c.slot_dir = v; i++; }
+        else if (!strcmp(a, "--calib-dir")) { if (!v) die("--calib-dir needs a directory"); c.calib_dir = v; i++; }
         else if (!strcmp(a, "--alias")) { if (!v || !*v) die("--alias needs a name"); alias = v; i++; }
         else if (!strcmp(a, "--kv-seed")) { c.kv_seed = (uint64_t)parse_long(a, v, 0, 1L << 62); i++; }
         else if (!strcmp(a, "--verbose")) c.verbose = 1;
         else die("serve: unknown option '%s' (see veloxquant serve --help)", a);
     }
+    if (o.n_kv_raw > 1) die("serve: --kv given %d times: it names the one default spec (a request names its own in \"kv\")", o.n_kv_raw);
     if (c.slot_dir) {
         struct stat st;
         if (stat(c.slot_dir, &st) || !S_ISDIR(st.st_mode)) die("--slot-save-path '%s' is not a directory", c.slot_dir);
+    }
+    if (c.calib_dir) {
+        struct stat st;
+        if (stat(c.calib_dir, &st) || !S_ISDIR(st.st_mode)) die("--calib-dir '%s' is not a directory", c.calib_dir);
     }
     vq_err err;
     vq_kv_spec *spec = vq_kv_spec_parse(o.kv, &err);   /* a bad --kv fails before the model loads */

@@ -1,7 +1,9 @@
 /* main.c: the veloxquant command-line tool: picks the command (tools/cmd_<command>.c). Every
  * command parses its flags, calls the library through veloxquant.h and prints. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmds.h"
 #include "veloxquant.h"
@@ -34,7 +36,23 @@ static const struct { const char *name; int (*run)(int, char **); } commands[] =
     { "quantize", cmd_quantize },       { "bench-share", cmd_bench_share },
 };
 
+/* OpenMP's default wait (libgomp: a thread spins 300000 times before it sleeps) collapses when
+ * other processes compete for the cores: a thread spins away its time slice waiting for one that
+ * was preempted (`generate -n 64 -t 2` on a busy 2-core machine: over 20 s instead of 1-3 s). A
+ * passive wait (sleep at once) avoids that but halves the idle speed (a wake-up per barrier); a
+ * short spin (1000, then sleep) keeps the idle speed and does not collapse: measured in
+ * docs/experiments/2026-12-07-wait-policy.md, llama.cpp's OpenMP build alike. libgomp reads
+ * OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded, before main; so when the user set
+ * neither, the CLI sets GOMP_SPINCOUNT and executes itself again (once: the variable is set then). */
+static void omp_wait_default(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (setenv("GOMP_SPINCOUNT", "1000", 1)) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("GOMP_SPINCOUNT");   /* no /proc: OpenMP's own default stays */
+}
+
 int main(int argc, char **argv) {
+    omp_wait_default(argv);
     if (argc < 2) { fputs(main_help, stderr); return 2; }
     const char *c = argv[1];
     if (!strcmp(c, "-h") || !strcmp(c, "--help") || !strcmp(c, "help")) {

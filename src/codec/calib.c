@@ -64,7 +64,8 @@ static int dims_ok(const vq_calib *c) {
     return c->n_layers >= 1 && c->n_layers <= VQ_CALIB_MAX_DIM && c->n_heads >= 1 &&
            c->n_heads <= VQ_CALIB_MAX_DIM && c->n_kv_heads >= 1 && c->n_kv_heads <= c->n_heads &&
            c->n_heads % c->n_kv_heads == 0 && c->head_dim >= 2 && c->head_dim <= VQ_CALIB_MAX_DIM &&
-           c->head_dim % 2 == 0 && c->rope_dim >= 0 && c->rope_dim <= c->head_dim &&
+           c->head_dim % 2 == 0 && c->rope_dim >= 2 && c->rope_dim <= c->head_dim &&   /* >= 1 pair: the
+                                                         pair energies are what a calibration is for */
            c->rope_dim % 2 == 0 && (c->rope_neox == 0 || c->rope_neox == 1);
 }
 
@@ -157,6 +158,9 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
     t.rope_dim = (int)v[4]; t.rope_neox = (int)v[5];
     if (!dims_ok(&t)) return bad(err, "inconsistent dims (layers, heads, kv heads, head_dim, rope)", 88);
     t.n_tokens = get64(buf + 112);
+    /* statistics over no rows are no statistics; the count is used as a double and a long, so it
+     * stays below 2^53 (calibrate writes at most 2^22) */
+    if (t.n_tokens < 1 || t.n_tokens > ((uint64_t)1 << 53)) return bad(err, "n_tokens is outside 1..2^53", 112);
     if (vq_calib_file_bytes(&t) != len) {
         vq_err_set(err, VQ_ERR_FORMAT, "calibration file: %zu bytes, its dims need %zu (truncated or "
                    "extended)", len, vq_calib_file_bytes(&t));

@@ -6,6 +6,7 @@
 #include "formats/gguf_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,9 +297,13 @@ vq_status vq_reservoir_write(const char *path, const vq_gguf *src, const vq_res_
     h.meta_crc = crc(0, body, meta);
     h.head_crc = crc(0, &h, offsetof(res_head, head_crc));
 
+    /* the temporary file's name is known to the process (PATH.tmp.PID), so a CLI stopped by a
+     * signal can remove it (tools/cmd_quantize.c); O_EXCL never follows a planted link, and a
+     * stale one of a dead process with our pid is replaced once */
     char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
-    int fd = mkstemp(tmp);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST && !unlink(tmp)) fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) { free(body); return io_err(err, path, "cannot create a temporary file beside it", errno); }
     mode_t um = umask(0);   /* mkstemp makes 0600; a model file is as readable as any other file */
     umask(um);

@@ -176,6 +176,13 @@ vq_status vq_evict_check(vq_evict_cfg *ev, char *msg, size_t cap) {
     return vq_ada_check(ev, msg, cap);
 }
 
+int vq_evict_keeps(const vq_evict_cfg *ev, int n) {
+    if (!ev->pol) return 1;
+    /* pyramidkv's smallest budget is its top layer's: budget * (1 - slope) */
+    double low = ev->budget * ((ev->pol->flags & EV_PYRAMID) ? 1.0 - ev->slope : 1.0);
+    return ev->budget_ratio ? low >= 1.0 : low >= n;
+}
+
 int vq_evict_print(const vq_evict_cfg *ev, char *out, size_t cap) {
     if (!ev->pol) { if (cap) out[0] = 0; return 0; }
     const unsigned f = ev->pol->flags;

@@ -105,6 +105,9 @@ vq_status vq_kv_check_model(const vq_kv *kv, uint64_t config_hash, vq_err *err);
  * tokens with begin/end: end runs a step when a prompt (n > 1) ends and every `every` decode
  * steps. */
 int  vq_kv_evicting(const vq_kv *kv);                   /* some layer has an eviction policy */
+/* 1 when no clause's eviction budget drops a row of the first n positions (a ratio of 1, or rows
+ * >= n on every layer, pyramidkv's smallest layer included; no policy drops nothing) */
+int  vq_kv_spec_keeps_rows(const vq_kv_spec *s, int n);
 void vq_kv_evict_begin(vq_kv *kv, int pos0, int n);     /* n tokens at pos0.. are about to run */
 long vq_kv_evict_end(vq_kv *kv, int pos0, int n);       /* they ran: a step if due; rows dropped */
 long vq_kv_evict_now(vq_kv *kv, int next_pos);          /* a step now (tests, tools) */

@@ -222,6 +222,7 @@ vq_status vq_evict_key(vq_evict_cfg *ev, const char *key, const char *val, char 
 int vq_evict_is_key(const char *key);
 vq_status vq_evict_check(vq_evict_cfg *ev, char *msg, size_t cap);   /* after parsing: defaults */
 int vq_evict_print(const vq_evict_cfg *ev, char *out, size_t cap);          /* ";evict=..." */
+int vq_evict_keeps(const vq_evict_cfg *ev, int n);   /* 1: no layer's budget drops a row of n positions */
 size_t vq_evict_help(char *buf, size_t n);
 int vq_evict_needs_attn(const vq_evict_cfg *ev);
 int vq_evict_needs_knorm(const vq_evict_cfg *ev);

@@ -283,12 +283,39 @@ static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *
     return VQ_OK;
 }
 
+/* What the tokenizer below would pass over in silence: an empty part (";;", a ';' at either end),
+ * an empty parameter list or item ("f16:", "k=4,,v=4", a ',' at either end) and whitespace next
+ * to a delimiter (" f16", "f16; window=4"). Each is a typo whose spec would run as something the
+ * writer did not mean, so it is refused, naming the place. NULL when the text is clean. */
+static const char *untidy(const char *t, size_t *at) {
+    static const char *DELIM = ";:,=";
+    size_t n = strlen(t);
+    for (size_t i = 0; i <= n; i++) {
+        char c = t[i], prev = i ? t[i - 1] : 0;
+        *at = i;
+        if (isspace((unsigned char)c) && (i == 0 || i + 1 == n || strchr(DELIM, t[i + 1]) || strchr(DELIM, prev)))
+            return "whitespace at the start or end of the spec or beside ';', ':', ',' or '='";
+        if (c == ';' && (i == 0 || i + 1 == n || t[i + 1] == ';')) return "an empty part (';' at an end or ';;')";
+        if (c == ':' && (i + 1 == n || t[i + 1] == ';' || t[i + 1] == ',')) return "':' with no parameter after it";
+        if (c == ',' && (i == 0 || i + 1 == n || strchr(";:,", prev) || t[i + 1] == ';' || t[i + 1] == ','))
+            return "an empty item in a ',' list";
+    }
+    return NULL;
+}
+
 vq_status vq_kv_part_parse(const char *spec, vq_kv_parsed *o, vq_err *err) {
     memset(o, 0, sizeof *o);
     o->window = -1;
     o->wprec = 16;
     o->page = 256;
     if (!spec || !*spec) return spec_err(err, spec ? spec : "(null)", "empty spec");
+    size_t at = 0;
+    const char *why = untidy(spec, &at);
+    if (why) {
+        char m[160];
+        snprintf(m, sizeof m, "%s (at character %zu)", why, at + 1);
+        return spec_err(err, spec, m);
+    }
     char buf[VQ_KV_SPEC_MAX];
     if (strlen(spec) >= sizeof buf) return spec_err(err, "(too long)", "spec longer than 2047 characters");
     snprintf(buf, sizeof buf, "%s", spec);
@@ -421,10 +448,38 @@ static vq_status parse_items(char *list, vq_kv_clause *c, const char *spec, vq_e
     return VQ_OK;
 }
 
+/* A spec from an untrusted sender (vq_kv_spec_parse_confined): calib= may only name a file of the
+ * operator's folder, by its plain name; every refusal (no folder, a path, a name with other
+ * characters, a file that is missing, not a regular file or not a calibration file) gets the one
+ * message below, so the answer tells nothing about the host's files. */
+typedef struct calib_conf { const char *dir; } calib_conf;
+
+static vq_status confine_calib(vq_kv_parsed *sp, const calib_conf *conf, vq_err *err) {
+    const char *n = sp->calib;
+    int ok = conf->dir && conf->dir[0] && n[0] != '.' && strlen(n) <= 128;
+    for (const char *q = n; ok && *q; q++)
+        ok = isalnum((unsigned char)*q) || *q == '.' || *q == '_' || *q == '-';
+    char path[VQ_KV_CALIB_MAX];
+    if (ok) {
+        int w = snprintf(path, sizeof path, "%s/%s", conf->dir, n);
+        ok = w > 0 && (size_t)w < sizeof path;
+    }
+    vq_calib cal;
+    memset(&cal, 0, sizeof cal);
+    if (ok) ok = vq_calib_read(path, &cal, NULL) == VQ_OK;   /* regular files only (vq_read_file) */
+    vq_calib_free(&cal);
+    if (!ok)
+        return vq_err_set(err, VQ_ERR_ARG, "calib=: not a calibration file this server offers (a request "
+                          "may name one of the operator's calibration folder by its plain name)");
+    snprintf(sp->calib, sizeof sp->calib, "%s", path);
+    return VQ_OK;
+}
+
 /* Check one plain spec's codecs and parameters by configuring each side once (head_dim 64, the
  * smallest every codec takes), and make its normalized text. */
-static vq_status probe_clause(vq_kv_clause *c, const char *plain, vq_err *err) {
+static vq_status probe_clause(vq_kv_clause *c, const char *plain, const calib_conf *conf, vq_err *err) {
     if (vq_kv_part_parse(plain, &c->sp, err)) return err ? err->code : VQ_ERR_ARG;
+    if (conf && c->sp.calib[0] && confine_calib(&c->sp, conf, err)) return VQ_ERR_ARG;
     vq_codec_state st[2];
     memset(st, 0, sizeof st);
     int fpw = 0;
@@ -475,6 +530,10 @@ static vq_status probe_clause(vq_kv_clause *c, const char *plain, vq_err *err) {
         int P = (int)((c->sp.page + rpbs - 1) / rpbs * rpbs);
         vq_kv_normalize(c->norm, sizeof c->norm, &st[0], &st[1], &c->sp,
                         c->sp.window >= 0 ? c->sp.window : fpw, c->sp.wprec, P, c->sp.sink);
+        /* a cut normalized text would make two different specs equal (vq_kv_spec_equal) */
+        if (strlen(c->norm) >= sizeof c->norm - 1)
+            rc = vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s...': the normalized clause is longer than "
+                            "%zu characters", plain, sizeof c->norm - 2);
     }
     for (int s = 0; s < 2; s++)
         if (st[s].codec && st[s].codec->fini) st[s].codec->fini(&st[s]);
@@ -491,7 +550,47 @@ void vq_kv_spec_free(vq_kv_spec *s) {
 
 const char *vq_kv_spec_text(const vq_kv_spec *s) { return s ? s->text : ""; }
 
-vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err) {
+/* The normalized text spells out every value the cache is built from and parsing refuses a spec
+ * whose normalized text would be cut (probe_clause, the override join), so two specs are equal
+ * exactly when their texts are. */
+int vq_kv_spec_equal(const vq_kv_spec *a, const vq_kv_spec *b) {
+    if (!a || !b) return a == b;
+    return !strcmp(a->text, b->text);
+}
+
+int vq_kv_spec_keeps_rows(const vq_kv_spec *s, int n) {
+    for (int i = 0; s && i < s->n; i++) {
+        if (!vq_evict_keeps(&s->c[i].sp.ev, n)) return 0;
+    }
+    return 1;
+}
+
+vq_kv_spec *vq_kv_spec_dup(const vq_kv_spec *s, vq_err *err) {
+    vq_err_clear(err);
+    if (!s) { vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_dup: no spec"); return NULL; }
+    vq_kv_spec *d = calloc(1, sizeof *d);
+    if (d) d->c = calloc((size_t)s->n, sizeof *d->c);
+    if (!d || !d->c) goto nomem;
+    memcpy(d->given, s->given, sizeof d->given);
+    memcpy(d->text, s->text, sizeof d->text);
+    d->n = s->n;
+    for (int i = 0; i < s->n; i++) {
+        d->c[i] = s->c[i];
+        d->c[i].items = NULL;
+        if (s->c[i].n_items) {
+            d->c[i].items = malloc((size_t)s->c[i].n_items * sizeof *d->c[i].items);
+            if (!d->c[i].items) goto nomem;
+            memcpy(d->c[i].items, s->c[i].items, (size_t)s->c[i].n_items * sizeof *d->c[i].items);
+        }
+    }
+    return d;
+nomem:
+    vq_kv_spec_free(d);
+    vq_err_set(err, VQ_ERR_NOMEM, "kv spec: out of memory");
+    return NULL;
+}
+
+static vq_kv_spec *spec_parse(const char *text, const calib_conf *conf, vq_err *err) {
     vq_err_clear(err);
     if (!text || !*text) {
         vq_kv_parsed sp;
@@ -534,7 +633,7 @@ vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err) {
     }
     vq_err e;
     vq_err_clear(&e);
-    if (probe_clause(&s->c[0], clause[0], &e)) {
+    if (probe_clause(&s->c[0], clause[0], conf, &e)) {
         vq_err_set(err, e.code ? e.code : VQ_ERR_ARG, "%s", e.msg);
         goto fail;
     }
@@ -543,14 +642,13 @@ vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err) {
         char *eq = strchr(clause[c], '=');
         if (!eq) { ovr_err(err, text, s->c[c].given, "no '=' between the layers and their spec"); goto fail; }
         *eq = 0;
-        char *sp = eq + 1, *t = clause[c];
-        while (isspace((unsigned char)*sp)) sp++;
+        char *sp = eq + 1, *t = clause[c];   /* the spec after '=' as written (vq_kv_part_parse refuses spaces) */
         while (isspace((unsigned char)*t)) t++;
-        if (!*sp) { ovr_err(err, text, s->c[c].given, "no spec after '='"); goto fail; }
+        if (!sp[strspn(sp, " \t\n\v\f\r")]) { ovr_err(err, text, s->c[c].given, "no spec after '='"); goto fail; }
         if (!*t) { ovr_err(err, text, s->c[c].given, "no layers before '='"); goto fail; }
         if (parse_items(clause[c], &s->c[c], text, err)) goto fail;
         vq_err_clear(&e);
-        if (probe_clause(&s->c[c], sp, &e)) {
+        if (probe_clause(&s->c[c], sp, conf, &e)) {
             vq_err_set(err, e.code ? e.code : VQ_ERR_ARG, "kv spec '%.160s': layer override "
                        "'@%.100s': %s", text, s->c[c].given, e.msg);
             goto fail;
@@ -580,4 +678,11 @@ fail:
     free(clause);
     vq_kv_spec_free(s);
     return NULL;
+}
+
+vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err) { return spec_parse(text, NULL, err); }
+
+vq_kv_spec *vq_kv_spec_parse_confined(const char *text, const char *calib_dir, vq_err *err) {
+    const calib_conf conf = { calib_dir };
+    return spec_parse(text, &conf, err);
 }

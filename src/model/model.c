@@ -264,7 +264,8 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
     if ((s = get_u32_key(g, a, "feed_forward_length", 1, 0, 1, 1 << 20, &c->hidden_dim, err))) return s;
     if ((s = get_u32_key(g, a, "attention.head_count", 1, 0, 1, 1024, &c->n_heads, err))) return s;
     if ((s = get_u32_key(g, a, "attention.head_count_kv", 0, (uint32_t)c->n_heads, 1, 1024, &c->n_kv_heads, err))) return s;
-    if ((s = get_u32_key(g, a, "context_length", 0, 2048, 1, 1 << 24, &c->train_ctx, err))) return s;
+    /* a session needs 2 positions at least (vq_session_create's n_ctx 2..) */
+    if ((s = get_u32_key(g, a, "context_length", 0, 2048, 2, 1 << 24, &c->train_ctx, err))) return s;
     /* head_dim: attention.key_length when the file says (Gemma 3: 256 with dim 640 and 4 heads),
      * else dim / heads; values must have the same width (the cache stores K and V rows alike) */
     int kl = 0, vl = 0;
@@ -437,9 +438,19 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
     for (uint64_t i = 0; i < vq_gguf_n_tensors(g); i++)
         if (!b.used[i]) {
             const vq_gguf_tensor *t = vq_gguf_tensor_at(g, i);
-            s = vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: tensor '%.*s' is not used by architecture '%s' as we "
-                           "implement it (refused rather than ignored: it would change the output)", path,
-                           (int)VQ_MIN(t->name.len, 96), t->name.ptr, row->name);
+            char nm[200], rest;
+            unsigned long bl;
+            snprintf(nm, sizeof nm, "%.*s", (int)VQ_MIN(t->name.len, sizeof nm - 1), t->name.ptr);
+            /* a layer past block_count: say so (the commonest way a file's tensors outnumber its
+             * metadata) rather than only that the tensor is unused */
+            if (!strncmp(nm, "blk.", 4) && sscanf(nm + 4, "%lu%c", &bl, &rest) == 2 && rest == '.' &&
+                bl >= (unsigned long)c->n_layers)
+                s = vq_err_set(err, VQ_ERR_FORMAT, "%s: tensor '%s' is of layer %lu but %s.block_count is %d",
+                               path, nm, bl, a, c->n_layers);
+            else
+                s = vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: tensor '%s' is not used by architecture '%s' as we "
+                               "implement it (refused rather than ignored: it would change the output)", path,
+                               nm, row->name);
             goto done;
         }
 #undef TRY
@@ -460,11 +471,16 @@ done:
 }
 
 static vq_status load_l2c(vq_model *m, const char *path, const char *tok_path, vq_err *err) {
+    /* opened first: an empty or damaged file (not GGUF, so tried as llama2.c) is told as such,
+     * not as a checkpoint missing its tokenizer */
+    vq_err e;
+    vq_l2c *l = vq_l2c_open(path, &e);
+    if (!l)
+        return vq_err_set(err, e.code, "%s: neither a GGUF file (no 'GGUF' magic) nor a llama2.c checkpoint: %s",
+                          path, e.msg);
+    m->l2c = l;
     if (!tok_path)
         return vq_err_set(err, VQ_ERR_ARG, "%s: a llama2.c checkpoint needs its tokenizer file (--tokenizer tok512.bin)", path);
-    vq_l2c *l = vq_l2c_open(path, err);
-    if (!l) return err ? err->code : VQ_ERR_IO;
-    m->l2c = l;
     const vq_l2c_config *lc = vq_l2c_config_of(l);
     const vq_l2c_weights *w = vq_l2c_weights_of(l);
     vq_model_config *c = &m->cfg;

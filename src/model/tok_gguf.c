@@ -141,6 +141,8 @@ vq_tokenizer *vq_tokenizer_from_gguf(const vq_gguf *g, vq_err *err) {
         opt_id(g, "tokenizer.ggml.eos_token_id", (int)n, &t->eos, err) ||
         opt_id(g, "tokenizer.ggml.unknown_token_id", (int)n, &t->unk, err))
         goto fail;
+    int pad = -1;   /* unused here (no batch padding), but an id past the vocabulary is a broken file */
+    if (opt_id(g, "tokenizer.ggml.padding_token_id", (int)n, &pad, err)) goto fail;
     if (kind == TOK_KIND_SPM) {   /* SentencePiece conventions when the file is silent */
         if (t->bos < 0 && n > 1) t->bos = 1;
         if (t->eos < 0 && n > 2) t->eos = 2;

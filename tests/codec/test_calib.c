@@ -102,6 +102,35 @@ int main(void) {
     memcpy(buf + 124, &hc, 4);
     CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
     CHECKF(strstr(err.msg, "NUL-padded") != NULL, "message: %s", err.msg);
+    buf[16 + 63 - 1] = 0;
+    /* n_tokens 0 and 2^64-1 with the header CRC made valid: refused naming the field (issue 31) */
+    const uint64_t bad_n[2] = { 0, UINT64_MAX };
+    for (int k = 0; k < 2; k++) {
+        memcpy(buf + 112, &bad_n[k], 8);
+        hc = (uint32_t)crc32(0, buf, 124);
+        memcpy(buf + 124, &hc, 4);
+        CHECKF(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT && strstr(err.msg, "n_tokens"),
+               "n_tokens %llu: %s", (unsigned long long)bad_n[k], err.msg);
+    }
+    /* rope_dim 0 in a file consistent with it (no pair energies, both CRCs valid): refused */
+    {
+        vq_calib z = c;
+        z.rope_dim = 0;
+        size_t zl = vq_calib_file_bytes(&z), n_pair = len - zl;   /* pair_energy is the first array */
+        uint8_t *zb = malloc(zl);
+        memcpy(zb, buf, 128);
+        memcpy(zb + 128, buf + 128 + n_pair, zl - 128 - 4);
+        uint32_t zero = 0;
+        memcpy(zb + 104, &zero, 4);
+        uint64_t nt = 1234;
+        memcpy(zb + 112, &nt, 8);
+        hc = (uint32_t)crc32(0, zb, 124);
+        memcpy(zb + 124, &hc, 4);
+        bc = (uint32_t)crc32(0, zb + 128, (uInt)(zl - 4 - 128));
+        memcpy(zb + zl - 4, &bc, 4);
+        CHECKF(vq_calib_parse(zb, zl, &r, &err) == VQ_ERR_FORMAT, "rope_dim 0: %s", err.msg);
+        free(zb);
+    }
     free(buf);
 
     /* files: atomic write, read back, errors */

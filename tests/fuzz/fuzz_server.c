@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int chat = 0; chat < 2; chat++) {
         srv_req r;
         srv_error e;
-        int rc = srv_req_parse(body, size, chat, &r, &e);
+        int rc = srv_req_parse(body, size, chat, NULL, &r, &e);
         if (rc) {
             if (rc < 400 || rc > 499 || !e.message[0]) abort();   /* a bad body is the client's fault */
             char *j = srv_error_json(&e);

@@ -2,7 +2,8 @@
  * page= is clamped to the context (a huge page on a tiny cache allocates little); a spec of
  * VQ_KV_SPEC_MAX_LEN (2047) characters is accepted and one more is refused naming the limit, which
  * docs/kv-spec.md states too; vq_kv_append refuses non-finite rows (and |x| > 65504) and leaves the
- * cache as it was. */
+ * cache as it was; vq_kv_spec_equal compares whole specs (two long specs that differ only past their
+ * 255th character are different) and vq_kv_spec_dup copies one that outlives its original. */
 #include "../vq_test.h"
 #include "veloxquant.h"
 #include "kv/kv.h"
@@ -135,7 +136,44 @@ static void check_append(void) {
     }
 }
 
+/* equality is of the whole normalized spec: specs that share their first 255+ characters and
+ * differ in a last override's key differ; a spelling and its normalized text are equal */
+static void check_equal_dup(void) {
+    vq_err e;
+    char a[1024], b[1024];
+    size_t o = (size_t)sprintf(a, "f16@0");
+    for (int i = 1; o < 300; i++) o += (size_t)sprintf(a + o, ",%d", i);
+    strcpy(b, a);
+    strcat(a, "=f32;window=4");
+    strcat(b, "=f32");
+    vq_kv_spec *sa = vq_kv_spec_parse(a, &e), *sb = vq_kv_spec_parse(b, &e);
+    CHECKF(sa && sb, "parse the long specs: %s", e.msg);
+    if (!sa || !sb) { vq_kv_spec_free(sa); vq_kv_spec_free(sb); return; }
+    CHECK(strlen(vq_kv_spec_text(sa)) > 300 && !strncmp(vq_kv_spec_text(sa), vq_kv_spec_text(sb), 255));
+    CHECKF(!vq_kv_spec_equal(sa, sb), "'...=f32;window=4' equals '...=f32'");
+    CHECK(vq_kv_spec_equal(sa, sa) && vq_kv_spec_equal(NULL, NULL) && !vq_kv_spec_equal(sa, NULL));
+    CHECKF(strstr(vq_kv_spec_text(sa), "window=4") != NULL, "the normalized text lost the override's window: %s",
+           vq_kv_spec_text(sa));
+    vq_kv_spec *q = vq_kv_spec_parse("q4_0", &e), *qn = q ? vq_kv_spec_parse(vq_kv_spec_text(q), &e) : NULL;
+    CHECKF(q && qn && vq_kv_spec_equal(q, qn), "q4_0 and its normalized text '%s' are not equal", q ? vq_kv_spec_text(q) : e.msg);
+    CHECK(!vq_kv_spec_equal(q, sa));
+    vq_kv_spec *d = vq_kv_spec_dup(sa, &e);
+    CHECKF(d && vq_kv_spec_equal(d, sa), "dup: %s", d ? "not equal" : e.msg);
+    vq_kv_spec_free(sa);   /* the copy outlives its original */
+    vq_kv_dims dd = D;
+    dd.n_layers = 300;
+    vq_kv *kv = d ? vq_kv_create(d, &dd, 1, &e) : NULL;
+    CHECKF(kv != NULL, "a cache from the copy: %s", e.msg);
+    vq_kv_destroy(kv);
+    CHECK(!vq_kv_spec_dup(NULL, &e) && e.code == VQ_ERR_ARG);
+    vq_kv_spec_free(d);
+    vq_kv_spec_free(sb);
+    vq_kv_spec_free(q);
+    vq_kv_spec_free(qn);
+}
+
 int main(void) {
+    check_equal_dup();
     check_repeats();
     check_page_clamp();
     check_length();

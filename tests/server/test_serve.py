@@ -5,6 +5,11 @@ sockets. Each case starts the server on a free loopback port (--port 0: it print
         not) equal `veloxquant generate --temp 0` for f16, q8_0 and q4_0:rotate=1; stop strings;
         prefix reuse; concurrent requests equal the sequential ones; the bad-request list (each a
         4xx JSON error or a clean close, the server still serving); slot save/restore/erase
+  python test_serve.py BIN holes     stories260K: issue 31's holes, each a check that failed before
+        its fix: specs past 255 characters (the default's whole text, prefix reuse only between equal
+        specs), a slow-header flood (a per-client cap and a deadline keep /health served), calib=
+        confined to --calib-dir with one message for every refusal, slot files under a directory
+        name, of an evicting cache, with a NUL; a chunked body then a half-close is answered
   python test_serve.py BIN smollm2   SmolLM2 (models/): a streamed chat equals `generate --chat
         --temp 0`; "hello<|im_end|>" in a message stays text; 16 concurrent clients all complete and /metrics returns to zero active slots and
         zero reserved bytes; a client that disconnects mid-stream frees its slot at once; a full
@@ -375,6 +380,202 @@ def bad_requests(srv, model, ctx):
     check(st == 200 and json.loads(out)["status"] == "ok", "the server still serves after the bad requests")
 
 
+def long_specs():
+    """Two specs whose normalized texts share their first 255+ characters and differ after."""
+    part = "f32;window=100000,wprec=32,page=65536,sink=65536"
+    head = part + "".join(f"@{i - 5}={part}" for i in range(4))   # layers 0..3 as -5..-2
+    return head + "@4=f32;window=4", head + "@4=f16"
+
+
+def flood(addr, port, n, stop):
+    """n connections from addr, each sending one header line a second until stop is set."""
+    socks = []
+    for _ in range(n):
+        try:
+            s = socket.socket()
+            s.bind((addr, 0))
+            s.settimeout(5)
+            s.connect(("127.0.0.1", port))
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            socks.append(s)
+        except OSError:
+            pass
+
+    def drip():
+        i = 0
+        while not stop.is_set():
+            for s in socks:
+                try:
+                    s.sendall(b"X-Slow-%d: y\r\n" % i)
+                except OSError:
+                    pass
+            i += 1
+            stop.wait(1.0)
+    t = threading.Thread(target=drip, daemon=True)
+    t.start()
+    return socks, t
+
+
+def closed_by_server(s, within):
+    """True when the server ends the connection within `within` seconds."""
+    s.settimeout(within)
+    try:
+        while True:
+            if not s.recv(4096):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except (socket.timeout, OSError):
+        return False
+
+
+def case_holes(binary):
+    for f in STORIES:
+        if not os.path.exists(f):
+            print(f"skip: {f} not found (../shared/data)")
+            sys.exit(77)
+    margs = ["-m", STORIES[0], "--tokenizer", STORIES[1]]
+    slot_dir = tempfile.mkdtemp(prefix="vq-slots-")
+    calib_dir = tempfile.mkdtemp(prefix="vq-calib-")
+    other_dir = tempfile.mkdtemp(prefix="vq-other-")
+    subprocess.run([binary, "calibrate", *margs, "-f", os.path.join(SHARED, "data", "tinystories-valid-sample.txt"),
+                    "-o", os.path.join(calib_dir, "c.cal"), "--tokens", "512", "--ctx", "256"],
+                   check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    subprocess.run(["cp", os.path.join(calib_dir, "c.cal"), os.path.join(other_dir, "c.cal")], check=True)
+    A, B = long_specs()
+    srv = Server(binary, margs, "-np", "1", "-c", "256", "--kv", A, "--slot-save-path", slot_dir,
+                 "--calib-dir", calib_dir, "--header-timeout", "2", "--max-conns", "48",
+                 "--max-conns-per-client", "8", "--idle-timeout", "30")
+    try:
+        print("specs longer than 255 characters: the whole spec, and prefix reuse only between equal specs")
+        st, body = srv.request("GET", "/v1/models")
+        kv_default = json.loads(body)["data"][0]["kv"]
+        check(len(kv_default) > 255 and kv_default.endswith("@4=f32;window=4,wprec=16,page=256"),
+              f"/v1/models reports the whole --kv ({len(kv_default)} characters, ends {kv_default[-40:]!r})")
+        p = "Once upon a time"
+        st, body = srv.request("POST", "/v1/completions", {"prompt": p, "max_tokens": 20, "temperature": 0})
+        r = json.loads(body) if st == 200 else {}
+        check(st == 200 and r["timings"]["kv"] == kv_default, f"a default request runs the whole --kv: {st} {body[:100]!r}")
+        want_a = cli_generate(binary, margs, p, 20, kv=A)
+        check(st == 200 and r["choices"][0]["text"] == want_a, "its text equals generate --kv A")
+        st, body = srv.request("POST", "/v1/completions", {"prompt": p, "max_tokens": 20, "temperature": 0, "kv": B})
+        r = json.loads(body) if st == 200 else {}
+        kv_b = r["timings"]["kv"] if st == 200 else ""
+        common = len(os.path.commonprefix([kv_b, kv_default]))
+        check(common > 255, f"the normalized A and B share their first {common} characters (more than 255)")
+        check(st == 200 and r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+              f"spec B reuses nothing of A's slot: {body[:60]!r}...")
+        check(st == 200 and r["timings"]["kv"].endswith("@4=f16"), "B's timings name B's whole spec")
+        check(st == 200 and r["choices"][0]["text"] == cli_generate(binary, margs, p, 20, kv=B),
+              "B's text equals generate --kv B")
+        slots = json.loads(srv.request("GET", "/slots")[1])
+        check(slots[0]["kv"].endswith("@4=f16"), "/slots names B's spec")
+        st, body = srv.request("POST", "/v1/completions", {"prompt": p + " there", "max_tokens": 4, "kv": B})
+        check(st == 200 and json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"] > 0,
+              "the same spec B again reuses its prefix")
+
+        print("calib= in a request: only a file of --calib-dir, by name; one message for every refusal")
+        msgs = set()
+        for bad in ["/etc/shadow", "/etc", "/nonexistent/x.cal", os.path.join(other_dir, "c.cal"), "../" +
+                    os.path.basename(other_dir) + "/c.cal", "missing.cal", ".c.cal", "/proc/self/environ"]:
+            st, body = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "kv": "f32;calib=" + bad})
+            ok = error_shape(st, body, 400)
+            check(ok, f"calib={bad}: {st}")
+            if ok:
+                msgs.add(json.loads(body)["error"]["message"])
+        check(len(msgs) == 1, f"one message for all: {sorted(msgs)}")
+        check(not any("shadow" in m or "etc" in m or "No such" in m or "directory" in m for m in msgs),
+              "the message names no file and no reason")
+        st, body = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "kv": "f32;calib=c.cal"})
+        check(st == 200, f"calib=c.cal of --calib-dir is taken: {st} {body[:120]!r}")
+
+        print("slot files: a directory name, an evicting cache, a NUL: 4xx/501 with a message, never 500")
+        os.mkdir(os.path.join(slot_dir, "adir"))
+        srv.request("POST", "/v1/completions", {"prompt": p, "max_tokens": 4})
+        for action in ["save", "restore"]:
+            st, body = srv.request("POST", f"/slots/0?action={action}", {"filename": "adir"})
+            check(error_shape(st, body, 400, "directory"), f"{action} under a directory's name: {st} {body[:100]!r}")
+        st, body = srv.request("POST", "/slots/0?action=save", b'{"filename": "x\\u0000y"}')
+        check(error_shape(st, body, 400, "NUL"), f"a NUL in the filename: {st} {body[:100]!r}")
+        check(not os.path.exists(os.path.join(slot_dir, "x")), "nothing written under the name before the NUL")
+        st, body = srv.request("POST", "/v1/completions", {"prompt": p, "max_tokens": 4, "kv": "f32;evict=h2o,budget=48"})
+        check(st == 200, f"an evicting cache serves: {st}")
+        st, body = srv.request("POST", "/slots/0?action=save", {"filename": "ev.bin"})
+        check(st == 501 and "evict" in json.loads(body)["error"]["message"],
+              f"saving an evicting cache: 501 naming the limit: {st} {body[:120]!r}")
+
+        print("a complete body then a half-close (shutdown of the client's sending side) gets its answer")
+        tb = b'{"prompt": "Once", "max_tokens": 200, "temperature": 0}'
+        for name, req in [
+                ("chunked", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                 b"Connection: close\r\n\r\n" + b"%x\r\n%s\r\n0\r\n\r\n" % (len(tb), tb)),
+                ("content-length", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                 b"Connection: close\r\n\r\n" % len(tb) + tb)]:
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            s.sendall(req)
+            s.shutdown(socket.SHUT_WR)
+            got = b""
+            try:
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    got += chunk
+            except (ConnectionResetError, socket.timeout):
+                pass
+            s.close()
+            check(got.startswith(b"HTTP/1.1 200") and b'"completion_tokens":200' in got, f"{name}: {got[:40]!r}")
+
+        print("slow-header flood: 150 connections from 127.0.0.2 at one header line a second")
+        stop = threading.Event()
+        socks, t = flood("127.0.0.2", srv.port, 150, stop)
+        time.sleep(0.5)
+        worst, ok = 0.0, True
+        end = time.time() + 3
+        while time.time() < end:
+            t0 = time.time()
+            try:
+                st, body = srv.request("GET", "/health", timeout=5)
+                ok = ok and st == 200
+            except OSError:
+                ok = False
+            worst = max(worst, time.time() - t0)
+            time.sleep(0.3)
+        check(ok and worst < 2, f"/health from 127.0.0.1 answered throughout (slowest {worst:.2f} s)")
+        shut = [closed_by_server(s, 6) for s in socks[:8]]
+        check(all(shut), f"the flood's connections are closed after --header-timeout 2 ({sum(shut)} of {len(shut)})")
+        stop.set()
+        t.join()
+        for s in socks:
+            s.close()
+        print("the same from 100 addresses (the per-client cap does not apply): served after the deadline")
+        stop = threading.Event()
+        many = []
+        for i in range(100):
+            ss, _ = flood(f"127.0.1.{i + 1}", srv.port, 1, stop)
+            many += ss
+        t0 = time.time()
+        served = False
+        while time.time() - t0 < 8 and not served:
+            try:
+                st, _ = srv.request("GET", "/health", timeout=5)
+                served = st == 200
+            except OSError:
+                time.sleep(0.2)
+        dt = time.time() - t0
+        check(served and dt < 2 + 2.5, f"/health served {dt:.2f} s into the flood (deadline 2 s)")
+        stop.set()
+        for s in many:
+            s.close()
+        st, body = srv.request("POST", "/v1/completions", {"prompt": p, "max_tokens": 4})
+        check(st == 200, "completions still served after the floods")
+    finally:
+        rc, log = srv.stop()
+        check(rc == 0, f"SIGTERM: exit {rc}")
+        if rc != 0 or failures:
+            print(log[-3000:])
+
+
 def case_smollm2(binary):
     if not os.path.exists(SMOLLM2):
         print(f"skip: {SMOLLM2} not found (scripts/fetch_model.sh)")
@@ -536,10 +737,10 @@ def case_smollm2(binary):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in ("stories", "smollm2"):
-        print("usage: test_serve.py VELOXQUANT_BINARY stories|smollm2")
+    if len(sys.argv) != 3 or sys.argv[2] not in ("stories", "holes", "smollm2"):
+        print("usage: test_serve.py VELOXQUANT_BINARY stories|holes|smollm2")
         return 2
-    {"stories": case_stories, "smollm2": case_smollm2}[sys.argv[2]](sys.argv[1])
+    {"stories": case_stories, "holes": case_holes, "smollm2": case_smollm2}[sys.argv[2]](sys.argv[1])
     print("PASS" if failures == 0 else f"{failures} check(s) failed")
     return 1 if failures else 0
 
