@@ -27,6 +27,11 @@ vq_status vq_lab_session_observe(vq_session *s, const int *tokens, int n, vq_err
 vq_status vq_lab_session_evict_scores(const vq_session *s, int layer, float *scores, int32_t *pos,
                                       vq_err *err);
 
+/* 1 when no clause of the spec has an eviction budget that would drop a row of the first n
+ * positions (kv/kv.h defines it): evict-corr reads scores before any eviction step, so a spec
+ * that would evict there is refused rather than measured as if it kept every row. */
+int vq_kv_spec_keeps_rows(const vq_kv_spec *s, int n);
+
 /* The hash of a model's config that a calibration file records and the cache checks when a spec
  * names calib=FILE: calibrate writes it. */
 uint64_t vq_lab_model_config_hash(const vq_model *m);
