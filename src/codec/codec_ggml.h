@@ -23,18 +23,20 @@
 
 typedef struct vq_ggml_impl {
     int rotate;
+    int span;        /* rotate: Walsh-Hadamard on each run of span elements (a power of two dividing d) */
     int lanes;       /* this state's blocks are lanes blocks (keys with layout=lanes): ggml_lanes.h */
     float *sgn;      /* d random signs when rotate */
 } vq_ggml_impl;
 
-/* parse rotate=0|1 and layout=lanes|rows, check d; allocates impl (state_bytes counted); sets
+/* parse rotate=0|1, rot=SPAN and layout=lanes|rows, check d; allocates impl (state_bytes counted); sets
  * rows_per_block (16 for lanes keys, else 1); the codec sets block_bytes */
 static inline vq_status vq_ggml_init(vq_codec_state *st, int d, int side, const vq_codec_param *p,
                                      int np, uint64_t seed, vq_err *err) {
     const vq_codec *c = st->codec;
-    vq_status s = vq_codec_params_check(c, p, np, "rotate,layout", err);
-    int rot = 0;
+    vq_status s = vq_codec_params_check(c, p, np, "rotate,rot,layout", err);
+    int rot = 0, span = 0;
     if (!s) s = vq_codec_param_int(c, p, np, "rotate", 0, 1, 0, &rot, err);
+    if (!s) s = vq_codec_param_int(c, p, np, "rot", 0, 4096, 0, &span, err);
     if (s) return s;
     const char *lay = vq_codec_param_get(p, np, "layout");
     if (lay && strcmp(lay, "lanes") && strcmp(lay, "rows"))
@@ -47,17 +49,22 @@ static inline vq_status vq_ggml_init(vq_codec_state *st, int d, int side, const 
     if (d % 32)
         return vq_err_set(err, VQ_ERR_ARG, "codec %s: head_dim %d is not a multiple of 32 (blocks of "
                           "32 elements)", c->name, d);
-    if (rot && (d & (d - 1)))
-        return vq_err_set(err, VQ_ERR_ARG, "codec %s: rotate=1 needs head_dim a power of two "
-                          "(Walsh-Hadamard), got %d", c->name, d);
-    if (rot && d > 4096)
-        return vq_err_set(err, VQ_ERR_ARG, "codec %s: rotate=1 supports head_dim <= 4096, got %d",
-                          c->name, d);
+    if (span && !rot)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: rot=%d is the span of the rotation: it needs "
+                          "rotate=1", c->name, span);
+    if (rot && !span) {   /* default: the largest power of two dividing head_dim, at most 4096 */
+        span = d & -d;
+        if (span > 4096) span = 4096;
+    }
+    if (rot && ((span & (span - 1)) || span < 2 || d % span))
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: rot=%d must be a power of two (>= 2) that "
+                          "divides head_dim %d (Walsh-Hadamard spans)", c->name, span, d);
     vq_ggml_impl *im = calloc(1, sizeof *im);
     if (!im) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", c->name);
     st->impl = im;
     st->state_bytes = sizeof *im;
     im->rotate = rot;
+    im->span = span;
     im->lanes = lanes && side == VQ_SIDE_K;
     if (rot) {
         im->sgn = malloc((size_t)d * sizeof(float));
@@ -67,7 +74,13 @@ static inline vq_status vq_ggml_init(vq_codec_state *st, int d, int side, const 
         vq_rng_seed(&r, seed);
         for (int i = 0; i < d; i++) im->sgn[i] = (float)vq_rng_sign(&r);
     }
-    snprintf(st->params, sizeof st->params, "rotate=%d,layout=%s", rot, lanes ? "lanes" : "rows");
+    /* rot= is spelled only when it is not the whole row, so a power-of-two head_dim keeps the
+     * params text (and state files) it always had */
+    if (rot && span != d)
+        snprintf(st->params, sizeof st->params, "rotate=1,rot=%d,layout=%s", span,
+                 lanes ? "lanes" : "rows");
+    else
+        snprintf(st->params, sizeof st->params, "rotate=%d,layout=%s", rot, lanes ? "lanes" : "rows");
     st->d = d;
     st->rows_per_block = im->lanes ? VQ_GGL_ROWS : 1;
     st->qstate_bytes = (size_t)d * sizeof(float);
@@ -80,17 +93,18 @@ static inline void vq_ggml_fini(vq_codec_state *st) {
     free(im);
     st->impl = NULL;
 }
-/* y = H D x / sqrt(d) (orthogonal) and its inverse x = D H y / sqrt(d) */
+/* y = H D x (orthogonal; H the Walsh-Hadamard transform of each span, scaled by 1/sqrt(span)) and
+ * its inverse x = D H y */
 static inline void vq_ggml_rot(const vq_ggml_impl *im, int d, const float *x, float *y) {
     for (int i = 0; i < d; i++) y[i] = x[i] * im->sgn[i];
-    vq_fwht(y, d);
-    const float s = 1.0f / sqrtf((float)d);
+    for (int o = 0; o < d; o += im->span) vq_fwht(y + o, im->span);
+    const float s = 1.0f / sqrtf((float)im->span);
     for (int i = 0; i < d; i++) y[i] *= s;
 }
 static inline void vq_ggml_unrot(const vq_ggml_impl *im, int d, const float *y, float *x) {
     if (x != y) memcpy(x, y, (size_t)d * sizeof(float));
-    vq_fwht(x, d);
-    const float s = 1.0f / sqrtf((float)d);
+    for (int o = 0; o < d; o += im->span) vq_fwht(x + o, im->span);
+    const float s = 1.0f / sqrtf((float)im->span);
     for (int i = 0; i < d; i++) x[i] *= s * im->sgn[i];
 }
 static inline void vq_ggml_prep(const vq_codec_state *st, const float *q, void *qs) {

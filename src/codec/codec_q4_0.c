@@ -167,7 +167,7 @@ static void q4_prep(const vq_codec_state *st, const float *q, void *qs) {
 }
 
 const vq_codec vq_codec_q4_0 = {
-    .name = "q4_0", .params_help = "rotate=0|1 (default 0; 1 needs head_dim a power of two), layout=lanes|rows (default lanes: keys in blocks of 16 rows); head_dim multiple of 32",
+    .name = "q4_0", .params_help = "rotate=0|1 (default 0), rot=SPAN (rotate=1: Walsh-Hadamard on runs of SPAN elements, a power of two dividing head_dim; default the largest such, at most 4096), layout=lanes|rows (default lanes: keys in blocks of 16 rows); head_dim multiple of 32",
     .init = q4_init, .fini = vq_ggml_fini, .encode = q4_encode, .decode = q4_decode,
     .prep_query = q4_prep, .score = q4_score, .accumulate = q4_accumulate,
     .finish = vq_ggml_finish,

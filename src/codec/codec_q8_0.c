@@ -155,7 +155,7 @@ static void q8_accumulate(const vq_codec_state *st, int n_q, const float *w,
 }
 
 const vq_codec vq_codec_q8_0 = {
-    .name = "q8_0", .params_help = "rotate=0|1 (default 0; 1 needs head_dim a power of two), layout=lanes|rows (default lanes: keys in blocks of 16 rows); head_dim multiple of 32",
+    .name = "q8_0", .params_help = "rotate=0|1 (default 0), rot=SPAN (rotate=1: Walsh-Hadamard on runs of SPAN elements, a power of two dividing head_dim; default the largest such, at most 4096), layout=lanes|rows (default lanes: keys in blocks of 16 rows); head_dim multiple of 32",
     .init = q8_init, .fini = vq_ggml_fini, .encode = q8_encode, .decode = q8_decode,
     .prep_query = vq_ggml_prep, .score = q8_score, .accumulate = q8_accumulate,
     .finish = vq_ggml_finish,

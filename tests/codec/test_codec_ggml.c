@@ -313,6 +313,74 @@ static void test_rotate_premise(vq_rng *rng) {
     p.codec->fini(&p); r.codec->fini(&r); r8.codec->fini(&r8);
 }
 
+/* rot=SPAN: the rotation acts on runs of SPAN channels. A row with one channel set spreads over
+ * its span only (the other blocks keep scale 0); the default span is the largest power of two
+ * dividing head_dim (96 -> 32), spelled in the params text only when it is not the whole row; the
+ * decoded norm is kept; spans that are not powers of two dividing head_dim are refused. */
+static void test_rotate_spans(vq_rng *rng) {
+    vq_codec_state a = make("q8_0", 96, 1, "rotate", "1");
+    CHECKF(!strcmp(a.params, "rotate=1,rot=32,layout=lanes"), "params %s", a.params);
+    float x[128] = {0}, xh[128];
+    uint8_t blk[4 * 34];
+    x[7] = 3.0f;
+    a.codec->encode(&a, x, blk);
+    vq_f16 h0, h1, h2;
+    memcpy(&h0, blk, 2); memcpy(&h1, blk + 34, 2); memcpy(&h2, blk + 68, 2);
+    CHECKF(vq_f16_to_f32(h0) > 0 && vq_f16_to_f32(h1) == 0 && vq_f16_to_f32(h2) == 0,
+           "one channel of span 0 reached other spans: scales %g %g %g", vq_f16_to_f32(h0),
+           vq_f16_to_f32(h1), vq_f16_to_f32(h2));
+    a.codec->decode(&a, blk, xh);
+    CHECK_NEAR(xh[7], 3.0f, 0.03);
+    for (int i = 0; i < 96; i++) x[i] = (float)vq_rng_gauss(rng);
+    a.codec->encode(&a, x, blk);
+    a.codec->decode(&a, blk, xh);
+    double n0 = 0, n1 = 0, e = 0;
+    for (int i = 0; i < 96; i++) { n0 += x[i] * x[i]; n1 += xh[i] * xh[i]; e += (x[i] - xh[i]) * (x[i] - xh[i]); }
+    CHECK_NEAR(sqrt(n1 / n0), 1.0, 0.02);
+    CHECKF(e / n0 < 1e-3, "q8_0 rotate span 32 relative error %g", e / n0);
+    a.codec->fini(&a);
+    vq_codec_state b = make("q4_0", 128, 1, "rotate", "1");
+    CHECKF(!strcmp(b.params, "rotate=1,layout=lanes"), "params %s", b.params);
+    b.codec->fini(&b);
+    static const struct { int d; const char *rot, *rotate, *msg; } bad[] = {
+        {128, "64", NULL, "needs rotate=1"}, {96, "64", "1", "divides head_dim 96"},
+        {128, "48", "1", "power of two"}, {128, "1", "1", "power of two"}, {128, "8192", "1", "0..4096"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        vq_codec_state st;
+        memset(&st, 0, sizeof st);
+        st.codec = vq_codec_find("q4_0");
+        st.side = 1;
+        vq_codec_param p[2];
+        int np = 0;
+        snprintf(p[np].key, 32, "rot"); snprintf(p[np].val, 64, "%s", bad[i].rot); np++;
+        if (bad[i].rotate) { snprintf(p[np].key, 32, "rotate"); snprintf(p[np].val, 64, "%s", bad[i].rotate); np++; }
+        vq_err err;
+        vq_status s = st.codec->init(&st, bad[i].d, 1, p, np, 42, &err);
+        CHECKF(s == VQ_ERR_ARG && strstr(err.msg, bad[i].msg), "rot=%s d=%d: %s", bad[i].rot, bad[i].d,
+               s ? err.msg : "accepted");
+        if (st.codec->fini) st.codec->fini(&st);
+    }
+    /* and a span smaller than the default: rot=32 at head_dim 128 */
+    vq_codec_state r;
+    memset(&r, 0, sizeof r);
+    r.codec = vq_codec_find("q8_0");
+    r.side = 1;
+    vq_codec_param p2[2] = {{"rotate", "1"}, {"rot", "32"}};
+    vq_err err;
+    CHECKF(r.codec->init(&r, 128, 1, p2, 2, 42, &err) == VQ_OK, "rot=32: %s", err.msg);
+    CHECKF(!strcmp(r.params, "rotate=1,rot=32,layout=lanes"), "params %s", r.params);
+    memset(x, 0, sizeof x);
+    x[100] = 2.0f;   /* channel 100 is in span 3 (96..127) */
+    r.codec->encode(&r, x, blk);
+    for (int bk = 0; bk < 4; bk++) {
+        vq_f16 h;
+        memcpy(&h, blk + bk * 34, 2);
+        CHECKF((vq_f16_to_f32(h) > 0) == (bk == 3), "rot=32: block %d scale %g", bk, vq_f16_to_f32(h));
+    }
+    r.codec->fini(&r);
+}
+
 /* KIVI: keys per channel over G tokens, values per token in groups of G channels */
 static void test_kivi(vq_rng *rng) {
     const int d = 64;
@@ -371,6 +439,7 @@ int main(void) {
     test_lanes_bytes(&rng);
     test_lanes_isa(&rng);
     test_rotate_premise(&rng);
+    test_rotate_spans(&rng);
     test_kivi(&rng);
     return vq_t_done();
 }

@@ -218,6 +218,12 @@ static int run_all(uint64_t seed) {
             check_params(&rng, vq_codec_find("kvquant"), kvq[i], 64, side);
             check_params(&rng, vq_codec_find("kvquant"), kvq[i], 128, side);
         }
+    /* q8_0/q4_0 rotated at head_dim 96 (spans of 32 by default, or 32 given) and 128 with spans of 64 */
+    for (int side = 0; side < 2; side++) {
+        check_params(&rng, vq_codec_find("q4_0"), "rotate=1", 96, side);
+        check_params(&rng, vq_codec_find("q8_0"), "rotate=1,rot=32", 96, side);
+        check_params(&rng, vq_codec_find("q4_0"), "rotate=1,rot=64,layout=rows", 128, side);
+    }
     /* head_dim 96 (not a power of two: the sparse index is divided, not shifted) */
     check_params(&rng, vq_codec_find("kvquant"), "bits=4,outliers=0.02", 96, VQ_SIDE_K);
     check_params(&rng, vq_codec_find("kvquant"), "bits=4,outliers=0.05,group=24", 96, VQ_SIDE_K);

@@ -113,12 +113,16 @@ static void test_specs(void) {
     spec_bad("kivi:k=2,k=4", "given twice");
     spec_bad("window=4", "no codec named");
     spec_bad("k=kivi:k=2;v=f16", "use bits=");
-    /* rotate needs a power of two; blocks of 32 need a multiple of 32 */
+    /* rotate at head_dim 96 turns spans of 32 (the largest power of two dividing it); a span
+     * that does not divide head_dim is refused; blocks of 32 need a multiple of 32 */
     vq_kv_dims d96 = D;
     d96.head_dim = 96;
     vq_err err;
     vq_kv *kv = vq_kv_create_str("q4_0:rotate=1", &d96, 1, &err);
-    CHECK(kv == NULL && err.code == VQ_ERR_ARG && strstr(err.msg, "power of two") && strstr(err.msg, "96"));
+    CHECKF(kv != NULL, "q4_0:rotate=1 d=96: %s", err.msg);
+    vq_kv_destroy(kv);
+    kv = vq_kv_create_str("q4_0:rotate=1,rot=64", &d96, 1, &err);
+    CHECK(kv == NULL && err.code == VQ_ERR_ARG && strstr(err.msg, "divides head_dim 96"));
     vq_kv_destroy(kv);
     kv = vq_kv_create_str("q4_0", &d96, 1, &err);   /* no rotation: 96 = 3 blocks is fine */
     CHECKF(kv != NULL, "q4_0 d=96: %s", err.msg);
