@@ -155,7 +155,7 @@ static void check_codec(vq_rng *rng, const vq_codec *c, const char *pk, const ch
 static int run_all(uint64_t seed) {
     vq_rng rng;
     vq_rng_seed(&rng, seed);
-    const int dims[] = {64, 128, 32, 256, 48};
+    const int dims[] = {64, 128, 32, 256, 48, 96};   /* 96: Phi-3 */
     for (int i = 0; vq_codec_at(i); i++) {
         const vq_codec *c = vq_codec_at(i);
         for (size_t k = 0; k < VQ_ARRAY_LEN(dims); k++)
