@@ -223,7 +223,8 @@ VQ_API void vq_session_free(vq_session *s);
 
 /* Run n tokens at the session's next positions. logits: NULL, or room for the logits of the last
  * token (n_vocab floats), or of every token when all_logits (n x n_vocab). Non-finite logits are
- * VQ_ERR_NUMERIC. Longer than the room left: VQ_ERR_RANGE, nothing run. */
+ * VQ_ERR_NUMERIC. Longer than the room left: VQ_ERR_RANGE, nothing run. n = 0 runs the pending
+ * token (one a generator took), if any, and gives the logits of the last token run. */
 VQ_API vq_status vq_session_decode(vq_session *s, const int *tokens, int n, float *logits,
                                    int all_logits, vq_err *err);
 /* One token for each of n sessions, each at its own position, in one forward pass (the weights
@@ -257,8 +258,9 @@ typedef enum vq_stop_reason {
 } vq_stop_reason;
 VQ_API const char *vq_stop_reason_name(vq_stop_reason r);   /* "length", "eog", ... */
 
-/* Called with the printable bytes of generated text (possibly part of a UTF-8 character; text
- * that could begin a stop string is held back until it cannot); return nonzero to stop. */
+/* Called with the printable bytes of generated text (whole UTF-8 characters: the bytes of one a
+ * token left incomplete, and text that could begin a stop string, are held back until they are
+ * decided; at the end what is left is given as it is); return nonzero to stop. */
 typedef int (*vq_text_cb)(const char *bytes, size_t n, void *user);
 
 typedef struct vq_generate_params {
@@ -280,6 +282,33 @@ typedef struct vq_generate_result {
 VQ_API vq_status vq_session_generate(vq_session *s, const int *prompt, int n_prompt,
                                      vq_sampler *smp, const vq_generate_params *p, vq_text_cb cb,
                                      void *user, vq_generate_result *res, vq_err *err);
+
+/* The generate loop one token at a time, for callers that drive it themselves (a server steps many
+ * sessions in one batched forward pass). A generator works over a session whose prompt the caller
+ * has decoded (vq_session_decode) and keeps the text, the stop strings and the limits of one
+ * answer; vq_session_generate is a loop over vq_generator_step. smp may be NULL when every token
+ * comes through vq_generator_take; the session, the sampler and p's strings (copied) are borrowed
+ * for the generator's life: free it before them. */
+typedef struct vq_generator vq_generator;
+typedef struct vq_gen_step {
+    int token;              /* the token taken (the session's pending token now); -1: none */
+    const char *text;       /* bytes made printable by this step (valid until the generator's */
+    size_t n_text;          /* next call); at a stop, everything left that is printed */
+    vq_stop_reason stop;    /* VQ_STOP_NONE: step again */
+} vq_gen_step;
+VQ_API vq_generator *vq_generator_create(vq_session *s, vq_sampler *smp, const vq_generate_params *p,
+                                         vq_err *err);
+VQ_API void vq_generator_free(vq_generator *g);
+/* Run the pending token (if any), sample one from the session's logits, take it. */
+VQ_API vq_status vq_generator_step(vq_generator *g, vq_gen_step *out, vq_err *err);
+/* vq_generator_step for n generators over distinct sessions of one model, their pending tokens
+ * run in one vq_decode_batch. logits: NULL or room for n x n_vocab floats (no allocation then):
+ * row i receives the logits generator i sampled from. out: n steps. */
+VQ_API vq_status vq_generator_step_batch(vq_generator *const *gs, int n, float *logits, vq_gen_step *out,
+                                         vq_err *err);
+/* Take a token chosen by the caller (its own sampling of the logits that vq_session_decode or
+ * vq_decode_batch gave): the session must hold no pending token. */
+VQ_API vq_status vq_generator_take(vq_generator *g, int token, vq_gen_step *out, vq_err *err);
 
 /* ---- session state on disk --------------------------------------------------------------------- */
 /* The cache as packed codes (not decoded floats), the tokens and the position, in a versioned,
