@@ -175,6 +175,20 @@ VQ_API const char *vq_kv_spec_text(const vq_kv_spec *s);   /* normalized: every 
 VQ_API int         vq_kv_spec_equal(const vq_kv_spec *a, const vq_kv_spec *b);
 /* A copy to free on its own (NULL with err: VQ_ERR_ARG for no spec, VQ_ERR_NOMEM). */
 VQ_API vq_kv_spec *vq_kv_spec_dup(const vq_kv_spec *s, vq_err *err);
+/* The text the spec was parsed from (for labels; with vq_kv_spec_with_layers: the base's text,
+ * '@' and the overrides as given). */
+VQ_API const char *vq_kv_spec_given(const vq_kv_spec *s);
+VQ_API int         vq_kv_spec_n_overrides(const vq_kv_spec *s);   /* per-layer overrides ('@' clauses) */
+VQ_API int         vq_kv_spec_evicts(const vq_kv_spec *s);        /* 1: some layer evicts rows (evict=) */
+/* New specs made from a spec: what a program would otherwise do by cutting and pasting spec text.
+ * Each result is parsed again (as vq_kv_spec_parse, so an override's calib= is not confined) and
+ * freed on its own; NULL with err naming what was wrong.
+ * with_layers: base with per-layer overrides added, overrides written as after a spec's '@'
+ * ("0,-1=f16", "0,1=q8_0@-1=f16"): the spec base@overrides.
+ * with_eviction: s with every clause's eviction replaced by policy keeping budget rows per layer
+ * (the policy's other keys at their defaults); policy NULL: no eviction (and no demote=). */
+VQ_API vq_kv_spec *vq_kv_spec_with_layers(const vq_kv_spec *base, const char *overrides, vq_err *err);
+VQ_API vq_kv_spec *vq_kv_spec_with_eviction(const vq_kv_spec *s, const char *policy, int budget, vq_err *err);
 /* Bytes a session's cache holds when every layer holds n_ctx rows (exact: the cache's own
  * accounting for those rows, codes + metadata + full-precision window + codec state). */
 VQ_API vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_ctx, size_t *bytes,
