@@ -175,6 +175,20 @@ VQ_API const char *vq_kv_spec_text(const vq_kv_spec *s);   /* normalized: every 
 VQ_API int         vq_kv_spec_equal(const vq_kv_spec *a, const vq_kv_spec *b);
 /* A copy to free on its own (NULL with err: VQ_ERR_ARG for no spec, VQ_ERR_NOMEM). */
 VQ_API vq_kv_spec *vq_kv_spec_dup(const vq_kv_spec *s, vq_err *err);
+/* The text the spec was parsed from (for labels; with vq_kv_spec_with_layers: the base's text,
+ * '@' and the overrides as given). */
+VQ_API const char *vq_kv_spec_given(const vq_kv_spec *s);
+VQ_API int         vq_kv_spec_n_overrides(const vq_kv_spec *s);   /* per-layer overrides ('@' clauses) */
+VQ_API int         vq_kv_spec_evicts(const vq_kv_spec *s);        /* 1: some layer evicts rows (evict=) */
+/* New specs made from a spec: what a program would otherwise do by cutting and pasting spec text.
+ * Each result is parsed again (as vq_kv_spec_parse, so an override's calib= is not confined) and
+ * freed on its own; NULL with err naming what was wrong.
+ * with_layers: base with per-layer overrides added, overrides written as after a spec's '@'
+ * ("0,-1=f16", "0,1=q8_0@-1=f16"): the spec base@overrides.
+ * with_eviction: s with every clause's eviction replaced by policy keeping budget rows per layer
+ * (the policy's other keys at their defaults); policy NULL: no eviction (and no demote=). */
+VQ_API vq_kv_spec *vq_kv_spec_with_layers(const vq_kv_spec *base, const char *overrides, vq_err *err);
+VQ_API vq_kv_spec *vq_kv_spec_with_eviction(const vq_kv_spec *s, const char *policy, int budget, vq_err *err);
 /* Bytes a session's cache holds when every layer holds n_ctx rows (exact: the cache's own
  * accounting for those rows, codes + metadata + full-precision window + codec state). */
 VQ_API vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_ctx, size_t *bytes,
@@ -223,7 +237,8 @@ VQ_API void vq_session_free(vq_session *s);
 
 /* Run n tokens at the session's next positions. logits: NULL, or room for the logits of the last
  * token (n_vocab floats), or of every token when all_logits (n x n_vocab). Non-finite logits are
- * VQ_ERR_NUMERIC. Longer than the room left: VQ_ERR_RANGE, nothing run. */
+ * VQ_ERR_NUMERIC. Longer than the room left: VQ_ERR_RANGE, nothing run. n = 0 runs the pending
+ * token (one a generator took), if any, and gives the logits of the last token run. */
 VQ_API vq_status vq_session_decode(vq_session *s, const int *tokens, int n, float *logits,
                                    int all_logits, vq_err *err);
 /* One token for each of n sessions, each at its own position, in one forward pass (the weights
@@ -257,8 +272,9 @@ typedef enum vq_stop_reason {
 } vq_stop_reason;
 VQ_API const char *vq_stop_reason_name(vq_stop_reason r);   /* "length", "eog", ... */
 
-/* Called with the printable bytes of generated text (possibly part of a UTF-8 character; text
- * that could begin a stop string is held back until it cannot); return nonzero to stop. */
+/* Called with the printable bytes of generated text (whole UTF-8 characters: the bytes of one a
+ * token left incomplete, and text that could begin a stop string, are held back until they are
+ * decided; at the end what is left is given as it is); return nonzero to stop. */
 typedef int (*vq_text_cb)(const char *bytes, size_t n, void *user);
 
 typedef struct vq_generate_params {
@@ -280,6 +296,33 @@ typedef struct vq_generate_result {
 VQ_API vq_status vq_session_generate(vq_session *s, const int *prompt, int n_prompt,
                                      vq_sampler *smp, const vq_generate_params *p, vq_text_cb cb,
                                      void *user, vq_generate_result *res, vq_err *err);
+
+/* The generate loop one token at a time, for callers that drive it themselves (a server steps many
+ * sessions in one batched forward pass). A generator works over a session whose prompt the caller
+ * has decoded (vq_session_decode) and keeps the text, the stop strings and the limits of one
+ * answer; vq_session_generate is a loop over vq_generator_step. smp may be NULL when every token
+ * comes through vq_generator_take; the session, the sampler and p's strings (copied) are borrowed
+ * for the generator's life: free it before them. */
+typedef struct vq_generator vq_generator;
+typedef struct vq_gen_step {
+    int token;              /* the token taken (the session's pending token now); -1: none */
+    const char *text;       /* bytes made printable by this step (valid until the generator's */
+    size_t n_text;          /* next call); at a stop, everything left that is printed */
+    vq_stop_reason stop;    /* VQ_STOP_NONE: step again */
+} vq_gen_step;
+VQ_API vq_generator *vq_generator_create(vq_session *s, vq_sampler *smp, const vq_generate_params *p,
+                                         vq_err *err);
+VQ_API void vq_generator_free(vq_generator *g);
+/* Run the pending token (if any), sample one from the session's logits, take it. */
+VQ_API vq_status vq_generator_step(vq_generator *g, vq_gen_step *out, vq_err *err);
+/* vq_generator_step for n generators over distinct sessions of one model, their pending tokens
+ * run in one vq_decode_batch. logits: NULL or room for n x n_vocab floats (no allocation then):
+ * row i receives the logits generator i sampled from. out: n steps. */
+VQ_API vq_status vq_generator_step_batch(vq_generator *const *gs, int n, float *logits, vq_gen_step *out,
+                                         vq_err *err);
+/* Take a token chosen by the caller (its own sampling of the logits that vq_session_decode or
+ * vq_decode_batch gave): the session must hold no pending token. */
+VQ_API vq_status vq_generator_take(vq_generator *g, int token, vq_gen_step *out, vq_err *err);
 
 /* ---- session state on disk --------------------------------------------------------------------- */
 /* The cache as packed codes (not decoded floats), the tokens and the position, in a versioned,

@@ -42,14 +42,18 @@ static double spearman(const float *a, const float *b, int n, double *ra, double
     return saa > 0 && sbb > 0 ? sab / sqrt(saa * sbb) : 0.0;
 }
 
-/* the spec's normalized text without its eviction part, then ";evict=h2o,budget=N" */
-static vq_status truth_spec(const vq_kv_spec *s, int n, char *out, size_t cap, vq_err *err) {
-    const char *t = vq_kv_spec_text(s), *e = strstr(t, ";evict=");
-    if (strchr(t, '@'))
-        return vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s': per-layer overrides are not supported here", t);
-    if (!e) return vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s' has no eviction policy (evict=...)", t);
-    snprintf(out, cap, "%.*s;evict=h2o,budget=%d", (int)(e - t), t, n);
-    return VQ_OK;
+/* The truth's spec: the arm's codec and store with h2o keeping every one of the n rows (a spec
+ * value made by the parser: no spec text is cut here). NULL with err set. */
+static vq_kv_spec *truth_spec(const vq_kv_spec *s, int n, vq_err *err) {
+    if (vq_kv_spec_n_overrides(s)) {
+        vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s': per-layer overrides are not supported here", vq_kv_spec_text(s));
+        return NULL;
+    }
+    if (!vq_kv_spec_evicts(s)) {
+        vq_err_set(err, VQ_ERR_ARG, "evict-corr: '%s' has no eviction policy (evict=...)", vq_kv_spec_text(s));
+        return NULL;
+    }
+    return vq_kv_spec_with_eviction(s, "h2o", n, err);
 }
 
 /* A session of spec holding N positions; NULL with err set. */
@@ -76,7 +80,7 @@ vq_status vq_evict_correlation(const vq_model *m, const vq_kv_spec *const *specs
     float *truth = malloc(sizeof(float) * (size_t)NL * N);
     vq_status st = sc && s0 && s1 && ra && rb && pos && tmp && truth ? VQ_OK
                  : vq_err_set(err, VQ_ERR_NOMEM, "evict-corr: out of memory");
-    char last_truth[VQ_KV_SPEC_MAX_LEN + 64] = "";
+    vq_kv_spec *last_truth = NULL;
     for (int a = 0; !st && a < n_specs; a++) {
         /* the scores are read before any eviction step: a budget that would drop rows of the
          * first `at` tokens would be ignored in silence, so it is refused */
@@ -86,14 +90,11 @@ vq_status vq_evict_correlation(const vq_model *m, const vq_kv_spec *const *specs
                             "every row (budget=1.0)", vq_kv_spec_text(specs[a]), at);
             break;
         }
-        char ts[VQ_KV_SPEC_MAX_LEN + 64];
-        st = truth_spec(specs[a], N, ts, sizeof ts, err);
-        if (st) break;
-        if (strcmp(ts, last_truth)) {   /* the truth for this codec (shared by arms in a row) */
-            vq_kv_spec *tspec = vq_kv_spec_parse(ts, err);
-            vq_session *kt = tspec ? session_of(m, tspec, N, err) : NULL;
-            vq_kv_spec_free(tspec);
-            if (!kt) { st = err->code; break; }
+        vq_kv_spec *tspec = truth_spec(specs[a], N, err);
+        if (!tspec) { st = err && err->code ? err->code : VQ_ERR_ARG; break; }
+        if (!vq_kv_spec_equal(tspec, last_truth)) {   /* the truth for this codec (shared by arms in a row) */
+            vq_session *kt = session_of(m, tspec, N, err);
+            if (!kt) { vq_kv_spec_free(tspec); st = err->code; break; }
             /* the prompt's observation window, no eviction step; then each future token the same */
             st = vq_lab_session_observe(kt, tok, at, err);
             for (int l = 0; !st && l < NL; l++) st = vq_lab_session_evict_scores(kt, l, s0 + (size_t)l * N, pos, err);
@@ -103,8 +104,11 @@ vq_status vq_evict_correlation(const vq_model *m, const vq_kv_spec *const *specs
                 for (int r = 0; !st && r < at; r++) truth[(size_t)l * N + r] = s1[r] - s0[(size_t)l * N + r];
             }
             vq_session_free(kt);
-            if (st) break;
-            snprintf(last_truth, sizeof last_truth, "%s", ts);
+            vq_kv_spec_free(last_truth);
+            last_truth = tspec;
+            if (st) { vq_kv_spec_free(last_truth); last_truth = NULL; break; }
+        } else {
+            vq_kv_spec_free(tspec);
         }
         vq_session *kv = session_of(m, specs[a], N, err);
         if (!kv) { st = err->code; break; }
@@ -124,6 +128,7 @@ vq_status vq_evict_correlation(const vq_model *m, const vq_kv_spec *const *specs
         }
         vq_session_free(kv);
     }
+    vq_kv_spec_free(last_truth);
     free(sc); free(s0); free(s1); free(ra); free(rb); free(pos); free(tmp); free(truth);
     return st;
 }

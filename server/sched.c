@@ -1,8 +1,10 @@
 /* sched.c: the scheduler thread. It alone touches the model's sessions: N slots, each a session
  * with its own compressed cache. One step: admit queued requests into free slots (a slot whose
  * held tokens begin the request's is reused: truncated to the common prefix, only the rest is
- * prefilled), one prefill chunk for every slot still prefilling, then one vq_decode_batch over
- * every slot that is decoding (the weights read once for all of them).
+ * prefilled), one prefill chunk for every slot still prefilling, then one step of every slot that
+ * is decoding, their generators stepped together (vq_generator_step_batch: the weights read once
+ * for all of them). The text, stop strings and limits are the generator's, as in
+ * vq_session_generate, so greedy answers equal the CLI's.
  * Memory: a running request reserves vq_kv_spec_bytes at its longest length; an idle slot's
  * cache counts what it holds; together they stay within the budget, idle caches being dropped
  * (least recently used first) when a request needs the room. */
@@ -19,10 +21,9 @@ typedef struct slot {
     srv_job *job;              /* running request, or NULL */
     int setup;                 /* job assigned, session not yet prepared */
     int fed;                   /* prompt tokens in the cache */
-    int next;                  /* sampled token to decode next (-1: none) */
+    int decoding;              /* the generator has taken a token: step it with the batch */
     vq_sampler *smp;
-    char *text; size_t tlen, tcap, emitted;
-    int prev;
+    vq_generator *gen;
     double last_used;
     size_t held;               /* kv bytes, published under the lock */
     int n_held;
@@ -40,7 +41,7 @@ struct srv_sched {
     srv_job **queue; int qlen, qcap;
     slot *slots;
     float *logits;             /* n_slots x V */
-    vq_session **bs; int *btok; int *bslot;
+    vq_generator **bg; vq_gen_step *bout; int *bslot;
     size_t reserved;
     long live_jobs;
     srv_stats st;
@@ -176,64 +177,26 @@ static void finish(srv_sched *s, slot *sl, srv_finish why, const char *msg) {
                 why == SRV_FIN_STOP ? "stop" : why == SRV_FIN_LENGTH ? "length" : why == SRV_FIN_CANCEL ? "cancelled" : "error",
                 j->t_done - j->t_submit);
     sl->job = NULL;
-    sl->next = -1;
+    sl->decoding = 0;
     sl->last_used = now_s();
+    vq_generator_free(sl->gen);
+    sl->gen = NULL;
     vq_sampler_free(sl->smp);
     sl->smp = NULL;
     job_unref(s, j);
 }
 
-/* Bytes at the end of text[0..n) that could begin a stop string (held back until they cannot). */
-static size_t holdback(const char *text, size_t n, const srv_req *r) {
-    size_t best = 0;
-    for (int i = 0; i < r->n_stop; i++) {
-        size_t L = strlen(r->stop[i]);
-        for (size_t k = L - 1 < n ? L - 1 : n; k > best; k--)
-            if (!memcmp(text + n - k, r->stop[i], k)) { best = k; break; }
-    }
-    return best;
-}
-
-/* A token sampled for sl's request: text, stop strings, limits; as vq_session_generate does, so
- * greedy output equals the CLI's. Under the lock. */
-static void take_token(srv_sched *s, slot *sl, int id) {
+/* A generator's step for sl's request: its text to the client, its stop to the request's finish.
+ * Under the lock. */
+static void took(srv_sched *s, slot *sl, const vq_gen_step *o) {
     srv_job *j = sl->job;
-    j->n_gen++;
-    if (j->n_gen == 1) j->t_first = now_s();
-    if (vq_token_is_eog(s->m, id)) { out_append(j, sl->text + sl->emitted, sl->tlen - sl->emitted); finish(s, sl, SRV_FIN_STOP, NULL); return; }
-    char piece[256];
-    size_t nb = vq_token_piece(s->m, sl->prev, id, 0, piece, sizeof piece);
-    if (nb > sizeof piece) nb = sizeof piece;
-    sl->prev = id;
-    if (sl->tlen + nb + 1 > sl->tcap) {
-        size_t nc = (sl->tlen + nb + 1) * 2;
-        char *t = realloc(sl->text, nc);
-        if (!t) { finish(s, sl, SRV_FIN_ERROR, "out of memory"); return; }
-        sl->text = t;
-        sl->tcap = nc;
+    if (o->token >= 0 && ++j->n_gen == 1) j->t_first = now_s();
+    out_append(j, o->text, o->n_text);
+    switch (o->stop) {
+    case VQ_STOP_NONE: sl->decoding = 1; return;
+    case VQ_STOP_EOG: case VQ_STOP_STRING: finish(s, sl, SRV_FIN_STOP, NULL); return;
+    default: finish(s, sl, SRV_FIN_LENGTH, NULL); return;   /* max_tokens, or the context is full */
     }
-    memcpy(sl->text + sl->tlen, piece, nb);
-    size_t old = sl->tlen;
-    sl->tlen += nb;
-    size_t cut = sl->tlen;
-    for (int i = 0; i < j->rq.n_stop; i++) {
-        size_t L = strlen(j->rq.stop[i]);
-        for (size_t k = old >= L ? old - L + 1 : 0; k + L <= sl->tlen; k++)
-            if (!memcmp(sl->text + k, j->rq.stop[i], L)) { if (k < cut) cut = k; break; }
-    }
-    if (cut < sl->tlen) {
-        if (cut > sl->emitted) out_append(j, sl->text + sl->emitted, cut - sl->emitted);
-        finish(s, sl, SRV_FIN_STOP, NULL);
-        return;
-    }
-    size_t safe = sl->tlen - holdback(sl->text, sl->tlen, &j->rq);
-    if (safe > sl->emitted) { out_append(j, sl->text + sl->emitted, safe - sl->emitted); sl->emitted = safe; }
-    if (j->n_gen >= j->max_tokens || vq_session_pos(sl->s) + 1 > vq_session_n_ctx(sl->s)) {
-        out_append(j, sl->text + sl->emitted, sl->tlen - sl->emitted);
-        finish(s, sl, SRV_FIN_LENGTH, NULL);
-        return;
-    }
-    sl->next = id;
 }
 
 /* ---- admission (under the lock) ---- */
@@ -347,10 +310,14 @@ static const char *prepare(srv_sched *s, slot *sl, char *msg, size_t cap) {
     sp.seed = j->seed;
     sl->smp = vq_sampler_create(&sp, s->V, &err);
     if (!sl->smp) { snprintf(msg, cap, "%s", err.msg); return msg; }
+    vq_generate_params gp = vq_generate_default_params();
+    gp.n_predict = j->max_tokens;
+    gp.stop = (const char *const *)j->rq.stop;
+    gp.n_stop = j->rq.n_stop;
+    sl->gen = vq_generator_create(sl->s, sl->smp, &gp, &err);
+    if (!sl->gen) { snprintf(msg, cap, "%s", err.msg); return msg; }
     sl->fed = k;
-    sl->next = -1;
-    sl->tlen = sl->emitted = 0;
-    sl->prev = j->tok[j->n_tok - 1];   /* the CLI's first piece follows the prompt's last token */
+    sl->decoding = 0;
     j->n_reused = k;
     return NULL;
 }
@@ -444,7 +411,7 @@ int srv_sched_slot_action(srv_sched *s, int slot_id, const char *action, const c
 /* ---- the loop ---- */
 static void *loop(void *arg) {
     srv_sched *s = arg;
-    const int N = s->c.n_slots, V = s->V;
+    const int N = s->c.n_slots;
     char msg[512];
     vq_err err;
     /* OpenMP's thread count is per thread: the model runs here, so set it here */
@@ -482,7 +449,7 @@ static void *loop(void *arg) {
         /* while some slot decodes, one prefill chunk per step (round robin), so a long prompt
          * arriving does not stall every stream; with none decoding, a chunk for each */
         int decoding = 0;
-        for (int i = 0; i < N; i++) decoding += s->slots[i].job && s->slots[i].next >= 0;
+        for (int i = 0; i < N; i++) decoding += s->slots[i].job && s->slots[i].decoding;
         double t0 = now_s();
         long n_pre = 0;
         for (int q = 0; q < N; q++) {
@@ -493,22 +460,23 @@ static void *loop(void *arg) {
             if (decoding && n_pre > 0) { rr = i; break; }
             int n = j->n_tok - sl->fed < s->c.n_batch ? j->n_tok - sl->fed : s->c.n_batch;
             int last = sl->fed + n == j->n_tok;
-            float *lg = s->logits + (size_t)i * V;
-            vq_status st = vq_session_decode(sl->s, j->tok + sl->fed, n, last ? lg : NULL, 0, &err);
+            vq_gen_step o;
+            vq_status st = vq_session_decode(sl->s, j->tok + sl->fed, n, NULL, 0, &err);
+            if (!st && last) st = vq_generator_step(sl->gen, &o, &err);   /* the first token */
             sl->fed += n;
             n_pre += n;
             pthread_mutex_lock(&s->mu);
             if (st) finish(s, sl, SRV_FIN_ERROR, err.msg);
-            else if (last) take_token(s, sl, vq_sampler_sample(sl->smp, lg));
+            else if (last) took(s, sl, &o);
             pthread_mutex_unlock(&s->mu);
         }
         double t1 = now_s();
         int nb = 0;
         for (int i = 0; i < N; i++) {
             slot *sl = &s->slots[i];
-            if (sl->job && sl->next >= 0) { s->bs[nb] = sl->s; s->btok[nb] = sl->next; s->bslot[nb] = i; nb++; }
+            if (sl->job && sl->decoding) { s->bg[nb] = sl->gen; s->bslot[nb] = i; nb++; }
         }
-        vq_status st = nb ? vq_decode_batch(s->bs, nb, s->btok, s->logits, &err) : VQ_OK;
+        vq_status st = nb ? vq_generator_step_batch(s->bg, nb, s->logits, s->bout, &err) : VQ_OK;
         double t2 = now_s();
         pthread_mutex_lock(&s->mu);
         s->st.prefill_tokens += n_pre;
@@ -524,7 +492,7 @@ static void *loop(void *arg) {
             slot *sl = &s->slots[s->bslot[a]];
             if (!sl->job) continue;
             if (st) finish(s, sl, SRV_FIN_ERROR, err.msg);
-            else take_token(s, sl, vq_sampler_sample(sl->smp, s->logits + (size_t)a * V));
+            else took(s, sl, &s->bout[a]);
         }
         publish(s);
     }
@@ -549,15 +517,14 @@ srv_sched *srv_sched_create(const srv_config *c, const vq_kv_spec *spec_default,
     s->queue = calloc((size_t)c->queue_cap, sizeof *s->queue);
     s->slots = calloc((size_t)c->n_slots, sizeof *s->slots);
     s->logits = malloc((size_t)c->n_slots * s->V * sizeof(float));
-    s->bs = calloc((size_t)c->n_slots, sizeof *s->bs);
-    s->btok = calloc((size_t)c->n_slots, sizeof *s->btok);
+    s->bg = calloc((size_t)c->n_slots, sizeof *s->bg);
+    s->bout = calloc((size_t)c->n_slots, sizeof *s->bout);
     s->bslot = calloc((size_t)c->n_slots, sizeof *s->bslot);
-    if (!s->queue || !s->slots || !s->logits || !s->bs || !s->btok || !s->bslot) {
+    if (!s->queue || !s->slots || !s->logits || !s->bg || !s->bout || !s->bslot) {
         snprintf(msg, cap, "out of memory for %d slots", c->n_slots);
         srv_sched_free(s);
         return NULL;
     }
-    for (int i = 0; i < c->n_slots; i++) s->slots[i].next = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->idle, NULL);
@@ -589,14 +556,14 @@ void srv_sched_free(srv_sched *s) {
     for (int i = 0; s->slots && i < s->c.n_slots; i++) {
         vq_session_free(s->slots[i].s);
         vq_kv_spec_free(s->slots[i].spec);
+        vq_generator_free(s->slots[i].gen);
         vq_sampler_free(s->slots[i].smp);
-        free(s->slots[i].text);
     }
     free(s->queue);
     free(s->slots);
     free(s->logits);
-    free(s->bs);
-    free(s->btok);
+    free(s->bg);
+    free(s->bout);
     free(s->bslot);
     vq_kv_spec_free(s->spec_default);
     free(s);

@@ -72,24 +72,6 @@ void opts_init(opts *o, const char *command) {
     o->command = command;
 }
 
-/* kv_list = every --kv (or the commands' default f16 when --kv-layers comes alone) with the
- * --kv-layers overrides appended: "q4_0" + "--kv-layers 0,-1=f16" -> "q4_0@0,-1=f16". Rebuilt after
- * each of these options, so the order of --kv and --kv-layers does not matter. */
-static void kv_arms(opts *o) {
-    int n = o->n_kv_raw;
-    if (n == 0 && !o->kv_layers[0]) return;
-    for (int a = 0; a < (n ? n : 1); a++) {
-        const char *base = n ? o->kv_raw[a] : "f16";
-        int w = snprintf(o->kv_full[a], sizeof o->kv_full[a], "%s%s", base, o->kv_layers);
-        if (w < 0 || (size_t)w >= sizeof o->kv_full[a])
-            die("--kv '%s' with --kv-layers '%s' is longer than %zu characters", base, o->kv_layers + 1,
-                sizeof o->kv_full[a] - 1);
-        o->kv_list[a] = o->kv_full[a];
-    }
-    o->n_kv = n ? n : 1;
-    o->kv = o->kv_list[0];
-}
-
 int common_opt(opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
@@ -105,7 +87,6 @@ int common_opt(opts *o, int argc, char **argv, int *i) {
         o->kv_list[o->n_kv_raw - 1] = o->kv_raw[o->n_kv_raw - 1];
         o->n_kv = o->n_kv_raw;
         o->kv = o->kv_list[0];
-        if (o->kv_layers[0]) kv_arms(o);
         return 1;
     }
     if (!strcmp(a, "--kv-layers")) {
@@ -113,14 +94,9 @@ int common_opt(opts *o, int argc, char **argv, int *i) {
         if (strcmp(cmd, "generate") && strcmp(cmd, "perplexity") && strcmp(cmd, "bench"))
             die("%s: --kv-layers is for generate, perplexity and bench (here, write the override into "
                 "the --kv spec: SPEC@LAYERS=SPEC, docs/kv-spec.md)", cmd);
-        if (!v || !strchr(v, '=') || v[0] == '@')
-            die("--kv-layers needs LAYERS=SPEC, e.g. '0,-1=f16' or '0,1=q8_0@-1=f16' (got '%s')", v ? v : "");
-        size_t used = strlen(o->kv_layers);
-        int w = snprintf(o->kv_layers + used, sizeof o->kv_layers - used, "@%s", v);
-        if (w < 0 || (size_t)w >= sizeof o->kv_layers - used)
-            die("--kv-layers: the overrides together exceed %zu characters", sizeof o->kv_layers - 1);
-        (*i)++;
-        kv_arms(o);
+        if (!v || !*v) die("--kv-layers needs LAYERS=SPEC, e.g. '0,-1=f16' or '0,1=q8_0@-1=f16'");
+        if (o->n_kv_layers == CLI_MAX_ARMS) die("--kv-layers given more than %d times", CLI_MAX_ARMS);
+        o->kv_layers[o->n_kv_layers++] = TAKE();   /* checked by parse_specs, on the spec value */
         return 1;
     }
     if (!strcmp(a, "--json")) { o->json = 1; return 1; }
@@ -131,12 +107,24 @@ int common_opt(opts *o, int argc, char **argv, int *i) {
     return 0;
 }
 
-void parse_specs(const opts *o, vq_kv_spec **specs) {
+void parse_specs(opts *o, vq_kv_spec **specs) {
+    if (o->n_kv == 0 && o->n_kv_layers) { o->kv_list[0] = "f16"; o->n_kv = 1; }
     for (int a = 0; a < o->n_kv; a++) {
         vq_err err;
         specs[a] = vq_kv_spec_parse(o->kv_list[a], &err);
         if (!specs[a]) die("%s", err.msg);
+        for (int k = 0; k < o->n_kv_layers; k++) {
+            vq_kv_spec *w = vq_kv_spec_with_layers(specs[a], o->kv_layers[k], &err);
+            if (!w) die("--kv-layers: %s", err.msg);   /* names the value and the --kv it met */
+            vq_kv_spec_free(specs[a]);
+            specs[a] = w;
+        }
+        if (o->n_kv_layers) {   /* the label names the spec made: "q4_0@0,-1=f16" */
+            snprintf(o->kv_label[a], sizeof o->kv_label[a], "%s", vq_kv_spec_given(specs[a]));
+            o->kv_list[a] = o->kv_label[a];
+        }
     }
+    o->kv = o->n_kv ? o->kv_list[0] : o->kv;
 }
 void free_specs(vq_kv_spec **specs, int n) {
     for (int a = 0; a < n; a++) vq_kv_spec_free(specs[a]);

@@ -28,10 +28,11 @@ int parse_int_list(const char *flag, const char *s, int *out, int cap, long lo, 
 /* Options the commands share. */
 typedef struct opts {
     const char *model, *tokenizer, *prompt, *file, *kv;
-    const char *kv_list[CLI_MAX_ARMS]; int n_kv;   /* the arms: each --kv with every --kv-layers appended */
+    const char *kv_list[CLI_MAX_ARMS]; int n_kv;   /* the arms' labels: each --kv as given; after
+                                                     * parse_specs with --kv-layers, the spec it made */
     const char *kv_raw[CLI_MAX_ARMS]; int n_kv_raw; /* --kv as given */
-    char kv_layers[1024];                 /* every --kv-layers value, each as "@LAYERS=SPEC" */
-    char kv_full[CLI_MAX_ARMS][2048];     /* storage of kv_list when --kv-layers is given */
+    const char *kv_layers[CLI_MAX_ARMS]; int n_kv_layers;   /* every --kv-layers value, as given */
+    char kv_label[CLI_MAX_ARMS][VQ_KV_SPEC_MAX_LEN + 1];   /* storage of kv_list after parse_specs */
     int batch, threads, json;
     const char *weights;                  /* --weights: re-code the weights at load */
     int copy_weights;                     /* --copy-weights: read the file instead of mapping it */
@@ -41,8 +42,10 @@ typedef struct opts {
 void opts_init(opts *o, const char *command);
 /* Returns 1 when argv[*i] was a shared option (its value consumed). */
 int common_opt(opts *o, int argc, char **argv, int *i);
-/* Parse every arm of o (die naming the bad one). specs[o->n_kv]; free with free_specs. */
-void parse_specs(const opts *o, vq_kv_spec **specs);
+/* Parse every arm of o (die naming the bad one): its --kv with every --kv-layers override added
+ * (vq_kv_spec_with_layers), the f16 arm when --kv-layers comes without --kv. specs[o->n_kv]; free
+ * with free_specs. The arms' labels (kv_list, kv) then name the specs made. */
+void parse_specs(opts *o, vq_kv_spec **specs);
 void free_specs(vq_kv_spec **specs, int n);
 
 /* Load -m (with --tokenizer, -t); the library's message when it fails. */

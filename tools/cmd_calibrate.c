@@ -115,8 +115,9 @@ int cmd_calib_layers(int argc, char **argv) {
     if (spec) {   /* checked like any --kv (a per-layer override's spec is a full spec) */
         vq_kv_spec *ks = vq_kv_spec_parse(spec, &err);
         if (!ks) die("calib-layers: --spec: %s", err.msg);
+        int n_ovr = vq_kv_spec_n_overrides(ks);
         vq_kv_spec_free(ks);
-        if (strchr(spec, '@')) die("calib-layers: --spec '%s' holds '@' (an override of its own): give one spec", spec);
+        if (n_ovr) die("calib-layers: --spec '%s' holds a per-layer override of its own ('@'): give one spec", spec);
     }
     vq_calib_layers cl;
     if (vq_calib_layers_read(file, &cl, &err)) die("%s", err.msg);

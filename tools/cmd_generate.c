@@ -82,8 +82,9 @@ int cmd_generate(int argc, char **argv) {
     if (system && !chat) die("--system needs --chat (the system message goes through the chat template)");
     /* everything that can fail on the arguments fails before anything is printed */
     vq_err err;
-    vq_kv_spec *spec = vq_kv_spec_parse(o.kv, &err);
-    if (!spec) die("%s", err.msg);
+    if (o.n_kv == 0) { o.kv_list[0] = o.kv; o.n_kv = 1; }
+    vq_kv_spec *spec;
+    parse_specs(&o, &spec);
     size_t len = 0;
     char *text = o.prompt ? strdup(o.prompt) : o.file ? read_text(o.file, "prompt file", &len) : NULL;
     if (!text) die("no prompt: use -p TEXT, -f FILE or -f - (stdin)");

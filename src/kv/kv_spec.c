@@ -590,6 +590,17 @@ nomem:
     return NULL;
 }
 
+/* An override's layer list, normalized: items joined by ','. */
+static void layers_text(const vq_kv_clause *c, char *lay, size_t cap) {
+    size_t lo = 0;
+    lay[0] = 0;
+    for (int i = 0; i < c->n_items && lo < cap; i++) {
+        const vq_kv_item *it = &c->items[i];
+        lo += (size_t)(it->a == it->b ? snprintf(lay + lo, cap - lo, "%s%d", i ? "," : "", it->a)
+                                      : snprintf(lay + lo, cap - lo, "%s%d..%d", i ? "," : "", it->a, it->b));
+    }
+}
+
 static vq_kv_spec *spec_parse(const char *text, const calib_conf *conf, vq_err *err) {
     vq_err_clear(err);
     if (!text || !*text) {
@@ -653,15 +664,8 @@ static vq_kv_spec *spec_parse(const char *text, const calib_conf *conf, vq_err *
                        "'@%.100s': %s", text, s->c[c].given, e.msg);
             goto fail;
         }
-        /* the layer list, normalized: items joined by ',' */
         char lay[512];
-        size_t lo = 0;
-        lay[0] = 0;
-        for (int i = 0; i < s->c[c].n_items && lo < sizeof lay; i++) {
-            const vq_kv_item *it = &s->c[c].items[i];
-            lo += (size_t)(it->a == it->b ? snprintf(lay + lo, sizeof lay - lo, "%s%d", i ? "," : "", it->a)
-                                          : snprintf(lay + lo, sizeof lay - lo, "%s%d..%d", i ? "," : "", it->a, it->b));
-        }
+        layers_text(&s->c[c], lay, sizeof lay);
         int w = snprintf(s->text + o, sizeof s->text - o, "@%s=%s", lay, s->c[c].norm);
         if (w < 0 || (size_t)w >= sizeof s->text - o) {
             vq_err_set(err, VQ_ERR_ARG, "kv spec '%.160s': the normalized spec is longer than %d "
@@ -685,4 +689,82 @@ vq_kv_spec *vq_kv_spec_parse(const char *text, vq_err *err) { return spec_parse(
 vq_kv_spec *vq_kv_spec_parse_confined(const char *text, const char *calib_dir, vq_err *err) {
     const calib_conf conf = { calib_dir };
     return spec_parse(text, &conf, err);
+}
+
+/* ---- new specs from a spec: the only place spec text is composed ------------------------------ */
+/* Every composition starts from the normalized text (it carries what parsing resolved, e.g. a
+ * confined calib= path) and is parsed again, so the result is checked like any spec. */
+
+const char *vq_kv_spec_given(const vq_kv_spec *s) { return s ? s->given : ""; }
+int vq_kv_spec_n_overrides(const vq_kv_spec *s) { return s ? s->n - 1 : 0; }
+
+int vq_kv_spec_evicts(const vq_kv_spec *s) {
+    for (int i = 0; s && i < s->n; i++)
+        if (s->c[i].sp.ev.pol) return 1;
+    return 0;
+}
+
+vq_kv_spec *vq_kv_spec_with_layers(const vq_kv_spec *base, const char *overrides, vq_err *err) {
+    vq_err_clear(err);
+    if (!base || !overrides || !overrides[strspn(overrides, " \t\n\v\f\r")]) {
+        vq_err_set(err, VQ_ERR_ARG, "layer overrides: none given (LAYERS=SPEC, e.g. '0,-1=f16'; %s)", OVR_FORM);
+        return NULL;
+    }
+    char text[VQ_KV_SPEC_MAX];
+    int w = snprintf(text, sizeof text, "%s@%s", base->text, overrides);
+    if (w < 0 || (size_t)w >= sizeof text) {
+        vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s' with the layer overrides '%.80s' is longer than %d "
+                   "characters", base->given, overrides, VQ_KV_SPEC_MAX_LEN);
+        return NULL;
+    }
+    vq_err e;
+    vq_kv_spec *s = spec_parse(text, NULL, &e);
+    if (!s) {   /* the parser's message, with the overrides and the base as the caller wrote them */
+        vq_err_set(err, e.code, "layer overrides '%.160s' on '%.160s': %s", overrides, base->given, e.msg);
+        return NULL;
+    }
+    /* the text as the caller wrote it, for labels (what was parsed is the normalized base's) */
+    w = snprintf(s->given, sizeof s->given, "%s@%s", base->given, overrides);
+    if (w < 0 || (size_t)w >= sizeof s->given) snprintf(s->given, sizeof s->given, "%s", s->text);
+    return s;
+}
+
+vq_kv_spec *vq_kv_spec_with_eviction(const vq_kv_spec *s, const char *policy, int budget, vq_err *err) {
+    vq_err_clear(err);
+    if (!s || (policy && (!policy[0] || strpbrk(policy, ",;@=:") || budget < 1))) {
+        vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_with_eviction: no spec, or a bad policy name or budget (%d)", budget);
+        return NULL;
+    }
+    char text[VQ_KV_SPEC_MAX];
+    size_t o = 0;
+    for (int c = 0; c < s->n && o < sizeof text; c++) {
+        const vq_kv_clause *cl = &s->c[c];
+        char lay[512] = "", ev[512];
+        if (c > 0) layers_text(cl, lay, sizeof lay);
+        /* the clause's eviction part is exactly what normalizing printed for it; without eviction
+         * its demoted tier goes too (it holds the rows eviction drops) */
+        char clause[sizeof cl->norm];
+        snprintf(clause, sizeof clause, "%s", cl->norm);
+        int el = vq_evict_print(&cl->sp.ev, ev, sizeof ev);
+        char *cut = el > 0 && (size_t)el < sizeof ev ? strstr(clause, ev) : NULL;
+        if (cut) memmove(cut, cut + el, strlen(cut + el) + 1);
+        if (!policy && cl->sp.dm.codec) {
+            snprintf(ev, sizeof ev, ";demote=%s", cl->sp.dm.norm);
+            if ((cut = strstr(clause, ev))) memmove(cut, cut + strlen(ev), strlen(cut + strlen(ev)) + 1);
+        }
+        int w = snprintf(text + o, sizeof text - o, "%s%s%s%s", c ? "@" : "", lay, c ? "=" : "", clause);
+        if (w < 0) break;
+        o += (size_t)w;
+        if (policy && o < sizeof text) {
+            w = snprintf(text + o, sizeof text - o, ";evict=%s,budget=%d", policy, budget);
+            if (w < 0) break;
+            o += (size_t)w;
+        }
+    }
+    if (o >= sizeof text) {
+        vq_err_set(err, VQ_ERR_ARG, "kv spec '%.80s' with eviction %s is longer than %d characters", s->given,
+                   policy ? policy : "removed", VQ_KV_SPEC_MAX_LEN);
+        return NULL;
+    }
+    return spec_parse(text, NULL, err);
 }

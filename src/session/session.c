@@ -16,7 +16,6 @@ void vq_session_free(vq_session *s) {
     vq_fwd_destroy(s->f);
     free(s->tokens);
     free(s->logits);
-    free(s->text);
     free(s);
 }
 
@@ -126,7 +125,10 @@ vq_status vq_session_decode(vq_session *s, const int *tokens, int n, float *logi
                           n, s->n_tok, s->n_ctx);
     vq_status st = vq_session_flush(s, err);
     if (st) return st;
-    return vq_session_run(s, tokens, n, logits, all_logits, 1, err);
+    st = vq_session_run(s, tokens, n, logits, all_logits, 1, err);
+    if (!st && n == 0 && logits && !all_logits && s->have_logits)   /* the pending token's logits */
+        memcpy(logits, s->logits, (size_t)s->m->cfg.vocab_size * sizeof(float));
+    return st;
 }
 
 vq_status vq_decode_batch(vq_session *const *ss, int n, const int *tokens, float *logits, vq_err *err) {
@@ -218,116 +220,4 @@ vq_status vq_session_truncate(vq_session *s, int n, vq_err *err) {
         return st;
     }
     return VQ_OK;
-}
-
-/* ---- generation ---- */
-vq_generate_params vq_generate_default_params(void) {
-    return (vq_generate_params){ .n_predict = 128, .stop = NULL, .n_stop = 0, .show_special = 0 };
-}
-
-const char *vq_stop_reason_name(vq_stop_reason r) {
-    switch (r) {
-    case VQ_STOP_NONE: return "none";
-    case VQ_STOP_LENGTH: return "length";
-    case VQ_STOP_EOG: return "eog";
-    case VQ_STOP_STRING: return "stop";
-    case VQ_STOP_CALLBACK: return "callback";
-    case VQ_STOP_CONTEXT: return "context";
-    }
-    return "unknown";
-}
-
-/* Bytes at the end of text[0..n) that could start a stop string (held back from printing). */
-static size_t holdback(const char *text, size_t n, const vq_generate_params *p) {
-    size_t best = 0;
-    for (int i = 0; i < p->n_stop; i++) {
-        size_t L = strlen(p->stop[i]);
-        for (size_t k = VQ_MIN(L ? L - 1 : 0, n); k > best; k--)
-            if (!memcmp(text + n - k, p->stop[i], k)) { best = k; break; }
-    }
-    return best;
-}
-
-vq_status vq_session_generate(vq_session *s, const int *prompt, int n_prompt, vq_sampler *smp,
-                              const vq_generate_params *gp, vq_text_cb cb, void *user,
-                              vq_generate_result *res, vq_err *err) {
-    vq_err_clear(err);
-    vq_generate_result r0;
-    if (!res) res = &r0;
-    memset(res, 0, sizeof *res);
-    vq_generate_params dp = vq_generate_default_params();
-    const vq_generate_params *p = gp ? gp : &dp;
-    if (!s || !smp || n_prompt < 0 || (n_prompt > 0 && !prompt) || p->n_stop < 0 || (p->n_stop && !p->stop))
-        return vq_err_set(err, VQ_ERR_ARG, "vq_session_generate: bad arguments");
-    for (int i = 0; i < p->n_stop; i++)
-        if (!p->stop[i] || !p->stop[i][0])
-            return vq_err_set(err, VQ_ERR_ARG, "vq_session_generate: stop string %d is empty", i);
-    if (n_prompt == 0 && !s->have_logits && s->n_tok == s->pos)
-        return vq_err_set(err, VQ_ERR_ARG, "vq_session_generate: no prompt and nothing decoded yet");
-    if ((long)s->n_tok + n_prompt >= s->n_ctx)
-        return vq_err_set(err, VQ_ERR_RANGE, "the prompt is %d tokens and the session holds %d, but the "
-                          "context holds %d (raise -c, or shorten the prompt)", n_prompt, s->n_tok, s->n_ctx);
-    double t0 = vq_now_s();
-    vq_status st = VQ_OK;
-    if (n_prompt > 0 || s->n_tok != s->pos) st = vq_session_decode(s, prompt, n_prompt, NULL, 0, err);
-    res->t_prefill_s = vq_now_s() - t0;
-    res->n_prompt = n_prompt;
-    if (st) return st;
-
-    const int V = s->m->cfg.vocab_size;
-    size_t tlen = 0, emitted = 0;
-    int prev = s->n_tok > 0 ? s->tokens[s->n_tok - 1] : -1;
-    double t1 = vq_now_s();
-    vq_stop_reason why = VQ_STOP_NONE;
-    for (int g = 0; p->n_predict <= 0 || g < p->n_predict; g++) {
-        if (g > 0) {   /* run the token sampled last step */
-            st = vq_session_flush(s, err);
-            if (st) break;
-        }
-        if (s->n_tok >= s->n_ctx) { why = VQ_STOP_CONTEXT; break; }
-        int next = vq_sample(smp, s->logits);
-        (void)V;
-        s->tokens[s->n_tok++] = next;   /* pending: enters the cache on the next forward */
-        res->n_gen++;
-        if (vq_tok_is_eog(s->m->tok, next) && !p->show_special) { why = VQ_STOP_EOG; break; }
-        char piece[256];
-        size_t nb = vq_tok_piece(s->m->tok, prev, next, p->show_special, piece, sizeof piece);
-        prev = next;
-        if (tlen + nb + 1 > s->text_cap) {
-            size_t nc = (tlen + nb + 1) * 2;
-            char *t = realloc(s->text, nc);
-            if (!t) { st = vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); break; }
-            s->text = t;
-            s->text_cap = nc;
-        }
-        memcpy(s->text + tlen, piece, nb);
-        size_t old = tlen;
-        tlen += nb;
-        /* a stop string that now appears: print up to it and stop */
-        size_t cut = tlen;
-        for (int i = 0; i < p->n_stop; i++) {
-            size_t L = strlen(p->stop[i]);
-            size_t from = old >= L ? old - L + 1 : 0;
-            for (size_t j = from; j + L <= tlen; j++)
-                if (!memcmp(s->text + j, p->stop[i], L)) { if (j < cut) cut = j; break; }
-        }
-        if (cut < tlen) {
-            if (cut > emitted && cb && cb(s->text + emitted, cut - emitted, user)) { why = VQ_STOP_CALLBACK; break; }
-            emitted = cut;
-            why = VQ_STOP_STRING;
-            break;
-        }
-        size_t safe = tlen - holdback(s->text, tlen, p);
-        if (safe > emitted) {
-            if (cb && cb(s->text + emitted, safe - emitted, user)) { why = VQ_STOP_CALLBACK; break; }
-            emitted = safe;
-        }
-        if (vq_tok_is_eog(s->m->tok, next)) { why = VQ_STOP_EOG; break; }
-    }
-    if (!st && why == VQ_STOP_NONE) why = VQ_STOP_LENGTH;
-    if (!st && why != VQ_STOP_STRING && why != VQ_STOP_CALLBACK && tlen > emitted && cb)
-        if (cb(s->text + emitted, tlen - emitted, user)) why = VQ_STOP_CALLBACK;
-    res->t_decode_s = vq_now_s() - t1;
-    res->stop = why;
-    return st;
 }

@@ -21,8 +21,6 @@ struct vq_session {
     int n_tok;
     float *logits;       /* n_vocab: after the last forward */
     int have_logits;
-    char *text;          /* generation text buffer (stop strings) */
-    size_t text_cap;
 };
 
 /* The cache of a session (white-box tests). */

@@ -245,6 +245,25 @@ if [ -f "$MODEL" ]; then
   else fail "quantize after SIGTERM (exit $qrc) left $left"; fi
   rm -f "$T"/q.vqr*
 fi
+# --kv-layers: every arm gets the overrides (vq_kv_spec_with_layers) and is labelled base@overrides
+run kvl_gen 0 "$BIN" generate -p "Hello" -n 2 --temp 0 --kv q4_0 --kv-layers 0,-1=f16 --json \
+  && grep -q '"kv": *"q4_0@0,-1=f16"' "$T/kvl_gen.out" && pass "generate --kv-layers: the spec's label"
+run kvl_ppl 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv-layers 0=f16 --kv q4_0 --kv q8_0 \
+  --kv-layers -1=q8_0 --json && grep -q '"q4_0@0=f16@-1=q8_0"' "$T/kvl_ppl.out" && grep -q '"q8_0@0=f16@-1=q8_0"' "$T/kvl_ppl.out" \
+  && pass "perplexity --kv-layers (before and after --kv): every arm, in order"
+run kvl_alone 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv-layers 0=q8_0 --json \
+  && grep -q '"f16@0=q8_0"' "$T/kvl_alone.out" && pass "perplexity --kv-layers alone: on the f16 arm"
+run kvl_noeq x "$BIN" generate -p "Hello" -n 2 --kv q4_0 --kv-layers f16 && err_has kvl_noeq "--kv-layers: layer overrides 'f16' on 'q4_0'.*no '='"
+run kvl_bad x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --kv q4_0 --kv-layers 0=nosuchcodec && err_has kvl_bad "--kv-layers: layer overrides '0=nosuchcodec' on 'q4_0'.*unknown codec 'nosuchcodec'"
+run kvl_empty x "$BIN" generate -p "Hello" -n 2 --kv-layers "" && err_has kvl_empty "--kv-layers needs LAYERS=SPEC"
+run kvl_cmd x "$BIN" needle --ctx 160 --kv q8_0 --kv-layers 0=f16 && err_has kvl_cmd "--kv-layers is for generate"
+# evict-corr's truth is its arm's spec with h2o keeping every row (vq_kv_spec_with_eviction)
+run ec_ok 0 "$BIN" evict-corr -f "$T/text.txt" --kv "q4_0;evict=knorm,budget=1.0" --kv "q4_0;evict=tova,budget=1.0" --at 40 --future 8 \
+  && pass "evict-corr: two arms of one codec"
+run ec_ovr x "$BIN" evict-corr -f "$T/text.txt" --kv "q4_0;evict=knorm,budget=1.0@0=f16" --at 40 --future 8 \
+  && err_has ec_ovr "per-layer overrides are not supported"
+run ec_noev x "$BIN" evict-corr -f "$T/text.txt" --kv "q4_0" --at 40 --future 8 && err_has ec_noev "has no eviction policy"
+run cl_ovr x "$BIN" calib-layers "$T/c.vqc" --spec "q8_0@0=f16" && err_has cl_ovr "per-layer override of its own"
 # evict-corr reads scores before any eviction: an evicting budget would be ignored, so it is refused
 run ec_budget x "$BIN" evict-corr -f "$T/text.txt" --kv "f16;evict=knorm,budget=8" --at 40 --future 8 \
   && err_has ec_budget "would evict rows of the first 40"
