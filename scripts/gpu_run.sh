@@ -6,7 +6,7 @@
 # What it needs from here: the source tree only (no model files); prebuilt/ (optional: binaries
 # built elsewhere with -DVQ_CUDA=ON, used only when no build works on the machine itself).
 # Steps:
-#   1. card.txt: nvidia-smi, nvcc, cmake, torch versions;
+#   1. the card (nvidia-smi, nvcc, cmake, torch versions: the head of build.log);
 #   2. build (build.log): cmake -DVQ_CUDA=ON, targets test_cuda_attn and bench_cuda_attn; if the
 #      full configure fails (the image lacks the server's libraries), -DVQ_CUDA_ONLY=ON; if that
 #      fails too, prebuilt/ binaries;
@@ -15,7 +15,7 @@
 #   5. bench.log + bench.csv: bench_cuda_attn (our kernels, copy bandwidth);
 #   6. sdpa.log + sdpa.csv + table.md: bench/cuda/sdpa_baseline.py (torch SDPA fp16 flash on the
 #      same shapes, same card, same run) and the side-by-side table.
-# Everything lands in $OUT; commit it under docs/results/cuda/<date>-<card>/ and summarise it in
+# Everything lands in $OUT (8 files: the device tool brings back at most 8); commit it under docs/results/cuda/<date>-<card>/ and summarise it in
 # docs/cuda.md. The exit status is that of the first failing step (the later ones still run).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -28,14 +28,14 @@ step card
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.memory --format=csv
   nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   nvcc --version | tail -2; cmake --version | head -1; python3 -c 'import torch; print("torch", torch.__version__)'
-  uname -r; } > "$OUT/card.txt" 2>&1
-cat "$OUT/card.txt"
+  uname -r; } > "$OUT/build.log" 2>&1
+cat "$OUT/build.log"
 
 step build
 J=$(nproc)
 GEN=""; command -v ninja >/dev/null && GEN="-G Ninja"
 BIN=""
-if cmake -S . -B build-gpu $GEN -DCMAKE_BUILD_TYPE=Release -DVQ_CUDA=ON > "$OUT/build.log" 2>&1 &&
+if cmake -S . -B build-gpu $GEN -DCMAKE_BUILD_TYPE=Release -DVQ_CUDA=ON >> "$OUT/build.log" 2>&1 &&
    cmake --build build-gpu -j "$J" --target test_cuda_attn bench_cuda_attn >> "$OUT/build.log" 2>&1; then
     BIN=build-gpu; echo "built with the full configure"
 else
