@@ -40,7 +40,9 @@ if cmake -S . -B build-gpu $GEN -DCMAKE_BUILD_TYPE=Release -DVQ_CUDA=ON >> "$OUT
     BIN=build-gpu; echo "built with the full configure"
 else
     echo "full configure/build failed (tail of build.log below); trying -DVQ_CUDA_ONLY=ON"; tail -5 "$OUT/build.log"
-    if cmake -S . -B build-gpu-only $GEN -DCMAKE_BUILD_TYPE=Release -DVQ_CUDA=ON -DVQ_CUDA_ONLY=ON >> "$OUT/build.log" 2>&1 &&
+    # -Werror off here: the CPU code is held to zero warnings by CI's compiler; another gcc (the
+    # image's) may warn where that one does not (seen: maybe-uninitialized in codec_polar.c)
+    if cmake -S . -B build-gpu-only $GEN -DCMAKE_BUILD_TYPE=Release -DVQ_CUDA=ON -DVQ_CUDA_ONLY=ON -DVQ_WERROR=OFF >> "$OUT/build.log" 2>&1 &&
        cmake --build build-gpu-only -j "$J" >> "$OUT/build.log" 2>&1; then
         BIN=build-gpu-only; echo "built with VQ_CUDA_ONLY"
     elif [ -x prebuilt/test_cuda_attn ]; then

@@ -49,8 +49,8 @@ extern "C" vq_status vq_cuda_attn_decode(const vq_cuda_kv_format *f, const vq_cu
                                          int max_coded, const float *q, float *out, void *workspace,
                                          size_t workspace_bytes, void *stream, vq_err *err) {
     if (n_seqs <= 0) return VQ_OK;
-    if (n_seqs > 65535 || f->n_kv_heads > 65535)
-        return vq_err_set(err, VQ_ERR_ARG, "cuda: %d sequences x %d KV heads: at most 65535 of each", n_seqs, f->n_kv_heads);
+    if (n_seqs > 65535 || f->n_heads > 65535)
+        return vq_err_set(err, VQ_ERR_ARG, "cuda: %d sequences x %d heads: at most 65535 of each", n_seqs, f->n_heads);
     if (f->head_dim != 64 && f->head_dim != 128)
         return vq_err_set(err, VQ_ERR_ARG, "cuda: head_dim %d has no kernel (64 or 128)", f->head_dim);
     const int g = f->n_kv_heads > 0 ? f->n_heads / f->n_kv_heads : 0;
@@ -84,20 +84,24 @@ extern "C" vq_status vq_cuda_attn_decode(const vq_cuda_kv_format *f, const vq_cu
     default: return vq_err_set(err, VQ_ERR_ARG, "cuda: unknown code type %d", f->type);
     }
     if (e != cudaSuccess) return cuerr(err, e, "attention split kernel launch");
-    const dim3 cgrid(n_seqs, f->n_kv_heads);
+    /* combine: one block per (sequence, query head); the splits' weights in dynamic shared memory */
+    const dim3 cgrid(n_seqs, f->n_heads);
+    const size_t csm = (size_t)pl.n_splits * sizeof(float);
+    if (csm > 48 * 1024)
+        return vq_err_set(err, VQ_ERR_ARG, "cuda: %d splits: at most %d (context %d)", pl.n_splits, 12288, max_coded);
     if (f->head_dim == 64) {
         switch (G) {
-        case 1: vqc::attn_combine<64, 1><<<cgrid, vqc::NT, 0, st>>>(p); break;
-        case 2: vqc::attn_combine<64, 2><<<cgrid, vqc::NT, 0, st>>>(p); break;
-        case 4: vqc::attn_combine<64, 4><<<cgrid, vqc::NT, 0, st>>>(p); break;
-        default: vqc::attn_combine<64, 8><<<cgrid, vqc::NT, 0, st>>>(p); break;
+        case 1: vqc::attn_combine<64, 1><<<cgrid, vqc::NT, csm, st>>>(p); break;
+        case 2: vqc::attn_combine<64, 2><<<cgrid, vqc::NT, csm, st>>>(p); break;
+        case 4: vqc::attn_combine<64, 4><<<cgrid, vqc::NT, csm, st>>>(p); break;
+        default: vqc::attn_combine<64, 8><<<cgrid, vqc::NT, csm, st>>>(p); break;
         }
     } else {
         switch (G) {
-        case 1: vqc::attn_combine<128, 1><<<cgrid, vqc::NT, 0, st>>>(p); break;
-        case 2: vqc::attn_combine<128, 2><<<cgrid, vqc::NT, 0, st>>>(p); break;
-        case 4: vqc::attn_combine<128, 4><<<cgrid, vqc::NT, 0, st>>>(p); break;
-        default: vqc::attn_combine<128, 8><<<cgrid, vqc::NT, 0, st>>>(p); break;
+        case 1: vqc::attn_combine<128, 1><<<cgrid, vqc::NT, csm, st>>>(p); break;
+        case 2: vqc::attn_combine<128, 2><<<cgrid, vqc::NT, csm, st>>>(p); break;
+        case 4: vqc::attn_combine<128, 4><<<cgrid, vqc::NT, csm, st>>>(p); break;
+        default: vqc::attn_combine<128, 8><<<cgrid, vqc::NT, csm, st>>>(p); break;
         }
     }
     e = cudaGetLastError();

@@ -555,49 +555,88 @@ __global__ void __launch_bounds__(NT, G >= 8 ? 2 : 3) attn_split(const __grid_co
     }
 }
 
-/* Merge the splits of (sequence, KV head): coded splits 1.., rotated back, then the fp split 0. */
+/* Merge the splits of one (sequence, query head): block (s, head). The splits' maxima and sums
+ * are read by all threads at once (one split each) and reduced; the weights go to shared memory;
+ * then each thread sums one coordinate over the splits with 4 loads in flight. The coded part is
+ * rotated back (values in a rotated domain), then merged with the fp split 0. Dynamic shared
+ * memory: n_splits floats. */
+__device__ __forceinline__ float block_reduce(float v, bool is_max, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+        const float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, w) : v + w;
+    }
+    __syncthreads();   /* red is reused between calls */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = red[0];
+#pragma unroll
+    for (int w = 1; w < NT / 32; w++) v = is_max ? fmaxf(v, red[w]) : v + red[w];
+    return v;
+}
+
 template <int D, int G>
-__global__ void __launch_bounds__(NT) attn_combine(const __grid_constant__ Params p) {
-    __shared__ float buf[D];
-    const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+__global__ void __launch_bounds__(NT, 4) attn_combine(const __grid_constant__ Params p) {
+    extern __shared__ float wsp[];   /* [n_splits]: weight of coded split sp + 1 */
+    __shared__ float buf[D], red[NT / 32];
+    const int s = blockIdx.x, qh = blockIdx.y, tid = threadIdx.x;
     const int Hkv = p.f.n_kv_heads, g = p.f.n_heads / Hkv, NS = p.n_splits;
+    const int h = qh / g, j = qh % g;
     const size_t p0 = ((size_t)s * Hkv + h) * (size_t)(NS + 1);
-    for (int j = 0; j < g; j++) {
-        float M = -INFINITY;
-        for (int sp = 1; sp <= NS; sp++) M = fmaxf(M, p.ml[((p0 + sp) * G + j) * 2]);
-        float L = 0.0f, a = 0.0f;
-        if (M != -INFINITY)
-            for (int sp = 1; sp <= NS; sp++) {
-                const float m = p.ml[((p0 + sp) * G + j) * 2];
-                if (m == -INFINITY) continue;
-                const float w = exp2f(m - M);
-                L = fmaf(w, p.ml[((p0 + sp) * G + j) * 2 + 1], L);
-                if (tid < D) a = fmaf(w, p.acc[((p0 + sp) * G + j) * D + tid], a);
+    const float *ml = p.ml, *acc = p.acc;
+    float M = -INFINITY;
+    for (int sp = tid; sp < NS; sp += NT) M = fmaxf(M, ml[((p0 + 1 + sp) * G + j) * 2]);
+    M = block_reduce(M, true, red);
+    float L = 0.0f;
+    for (int sp = tid; sp < NS; sp += NT) {
+        const float m = ml[((p0 + 1 + sp) * G + j) * 2];
+        const float w = m == -INFINITY ? 0.0f : exp2f(m - M);
+        wsp[sp] = w;
+        if (w > 0.0f) L = fmaf(w, ml[((p0 + 1 + sp) * G + j) * 2 + 1], L);
+    }
+    L = block_reduce(L, false, red);   /* its barriers also publish wsp */
+    float a = 0.0f;
+    if (tid < D && M != -INFINITY) {
+        const float *ap = acc + ((p0 + 1) * G + j) * D + tid;
+        const size_t st = (size_t)G * D;
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        int sp = 0;
+        for (; sp + 4 <= NS; sp += 4) {
+            const float w0 = wsp[sp], w1 = wsp[sp + 1], w2 = wsp[sp + 2], w3 = wsp[sp + 3];
+            const float x0 = w0 > 0.0f ? ap[(size_t)sp * st] : 0.0f, x1 = w1 > 0.0f ? ap[(size_t)(sp + 1) * st] : 0.0f;
+            const float x2 = w2 > 0.0f ? ap[(size_t)(sp + 2) * st] : 0.0f, x3 = w3 > 0.0f ? ap[(size_t)(sp + 3) * st] : 0.0f;
+            a0 = fmaf(w0, x0, a0);
+            a1 = fmaf(w1, x1, a1);
+            a2 = fmaf(w2, x2, a2);
+            a3 = fmaf(w3, x3, a3);
+        }
+        for (; sp < NS; sp++)
+            if (wsp[sp] > 0.0f) a0 = fmaf(wsp[sp], ap[(size_t)sp * st], a0);
+        a = (a0 + a1) + (a2 + a3);
+    }
+    if (p.f.rot_v) {   /* back from the values' codec domain: rv ⊙ (H a) */
+        if (tid < D) buf[tid] = a;
+        __syncthreads();
+        for (int len = 1; len < D; len <<= 1) {
+            if (tid < D / 2) {
+                const int i0 = (tid / len) * 2 * len + tid % len;
+                const float x = buf[i0], y = buf[i0 + len];
+                buf[i0] = x + y;
+                buf[i0 + len] = x - y;
             }
-        if (p.f.rot_v) {   /* back from the values' codec domain: rv ⊙ (H a) */
-            if (tid < D) buf[tid] = a;
-            __syncthreads();
-            for (int len = 1; len < D; len <<= 1) {
-                if (tid < D / 2) {
-                    const int i0 = (tid / len) * 2 * len + tid % len;
-                    const float x = buf[i0], y = buf[i0 + len];
-                    buf[i0] = x + y;
-                    buf[i0 + len] = x - y;
-                }
-                __syncthreads();
-            }
-            if (tid < D) a = p.f.rv[tid] * buf[tid];
             __syncthreads();
         }
-        const float m0 = p.ml[(p0 * G + j) * 2];
-        const float Mx = fmaxf(M, m0);
-        const float wc = M == -INFINITY ? 0.0f : exp2f(M - Mx), w0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - Mx);
-        const float den = wc * L + (w0 > 0.0f ? w0 * p.ml[(p0 * G + j) * 2 + 1] : 0.0f);
-        if (tid < D) {
-            float num = wc * a;
-            if (w0 > 0.0f) num = fmaf(w0, p.acc[(p0 * G + j) * D + tid], num);
-            p.out[((size_t)s * p.f.n_heads + (size_t)h * g + j) * D + tid] = den > 0.0f ? num / den : 0.0f;
-        }
+        if (tid < D) a = p.f.rv[tid] * buf[tid];
+    }
+    const float m0 = ml[(p0 * G + j) * 2];
+    const float Mx = fmaxf(M, m0);
+    const float wc = M == -INFINITY ? 0.0f : exp2f(M - Mx), w0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - Mx);
+    const float den = wc * L + (w0 > 0.0f ? w0 * ml[(p0 * G + j) * 2 + 1] : 0.0f);
+    if (tid < D) {
+        float num = wc * a;
+        if (w0 > 0.0f) num = fmaf(w0, acc[(p0 * G + j) * D + tid], num);
+        p.out[((size_t)s * p.f.n_heads + qh) * D + tid] = den > 0.0f ? num / den : 0.0f;
     }
 }
 
