@@ -163,6 +163,7 @@ void vq_rotation_free(vq_rotation *r) {
 
 int vq_rotation_dim(const vq_rotation *r) { return r->d; }
 vq_rot_kind vq_rotation_kind(const vq_rotation *r) { return r->kind; }
+const float *vq_rotation_signs(const vq_rotation *r) { return r->kind == VQ_ROT_HADAMARD ? r->sgn : NULL; }
 
 /* ---- dense matvec: y = M x, M row-major d×d ---- */
 static void matvec_scalar(const float *M, const float *x, float *y, int d) {

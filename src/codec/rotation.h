@@ -29,6 +29,11 @@ vq_rot_kind vq_rotation_kind(const vq_rotation *r);          /* HADAMARD or DENS
 void vq_rotation_apply(const vq_rotation *r, const float *x, float *y);
 void vq_rotation_apply_inverse(const vq_rotation *r, const float *y, float *x);
 
+/* Hadamard rotations: the d per-coordinate factors s (±1/√d) with Π x = H (s ⊙ x), H the
+ * unnormalised Walsh-Hadamard matrix in natural (Sylvester) order; NULL for a dense rotation.
+ * For backends that apply the rotation themselves (codec_dev.h). */
+const float *vq_rotation_signs(const vq_rotation *r);
+
 /* The matrix Π itself (d*d floats, row-major: y_i = Σ_j P[i*d+j] x_j), for tests and tools. */
 void vq_rotation_matrix(const vq_rotation *r, float *P);
 

@@ -60,7 +60,7 @@ for l in "${layers[@]}"; do
                 violation "$rel" "$line" "$inc" "$inc is internal to layer $x (it offers: $(echo ${hdrs[$x]}))"
             fi
         done < <(includes "$f")
-    done < <(find "$src_dir/src/$l" -type f \( -name '*.c' -o -name '*.h' -o -name '*.inc' \) | sort)
+    done < <(find "$src_dir/src/$l" -type f \( -name '*.c' -o -name '*.h' -o -name '*.inc' -o -name '*.cu' -o -name '*.cuh' \) | sort)
 done
 
 # server/: `veloxquant serve` is a user of the library as the CLI is: the public header only (and

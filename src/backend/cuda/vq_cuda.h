@@ -1,0 +1,99 @@
+/* vq_cuda.h: the CUDA backend's contract with the C side (no CUDA type appears here, so the CPU
+ * code and its compilers never see one). Built only with -DVQ_CUDA=ON (docs/cuda.md); the static
+ * library vq_cuda holds the kernels (attn_*.cu) and this header's host functions, vq_backend the
+ * C part (cuda_kv.c: a cache's codec states described for the kernels).
+ *
+ * What exists: decode attention (one query token per sequence) straight from the KV cache's code
+ * bytes, GQA (n_heads query heads over n_kv_heads), split over the context flash-decoding style,
+ * batched over sequences of different lengths. Codes: f16, q8_0 and q4_0 (keys in the lanes
+ * layout, values one row per block, optional Walsh-Hadamard rotation) and turboquant_mse at 4
+ * bits (lanes layout), the same codec on both sides, head_dim 64 or 128, query heads per KV head
+ * 1 to 8.
+ *
+ * Device layout of one sequence (for now a contiguous array per sequence, not pages): for KV head
+ * h, its key blocks (n_coded / rows_per_block of them, the codec's block bytes, in row order) at
+ * k + h * k_head_stride and its value blocks (n_coded rows) at v + h * v_head_stride; the bytes of
+ * every block are exactly the CPU cache's. Coded row i has position pos0 + i. Rows kept in full
+ * precision by the CPU cache (sink=S rows, the window=R rows and the partial block the codec has
+ * not taken yet) are fp16 rows [n_fp][n_kv_heads][head_dim] at fp_k / fp_v with positions fp_pos.
+ * A query at position q_pos sees rows with position <= q_pos and, when span > 0 (a sliding-window
+ * layer), > q_pos - span. Pointers k, v, fp_k, fp_v and the strides must be 16-byte aligned. */
+#ifndef VQ_CUDA_H
+#define VQ_CUDA_H
+#include <stddef.h>
+#include <stdint.h>
+#include "veloxquant.h"   /* vq_status, vq_err */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VQ_CUDA_MAX_D 128
+#define VQ_CUDA_MAX_G 8
+
+typedef enum vq_cuda_kv_type {
+    VQ_CUDA_KV_F16 = 1, VQ_CUDA_KV_Q8_0 = 2, VQ_CUDA_KV_Q4_0 = 3, VQ_CUDA_KV_TQ4 = 4,
+} vq_cuda_kv_type;
+
+/* What the kernels need to read one layer's codes (plain values: passed to the kernel by value). */
+typedef struct vq_cuda_kv_format {
+    int type;                       /* vq_cuda_kv_type, both sides */
+    int head_dim, n_heads, n_kv_heads;
+    int norm32;                     /* TQ4: f32 row norms */
+    int rot_k, rot_v;               /* the side's codes are in a rotated domain (codec_dev.h) */
+    float rk[VQ_CUDA_MAX_D];        /* keys: codec domain y = H (rk ⊙ x) */
+    float rv[VQ_CUDA_MAX_D];        /* values: x = rv ⊙ (H y) */
+    float cent_k[16], cent_v[16];   /* TQ4 centroids */
+    size_t k_block_bytes;           /* one key block (16 rows, or 1 row for f16) */
+    size_t v_row_bytes;             /* one value row */
+} vq_cuda_kv_format;
+
+/* From a layer's codec states (the K side's and the V side's; either may serve every KV head).
+ * VQ_ERR_ARG naming what no kernel reads (another codec, head_dim, GQA group, mixed codecs). */
+struct vq_codec_state;
+vq_status vq_cuda_kv_format_init(vq_cuda_kv_format *f, const struct vq_codec_state *k,
+                                 const struct vq_codec_state *v, int n_heads, int n_kv_heads,
+                                 vq_err *err);
+/* Bytes of n rows of one KV head, keys and values (n a multiple of the key block's rows). */
+size_t vq_cuda_kv_bytes(const vq_cuda_kv_format *f, int64_t n);
+
+typedef struct vq_cuda_seq {        /* one sequence's rows; an array of them lives on the device */
+    const void *k, *v;              /* device: coded rows (see above) */
+    int64_t k_head_stride, v_head_stride;   /* bytes between two KV heads' blocks */
+    int n_coded;                    /* coded rows (a multiple of 16 for lanes keys) */
+    int pos0;                       /* position of coded row 0 */
+    const void *fp_k, *fp_v;        /* device: n_fp x n_kv_heads x head_dim fp16, or NULL */
+    const int32_t *fp_pos;          /* device: their positions */
+    int n_fp;
+    int q_pos;                      /* the query's position */
+    int span;                       /* attention span (0: unbounded) */
+    int pad_;
+} vq_cuda_seq;
+
+/* How a call splits the context: chunk rows per block of work, splits per (sequence, KV head)
+ * (plus one for the fp rows). The test derives its error bound from it. */
+typedef struct vq_cuda_plan { int chunk, n_splits; size_t workspace_bytes; } vq_cuda_plan;
+vq_cuda_plan vq_cuda_attn_plan(const vq_cuda_kv_format *f, int n_seqs, int max_coded);
+
+/* out[s][head][d] = softmax(q·k / sqrt(d)) v over the rows sequence s sees, for n_seqs sequences
+ * (seqs: device array). q, out: device, n_seqs x n_heads x head_dim f32; q after RoPE. max_coded:
+ * the largest n_coded (sizes the split); workspace: device, plan.workspace_bytes. stream: a
+ * cudaStream_t or NULL. Asynchronous; errors of the launch are returned, errors of the run show
+ * at the next synchronisation. A sequence that sees no row gets zeros. */
+vq_status vq_cuda_attn_decode(const vq_cuda_kv_format *f, const vq_cuda_seq *seqs, int n_seqs,
+                              int max_coded, const float *q, float *out, void *workspace,
+                              size_t workspace_bytes, void *stream, vq_err *err);
+
+/* Runtime helpers for C callers (tests, tools): device count (0 when there is no device or no
+ * driver), allocation, copies, synchronisation; errors carry CUDA's message. */
+int       vq_cuda_device_count(void);
+vq_status vq_cuda_device_name(char *buf, size_t n, vq_err *err);
+vq_status vq_cuda_malloc(void **p, size_t bytes, vq_err *err);
+void      vq_cuda_free(void *p);
+vq_status vq_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes, vq_err *err);
+vq_status vq_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes, vq_err *err);
+vq_status vq_cuda_memset(void *dst, int byte, size_t bytes, vq_err *err);
+vq_status vq_cuda_sync(vq_err *err);
+#ifdef __cplusplus
+}
+#endif
+#endif
