@@ -381,12 +381,15 @@ class Model:
         return Session(self, kv, n_ctx=n_ctx, n_batch=n_batch, kv_seed=kv_seed,
                        allow_ctx_over_train=allow_ctx_over_train)
 
-    def perplexity(self, text: str, *, kv: Union[str, KVSpec] = "f16", n_ctx: int = 512, mode: str = "decode",
+    def perplexity(self, text: Union[str, bytes, os.PathLike], *, kv: Union[str, KVSpec] = "f16", n_ctx: int = 512, mode: str = "decode",
                    max_tokens: int | None = None, score: str = "all", first_scored: int | None = None,
                    n_batch: int = 64, bos_per_window: bool = False, kv_seed: int = CLI_KV_SEED,
                    progress=None) -> "Perplexity":
         """Perplexity of text over non-overlapping windows of n_ctx tokens, as
         ``veloxquant perplexity -f FILE --ctx N --mode M [--max-tokens T] --kv SPEC`` computes it.
+
+        text: a str, bytes, or a path (pathlib.Path: the file's bytes, as the CLI reads them; note
+        that open(..).read() in text mode turns "\r\n" into "\n", which changes the tokens).
 
         mode "decode": one token per forward pass, so every prediction reads the KV cache as
         generation does; "prefill": chunks of n_batch. score "all" or "second-half" (positions >=

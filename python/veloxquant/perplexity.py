@@ -10,6 +10,7 @@ the logits, and so the figures, are the CLI's.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Callable, Union
 
@@ -29,14 +30,21 @@ def _nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return lz - x[np.arange(x.shape[0]), targets]
 
 
-def run_perplexity(model: "Model", text: str, *, kv: Union[str, "KVSpec"], n_ctx: int, mode: str,
+def run_perplexity(model: "Model", text: Union[str, bytes, "os.PathLike[str]"], *, kv: Union[str, "KVSpec"], n_ctx: int, mode: str,
                    max_tokens: int | None, score: str, first_scored: int | None, n_batch: int,
                    bos_per_window: bool, kv_seed: int,
                    progress: Callable[[int, int], None] | None) -> "Perplexity":
     from .core import Perplexity
 
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if isinstance(text, os.PathLike):
+        with open(text, "rb") as f:   # the bytes as the CLI reads them (no newline translation)
+            data = f.read()
+    elif isinstance(text, str):
+        data = text.encode("utf-8")
+    elif isinstance(text, (bytes, bytearray)):
+        data = bytes(text)
+    else:
+        raise TypeError(f"text must be a str, bytes or a path (os.PathLike), got {type(text).__name__}")
     if mode not in ("decode", "prefill"):
         raise ValueError(f"mode {mode!r} is unknown (known: decode, prefill)")
     if score not in ("all", "second-half"):
@@ -51,7 +59,7 @@ def run_perplexity(model: "Model", text: str, *, kv: Union[str, "KVSpec"], n_ctx
     if not 0 <= first <= n_ctx - 2:
         raise ValueError(f"first scored position {first} is out of range for windows of {n_ctx} (0..{n_ctx - 2})")
 
-    tok = model._encode_bytes(text.encode("utf-8"), 0, False)
+    tok = model._encode_bytes(data, 0, False)
     if max_tokens is not None:
         tok = tok[:max_tokens]
     per_win = n_ctx - 1 if bos_per_window else n_ctx
