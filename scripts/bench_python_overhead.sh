@@ -21,7 +21,7 @@ for r in $(seq 1 "$reps"); do
     tps=$(sed 's/.*"decode_tps":\([0-9.]*\).*/\1/' <<<"$out"); gen=$(sed 's/.*"generated_tokens":\([0-9]*\).*/\1/' <<<"$out")
     echo "{\"rep\": $r, \"kv\": \"$kv\", \"arm\": \"cli\", \"generated_tokens\": $gen, \"decode_tps\": $tps}"
     for arm in generate complete decode; do
-      line=$("$PYTHON" python/bench_decode.py "$arm" -m "$MODEL" -p "$PROMPT" -n "$n" -t "$THREADS" --kv "$kv")
+      line=$("$PYTHON" scripts/bench_python_decode.py "$arm" -m "$MODEL" -p "$PROMPT" -n "$n" -t "$THREADS" --kv "$kv")
       echo "{\"rep\": $r, \"kv\": \"$kv\", ${line#\{}"
     done
   done

@@ -45,8 +45,8 @@ def cli_ppl(cli, smol_path, text_path, *args):
 
 
 @pytest.mark.parametrize("mode,ctx,max_tokens,kv", [
-    ("decode", 64, 192, "q4_0:rotate=1"),
-    ("prefill", 256, 1024, "f16"),
+    ("decode", 64, 128, "q4_0:rotate=1"),
+    ("prefill", 256, 512, "f16"),
 ])
 def test_perplexity_equals_the_cli(model, smol_path, cli, shared, mode, ctx, max_tokens, kv):
     path = shared / "wikitext-2-raw-test.txt"

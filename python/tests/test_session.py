@@ -67,15 +67,15 @@ def test_state_round_trip(model, tmp_path, kv):
 
 
 def test_generate_matches_complete_and_stop_strings(model):
-    for stop in (None, "the", ["press", "in the"], ". ", "zzzz-never"):
+    for stop in (None, "the", ["press", "in the"], ". "):
         with model.session(n_ctx=256) as a, model.session(n_ctx=256) as b:
-            gen = a.generate(PROMPT, max_tokens=40, temperature=0, stop=stop)
+            gen = a.generate(PROMPT, max_tokens=30, temperature=0, stop=stop)
             text = "".join(gen)
-            c = b.complete(PROMPT, max_tokens=40, temperature=0, stop=stop)
+            c = b.complete(PROMPT, max_tokens=30, temperature=0, stop=stop)
             assert text == c.text == gen.text, stop
             assert gen.stop_reason == c.stop_reason, stop
             assert gen.n_generated == c.n_generated and a.tokens == b.tokens
-            if stop and stop != "zzzz-never":
+            if stop:
                 assert gen.stop_reason == "stop"
                 for x in [stop] if isinstance(stop, str) else stop:
                     assert x not in text

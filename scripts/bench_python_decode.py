@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench_decode.py: one Python arm of scripts/bench_python_overhead.sh: decode tokens/s of greedy
+"""bench_python_decode.py: one Python arm of scripts/bench_python_overhead.sh: decode tokens/s of greedy
 generation through the package, printed as one JSON line, counted as `veloxquant generate --json`
 counts its decode_tps (the tokens after the first over the time after the prefill).
 
