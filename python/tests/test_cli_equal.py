@@ -39,24 +39,26 @@ def test_chat_equals_the_cli(model, smol_path, cli):
     assert (got + "\n").encode() == want
 
 
-def cli_ppl(cli, smol_path, text_path, *args):
-    out = run_cli(cli, "perplexity", "-m", str(smol_path), "-f", str(text_path), "--json", *args)
-    return json.loads(out)["arms"][0]
-
-
-@pytest.mark.parametrize("mode,ctx,max_tokens,kv", [
-    ("decode", 64, 128, "q4_0:rotate=1"),
-    ("prefill", 256, 512, "f16"),
+@pytest.mark.parametrize("mode,ctx,max_tokens,kvs", [
+    ("decode", 64, 128, ["f16", "q4_0:rotate=1"]),   # two arms: one batched forward per token
+    ("prefill", 256, 512, ["f16"]),
 ])
-def test_perplexity_equals_the_cli(model, smol_path, cli, shared, mode, ctx, max_tokens, kv):
+def test_perplexity_equals_the_cli(model, smol_path, cli, shared, mode, ctx, max_tokens, kvs):
     path = shared / "wikitext-2-raw-test.txt"
-    want = cli_ppl(cli, smol_path, path, "--ctx", str(ctx), "--mode", mode, "--max-tokens", str(max_tokens),
-                   "--kv", kv)
-    got = model.perplexity(path, kv=kv, n_ctx=ctx, mode=mode, max_tokens=max_tokens)
-    assert isinstance(got, vq.Perplexity)
-    assert got.n_scored == want["scored"]
-    # the CLI prints 6 decimals; the float64 sums differ only in their order
-    assert abs(got.mean_nll - want["mean_nll"]) <= 6e-7
-    assert abs(got.ppl - want["ppl"]) <= 1e-6 * want["ppl"] + 6e-7
-    assert got.bytes_held == want["kv_bytes"]
-    assert abs(got.bits_per_element - want["bits_per_elem"]) <= 6e-5
+    args = ["--ctx", str(ctx), "--mode", mode, "--max-tokens", str(max_tokens)]
+    for kv in kvs:
+        args += ["--kv", kv]
+    want = json.loads(run_cli(cli, "perplexity", "-m", str(smol_path), "-f", str(path), "--json", *args))["arms"]
+    got = model.perplexity(path, kv=kvs, n_ctx=ctx, mode=mode, max_tokens=max_tokens)
+    assert len(got) == len(want) == len(kvs)
+    for g, w in zip(got, want):
+        assert isinstance(g, vq.Perplexity)
+        assert g.n_scored == w["scored"]
+        # the CLI prints 6 decimals; the float64 sums differ only in their order
+        assert abs(g.mean_nll - w["mean_nll"]) <= 6e-7, (g, w)
+        assert abs(g.ppl - w["ppl"]) <= 1e-6 * w["ppl"] + 6e-7
+        assert g.bytes_held == w["kv_bytes"]
+        assert abs(g.bits_per_element - w["bits_per_elem"]) <= 6e-5
+    if len(kvs) == 1:   # one spec, not a list: one result
+        one = model.perplexity(path, kv=kvs[0], n_ctx=ctx, mode=mode, max_tokens=ctx)
+        assert isinstance(one, vq.Perplexity) and one.n_windows == 1

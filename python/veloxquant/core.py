@@ -381,10 +381,11 @@ class Model:
         return Session(self, kv, n_ctx=n_ctx, n_batch=n_batch, kv_seed=kv_seed,
                        allow_ctx_over_train=allow_ctx_over_train)
 
-    def perplexity(self, text: Union[str, bytes, os.PathLike], *, kv: Union[str, KVSpec] = "f16", n_ctx: int = 512, mode: str = "decode",
-                   max_tokens: int | None = None, score: str = "all", first_scored: int | None = None,
-                   n_batch: int = 64, bos_per_window: bool = False, kv_seed: int = CLI_KV_SEED,
-                   progress=None) -> "Perplexity":
+    def perplexity(self, text: Union[str, bytes, os.PathLike], *,
+                   kv: Union[str, KVSpec, Sequence[Union[str, KVSpec]]] = "f16", n_ctx: int = 512,
+                   mode: str = "decode", max_tokens: int | None = None, score: str = "all",
+                   first_scored: int | None = None, n_batch: int = 64, bos_per_window: bool = False,
+                   kv_seed: int = CLI_KV_SEED, progress=None) -> Union["Perplexity", list["Perplexity"]]:
         """Perplexity of text over non-overlapping windows of n_ctx tokens, as
         ``veloxquant perplexity -f FILE --ctx N --mode M [--max-tokens T] --kv SPEC`` computes it.
 
@@ -394,7 +395,9 @@ class Model:
         mode "decode": one token per forward pass, so every prediction reads the KV cache as
         generation does; "prefill": chunks of n_batch. score "all" or "second-half" (positions >=
         n_ctx/2, llama-perplexity's protocol); first_scored overrides it. progress(done, total) is
-        called after each window. Returns a Perplexity.
+        called after each window. Returns a Perplexity; with a list of KV specs, a list of them,
+        the arms run together (decode mode: one batched forward per token for all, as the CLI's
+        ``perplexity --kv A --kv B``).
         """
         from .perplexity import run_perplexity
         return run_perplexity(self, text, kv=kv, n_ctx=n_ctx, mode=mode, max_tokens=max_tokens, score=score,
