@@ -17,6 +17,7 @@ setup:
 	bash scripts/setup-serve-venv.sh
 	bash scripts/fetch_vocabs.sh
 	bash scripts/setup-ref-venv.sh
+	bash scripts/setup-python-venv.sh
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
