@@ -194,7 +194,7 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
     vq_rng_seed(&rng, p->seed ^ ((uint64_t)N << 20) ^ (uint64_t)d);
     for (size_t i = 0; i < 2 * (size_t)N * d; i++) { K[i] = (float)vq_rng_gauss(&rng); V[i] = (float)vq_rng_gauss(&rng); }
     for (int i = 0; i < BK_NQ * G * d; i++) Q[i] = (float)vq_rng_gauss(&rng);
-    vq_kv_dims dims = { 1, G, 1, d, N, NULL, 0 };
+    vq_kv_dims dims = { 1, G, 1, d, N, NULL, 0, 0 };
     /* first cache of each arm: its bytes size the pool */
     int maxp = 0;
     for (int a = 0; a < na; a++) {

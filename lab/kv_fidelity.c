@@ -44,6 +44,7 @@ vq_kvfid_capture *vq_kvfid_capture_run(const vq_model *m, const int *tok, int n,
     const vq_model_info mi = vq_model_get_info(m);
     c->n = n; c->n_layers = mi.n_layers; c->n_heads = mi.n_heads;
     c->n_kv = mi.n_kv_heads; c->hd = mi.head_dim;
+    c->softcap = vq_lab_model_attn_softcap(m);
     size_t wq = (size_t)c->n_heads * c->hd, wk = (size_t)c->n_kv * c->hd;
     c->q = calloc((size_t)c->n_layers, sizeof(float *)); c->k = calloc((size_t)c->n_layers, sizeof(float *));
     c->v = calloc((size_t)c->n_layers, sizeof(float *)); c->o = calloc((size_t)c->n_layers, sizeof(float *));
@@ -69,7 +70,7 @@ vq_kvfid_capture *vq_kvfid_capture_run(const vq_model *m, const int *tok, int n,
     int *pos = malloc(sizeof(int) * (size_t)n);
     if (!s && !pos) s = vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory");
     for (int i = 0; !s && i < n; i++) pos[i] = i;
-    vq_kv_dims d1 = { 1, c->n_heads, c->n_kv, c->hd, n, NULL, 0 };   /* unbounded: kv-fidelity measures full causal attention */
+    vq_kv_dims d1 = { 1, c->n_heads, c->n_kv, c->hd, n, NULL, 0, c->softcap };   /* unbounded: kv-fidelity measures full causal attention */
     for (int l = 0; l < c->n_layers && !s; l++) {
         vq_kv *r = vq_kv_create_str("f32", &d1, 1, err);
         if (!r) { s = err->code; break; }
@@ -132,14 +133,14 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *
                             vq_kvfid_result *r, vq_err *err) {
     const int n = c->n, d = c->hd, nh = c->n_heads, H = c->n_kv, G = nh / H;
     const size_t w = (size_t)H * d, wq = (size_t)nh * d;
-    vq_kv_dims dims = { 1, nh, H, d, n, NULL, 0 };
+    vq_kv_dims dims = { 1, nh, H, d, n, NULL, 0, c->softcap };
     vq_err e; vq_err_clear(&e);
     vq_kv *kv = vq_kv_create(spec, &dims, seed + 1000003ull * (uint64_t)l, &e);
     int cl = 0;          /* the cache layer the rows go to */
     size_t fixed0 = 0;   /* a whole-model cache: the other layers' share of its fixed bytes */
     if (!kv) {   /* a spec with calib=FILE (or per-layer overrides) needs the model's layer count: a
                   * cache of every layer, only layer l filled */
-        vq_kv_dims all = { c->n_layers, nh, H, d, n, NULL, 0 };
+        vq_kv_dims all = { c->n_layers, nh, H, d, n, NULL, 0, c->softcap };
         vq_err e2; vq_err_clear(&e2);
         kv = vq_kv_create(spec, &all, seed + 1000003ull * (uint64_t)l, &e2);
         if (kv) {

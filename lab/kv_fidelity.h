@@ -7,6 +7,7 @@
 
 typedef struct vq_kvfid_capture {
     int n, n_layers, n_heads, n_kv, hd;
+    float softcap;            /* the model's attention soft-cap (0: none): every replay cache applies it */
     float **q, **k, **v;      /* per layer: n x (n_heads*hd), n x (n_kv*hd), n x (n_kv*hd) */
     float **o;                /* per layer: exact attention outputs (f32 cache), n x (n_heads*hd) */
 } vq_kvfid_capture;

@@ -152,6 +152,16 @@ PRESETS = {p.name: p for p in [
       n_head_kv=4, head_dim=256, n_vocab=262144, vocab="gemma", template="google-gemma-2-2b-it.jinja",
       ctx=8192, rope_base=10000.0, rms_eps=1e-6, tied=True, explicit_head_dim=True, seed=2202, sliding_window=4096,
       attn_softcap=50.0, final_softcap=30.0),
+    # google/gemma-2-9b-it (query_pre_attn_scalar 256 = head_dim) and google/gemma-2-27b-it
+    # (query_pre_attn_scalar 144 = n_embd / n_head: llama.cpp applies it when n_layer == 46, LLM_TYPE_27B)
+    P(name="gemma2-9b", arch="gemma2", title="Gemma 2 9B", n_layer=42, n_embd=3584, n_ff=14336, n_head=16,
+      n_head_kv=8, head_dim=256, n_vocab=262144, vocab="gemma", template="google-gemma-2-2b-it.jinja",
+      ctx=8192, rope_base=10000.0, rms_eps=1e-6, tied=True, explicit_head_dim=True, seed=2209, sliding_window=4096,
+      attn_softcap=50.0, final_softcap=30.0),
+    P(name="gemma2-27b", arch="gemma2", title="Gemma 2 27B", n_layer=46, n_embd=4608, n_ff=36864, n_head=32,
+      n_head_kv=16, head_dim=128, n_vocab=262144, vocab="gemma", template="google-gemma-2-2b-it.jinja",
+      ctx=8192, rope_base=10000.0, rms_eps=1e-6, tied=True, explicit_head_dim=True, seed=2227, sliding_window=4096,
+      attn_softcap=50.0, final_softcap=30.0),
     # google/gemma-3-1b-it, gemma-3-4b-it and gemma-3-27b-it (text configs). rope_theta 1e6 for global
     # layers, 1e4 for the local (sliding) ones, which is llama.cpp's default freq_base_swa.
     P(name="gemma3-1b", arch="gemma3", title="Gemma 3 1B", n_layer=26, n_embd=1152, n_ff=6912, n_head=4,
@@ -186,8 +196,8 @@ def tiny_of(p: Preset) -> Preset:
     n_head = ratio * n_kv
     if p.arch in ("gemma2", "gemma3"):
         # Gemma's residual width differs from n_head*head_dim; keep that, and keep n_embd/n_head where it is
-        # the attention scale's source (27B: 168)
-        n_embd = n_head * (p.n_embd // p.n_head) if p.name == "gemma3-27b" else 256
+        # the attention scale's source (27B: 168, Gemma 2 27B: 144)
+        n_embd = n_head * (p.n_embd // p.n_head) if p.name in ("gemma3-27b", "gemma2-27b") else 256
     else:
         n_embd = n_head * p.head_dim
     # Gemma 3's pattern is 5 sliding layers then 1 global: 6 layers keep one global layer. Gemma 2
@@ -613,6 +623,8 @@ def main():
     ap.add_argument("--type", choices=sorted(TYPES), default="f16", help="matrix type (norms are F32)")
     ap.add_argument("--rope-scaling", help="llama only: linear:F or yarn:F,orig=N")
     ap.add_argument("--biases", action="store_true", help="llama only: q/k/v/o biases")
+    ap.add_argument("--attn-softcap", type=float, help="gemma2 only: attn_logit_softcapping (default: the "
+                    "preset's 50; a small cap makes the random model's attention scores reach it)")
     ap.add_argument("--list", action="store_true", help="list the presets and exit")
     a = ap.parse_args()
     if a.list or not a.preset:
@@ -647,6 +659,10 @@ def main():
             except ValueError:
                 sys.exit(f"make_synthetic_gguf: bad --rope-scaling {a.rope_scaling!r} "
                          "(linear:F or yarn:F,orig=N)")
+    if a.attn_softcap is not None:
+        if p.arch != "gemma2" or not a.attn_softcap > 0:
+            sys.exit("make_synthetic_gguf: --attn-softcap applies to gemma2 presets only, with a value > 0")
+        p = replace(p, attn_softcap=a.attn_softcap)
     seed = p.seed if a.seed is None else a.seed
     out = a.output or f"{p.name}-{a.type.upper()}.gguf"
     print(f"make_synthetic_gguf: {p.name} seed={seed} type={a.type} -> {out}")

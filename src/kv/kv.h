@@ -20,6 +20,10 @@ typedef struct vq_kv_dims {
      * accounting of a sliding-window layer's ring uses it (vq_kv_bytes_at: the rows a ring layer
      * can hold at once are its span + a page + one append). */
     int max_append;
+    /* Attention logit soft-capping (Gemma 2's attn_logit_softcapping): every score s = q.k/sqrt(d)
+     * becomes c * tanh(s / c) before the softmax, on every attention path of every codec (and the
+     * reference path). 0 = none; else finite and > 0. Nothing stored depends on it. */
+    float softcap;
 } vq_kv_dims;
 
 typedef struct vq_kv vq_kv;
@@ -51,7 +55,7 @@ vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, co
 /* Attention for n_q query rows: q and out are n_q x (n_heads * head_dim); q after RoPE.
  * Query i at position q_pos[i] sees exactly the rows with position <= q_pos[i] (and, in a layer
  * with a span W (dims.span), > q_pos[i] - W).
- * Scores are scaled by 1/sqrt(head_dim); softmax in float32. */
+ * Scores are scaled by 1/sqrt(head_dim) (then soft-capped when dims.softcap > 0); softmax in float32. */
 vq_status vq_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
                        float *out, vq_err *err);
 

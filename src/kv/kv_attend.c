@@ -40,6 +40,7 @@ typedef struct obs {
 typedef struct sm {            /* online-softmax state of nv query vectors */
     int nv, G, acc_stride, d, span;
     float scale;
+    float cap;                 /* attention soft-cap c (dims.softcap): score -> c tanh(score / c); 0: none */
     float *m, *l, *acc, *accw;
 } sm;
 
@@ -159,6 +160,16 @@ T2 static float exp_sum_256(float *S, int n, float m) {
     return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7])) + exp_sum_scalar(S + r, n - r, m);
 }
 
+/* Soft-capping (Gemma 2): every visible score S[r] -> c tanh(S[r] / c), on the masked and scaled
+ * block, whichever ISA masked it (one scalar pass: only soft-capped models pay for it); returns the
+ * new max (tanh is monotonic, but the max is taken from the capped values themselves). */
+static float softcap_max(float *S, int n, float c) {
+    float mx = -INFINITY;
+    for (int r = 0; r < n; r++)
+        if (S[r] != -INFINITY) { S[r] = c * tanhf(S[r] / c); mx = S[r] > mx ? S[r] : mx; }
+    return mx;
+}
+
 /* scores S[j*rows + r] -> weights in place; keeps m (running max), l (sum) and rescales the
  * accumulators whenever a query's max grows. Rows with pos > the query's position weigh 0.
  * pos: rows positions in order (pages) or a ring (window: pos_cap > 0, copied out first). */
@@ -174,6 +185,7 @@ static void softmax_update(sm *s, float *S, int rows, const int32_t *pos, const 
         float mx = isa == VQ_ISA_AVX512 ? mask_max_512(Sj, pos, rows, lo, qp, s->scale, o)
                  : isa == VQ_ISA_AVX2   ? mask_max_256(Sj, pos, rows, lo, qp, s->scale, o)
                                         : mask_max_scalar(Sj, pos, rows, lo, qp, s->scale, o);
+        if (s->cap > 0 && mx != -INFINITY) mx = softcap_max(Sj, rows, s->cap);
         if (mx == -INFINITY) {   /* nothing visible in this block */
             memset(Sj, 0, (size_t)rows * sizeof(float));
             continue;
@@ -356,7 +368,7 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     float **accptr = (float **)(void *)p; p += al64(nv * sizeof(void *));
     float *S = (float *)(void *)p; p += al64((size_t)nv * smax * sizeof(float));
     sm s = {.nv = nv, .G = G, .acc_stride = acc_stride, .d = d, .span = t->span,
-            .scale = 1.0f / sqrtf((float)d)};
+            .scale = 1.0f / sqrtf((float)d), .cap = kv->dims.softcap};
     s.m = (float *)(void *)p; p += al64(nv * sizeof(float));
     s.l = (float *)(void *)p; p += al64(nv * sizeof(float));
     s.acc = (float *)(void *)p; p += (size_t)nv * acc_stride * sizeof(float);

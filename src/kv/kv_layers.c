@@ -115,6 +115,11 @@ vq_kv *vq_kv_create(const vq_kv_spec *spec, const vq_kv_dims *dims, uint64_t see
                    D->n_kv_heads, D->head_dim, D->max_ctx, D->max_append);
         return NULL;
     }
+    if (!isfinite(D->softcap) || D->softcap < 0) {
+        vq_err_set(err, VQ_ERR_ARG, "vq_kv_create: attention soft-cap %g (need a finite value >= 0; 0 = none)",
+                   (double)D->softcap);
+        return NULL;
+    }
     const int NL = D->n_layers, nc = spec->n;
     int *owner = malloc((size_t)NL * sizeof(int)), *gid = malloc((size_t)nc * sizeof(int));
     vq_kv *kv = vq_aligned_alloc(sizeof *kv);
@@ -386,6 +391,7 @@ static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_po
     const int nt = vq_kv_demoted_rows(kv, layer), rows = vq_kv_rows(kv, layer) + nt;
     const int H = kv->dims.n_kv_heads, d = kv->dims.head_dim;
     const int nh = kv->dims.n_heads, G = nh / H, span = kv->span[layer];
+    const double cap = kv->dims.softcap;
     float *k = malloc(((size_t)rows * d + 1) * sizeof(float)), *v = malloc(((size_t)rows * d + 1) * sizeof(float));
     float *tk = malloc(((size_t)nt * H * d + 1) * sizeof(float)), *tv = malloc(((size_t)nt * H * d + 1) * sizeof(float));
     int32_t *pos = malloc(((size_t)rows + 1) * sizeof(int32_t)), *tpos = malloc(((size_t)nt + 1) * sizeof(int32_t));
@@ -413,6 +419,7 @@ static vq_status ref_attend(const vq_kv *kv, int layer, int n_q, const int *q_po
                     double dot = 0;
                     for (int e = 0; e < d; e++) dot += (double)qr[e] * k[(size_t)r * d + e];
                     s[r] = dot / sqrt((double)d);
+                    if (cap > 0) s[r] = cap * tanh(s[r] / cap);   /* soft-capping (dims.softcap) */
                     mx = s[r] > mx ? s[r] : mx;
                 }
                 for (int e = 0; e < d; e++) acc[e] = 0;

@@ -31,10 +31,38 @@ static const vq_arch ROWS[] = {
         .required = VQ_AT_QK_NORM | VQ_AT_POST_NORMS,
         .optional = QKV_ANY,
         .rope_neox = 1, .ffn_gelu = 1, .emb_scale_sqrt_dim = 1,
-        .attn_scale = VQ_ATTN_SCALE_GEMMA3,
+        .attn_scale = VQ_ATTN_SCALE_DIM_HEADS, .attn_scale_layers = 62,
         .swa = 1, .swa_pattern = 6, .rope_base_swa = 10000.0f, .rope_scale_swa = 0,
         .final_softcap = 1,
         .chat_default = VQ_CHAT_GEMMA,
+    },
+    {   /* Gemma 2: embeddings x sqrt(dim), post-norms on both branches, GeGLU, rope on halves, no
+         * q/k norm. Attention scores soft-capped (attn_logit_softcapping, default 50: the cache caps
+         * them), final logits soft-capped (final_logit_softcapping, default 30). Sliding window
+         * (default 4096 when the key is absent) on layers 0, 2, 4, ... (llama.cpp's swa pattern 2:
+         * layer l slides unless l % 2 == 1), with the global layers' rope base and scaling unless
+         * rope.freq_base_swa says otherwise. Attention scale 1/sqrt(dim/heads) for the 46-layer
+         * (27B) shape (query_pre_attn_scalar 144), else 1/sqrt(head_dim). llama.cpp always ties the
+         * output to token_embd (an output.weight is an unused tensor, refused). */
+        .name = "gemma2",
+        .required = VQ_AT_POST_NORMS,
+        .optional = QKV_ANY,
+        .rope_neox = 1, .ffn_gelu = 1, .emb_scale_sqrt_dim = 1,
+        .attn_scale = VQ_ATTN_SCALE_DIM_HEADS, .attn_scale_layers = 46,
+        .swa = 1, .swa_default = 4096, .swa_pattern = 2, .rope_base_swa = 0, .rope_scale_swa = 1,
+        .final_softcap = 1, .final_softcap_default = 30.0f,
+        .attn_softcap = 1, .attn_softcap_default = 50.0f,
+        .no_output = 1,
+        .chat_default = VQ_CHAT_GEMMA,
+    },
+    {   /* Phi-3 (dense): fused attn_qkv (q | k | v rows; llama.cpp also takes separate q/k/v) and
+         * fused gate/up in ffn_up (2 x hidden rows: gate first, then up, ggml_swiglu's halves),
+         * rope on halves, SwiGLU. llama.cpp disables Phi-3's sliding window (the key is read and
+         * set to 0): ignored here too. Longrope files (rope_factors_long/short) are refused. */
+        .name = "phi3",
+        .required = VQ_AT_FUSED_GATE_UP,
+        .optional = QKV_ANY,
+        .rope_neox = 1, .attn_scale = VQ_ATTN_SCALE_HEAD_DIM,
     },
     {   /* Qwen2 / Qwen2.5: llama with rope on halves, q/k/v biases (optional in llama.cpp, present
          * in released files) and an optional output bias. */

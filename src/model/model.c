@@ -259,6 +259,15 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
             return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: mixture-of-experts models are not supported (tensor '%.*s')",
                               path, (int)VQ_MIN(mt->name.len, 96), mt->name.ptr);
     }
+    {   /* Phi-3 longrope (rope_factors_long/short): llama.cpp picks the long or the short factors by
+         * the context size; not verified against it here, so such a file is refused (before any tensor
+         * is found missing) rather than run one way or the other */
+        const char *lr[2] = { "rope_factors_long.weight", "rope_factors_short.weight" };
+        for (int i = 0; i < 2; i++)
+            if (vq_gguf_find_tensor(g, lr[i]))
+                return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: longrope rope scaling (tensor '%s') is not supported",
+                                  path, lr[i]);
+    }
     if ((s = get_u32_key(g, a, "embedding_length", 1, 0, 1, 65536, &c->dim, err))) return s;
     if ((s = get_u32_key(g, a, "block_count", 1, 0, 1, 1024, &c->n_layers, err))) return s;
     if ((s = get_u32_key(g, a, "feed_forward_length", 1, 0, 1, 1 << 20, &c->hidden_dim, err))) return s;
@@ -291,35 +300,42 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
     c->ffn_gelu = row->ffn_gelu;
     c->rope_base_swa = c->rope_base;
     c->swa_window = 0;
-    if (row->swa) {   /* llama.cpp: a sliding window only when the key is present and > 0 */
-        if ((s = get_u32_key(g, a, "attention.sliding_window", 0, 0, 0, 1 << 24, &c->swa_window, err))) return s;
+    if (row->swa) {   /* llama.cpp: gemma3 slides only when the key is present and > 0; gemma2
+                       * always does (4096 when the key is absent) */
+        if ((s = get_u32_key(g, a, "attention.sliding_window", 0, (uint32_t)row->swa_default, 0, 1 << 24,
+                             &c->swa_window, err))) return s;
+        if (row->swa_default > 0 && c->swa_window == 0)   /* llama.cpp would mask every row of those layers */
+            return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: %s.attention.sliding_window = 0 is not supported (the "
+                              "architecture always has sliding-window layers)", path, a);
         if (c->swa_window > 0 &&
-            (s = get_f32_key(g, a, "rope.freq_base_swa", row->rope_base_swa, 1, 1e12, &c->rope_base_swa, err)))
+            (s = get_f32_key(g, a, "rope.freq_base_swa", row->rope_base_swa > 0 ? row->rope_base_swa : c->rope_base,
+                             1, 1e12, &c->rope_base_swa, err)))
             return s;
     }
     /* attention scale: the cache scores q.k / sqrt(head_dim); another scale is a factor on q */
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     c->q_scale = 1.0f;
-    if (row->attn_scale == VQ_ATTN_SCALE_GEMMA3 && c->n_layers == 62)   /* llama.cpp: LLM_TYPE_27B */
+    if (row->attn_scale == VQ_ATTN_SCALE_DIM_HEADS && c->n_layers == row->attn_scale_layers)   /* LLM_TYPE_27B */
         c->attn_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     else if (row->attn_scale == VQ_ATTN_SCALE_KEY &&
              (s = get_f32_key(g, a, "attention.scale", c->attn_scale, 0, 100, &c->attn_scale, err)))
         return s;
     if (c->attn_scale != 1.0f / sqrtf((float)c->head_dim)) c->q_scale = c->attn_scale * sqrtf((float)c->head_dim);
+    /* soft-capping: final logits here, attention scores in the cache (kv dims.softcap); a row reads
+     * each key only where llama.cpp's architecture does, with its default when absent */
     c->final_softcap = 0;
+    c->attn_softcap = 0;
     if (row->final_softcap) {
         char key[128];
         snprintf(key, sizeof key, "%s.final_logit_softcapping", a);
-        if (vq_gguf_find(g, key) &&
-            (s = get_f32_key(g, a, "final_logit_softcapping", 0, 0, 1e6, &c->final_softcap, err))) return s;
+        c->final_softcap = row->final_softcap_default;
+        if ((vq_gguf_find(g, key) || c->final_softcap > 0) &&
+            (s = get_f32_key(g, a, "final_logit_softcapping", c->final_softcap, 0, 1e6, &c->final_softcap, err)))
+            return s;
     }
-    if (row->attn_softcap) {
-        char key[128];
-        snprintf(key, sizeof key, "%s.attn_logit_softcapping", a);
-        if (vq_gguf_find(g, key))
-            return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: attention logit soft-capping ('%s') is not supported by "
-                              "the KV cache yet", path, key);
-    }
+    if (row->attn_softcap &&
+        (s = get_f32_key(g, a, "attn_logit_softcapping", row->attn_softcap_default, 0, 1e6, &c->attn_softcap, err)))
+        return s;
 
     binder b = { g, calloc(VQ_MAX(vq_gguf_n_tensors(g), 1), 1) };
     if (!b.used) return vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
@@ -335,7 +351,7 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
     c->vocab_size = (int)emb->ne[1];
 
     TRY(bind_mat(&b, "token_embd.weight", c->vocab_size, c->dim, 0, &m->tok_embd, err));
-    TRY(bind_mat(&b, "output.weight", c->vocab_size, c->dim, 1, &m->output, err));
+    if (!row->no_output) TRY(bind_mat(&b, "output.weight", c->vocab_size, c->dim, 1, &m->output, err));
     if (!m->output.data) m->output = m->tok_embd;   /* tied embeddings */
     TRY(bind_vec(&b, "output_norm.weight", c->dim, 0, &m->out_norm, err));
     if (have & VQ_AT_OUT_BIAS) TRY(bind_vec(&b, "output.bias", c->vocab_size, !(row->required & VQ_AT_OUT_BIAS), &m->out_bias, err));
@@ -392,8 +408,10 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
             if ((s = bind_mat(&b, NM("attn_v.weight"), kvd, c->dim, 0, &L->wv, err))) break;
         }
         if ((s = bind_mat(&b, NM("attn_output.weight"), c->dim, qd, 0, &L->wo, err))) break;
-        const int fused_gu = (have & VQ_AT_FUSED_GATE_UP) && !vq_gguf_find_tensor(g, NM("ffn_gate.weight"));
-        if (fused_gu) {   /* gate rows then up rows (the order is the row's to verify) */
+        /* fused: required (phi3), or optional and the file has no ffn_gate */
+        const int fused_gu = (row->required & VQ_AT_FUSED_GATE_UP) ||
+                             ((have & VQ_AT_FUSED_GATE_UP) && !vq_gguf_find_tensor(g, NM("ffn_gate.weight")));
+        if (fused_gu) {   /* gate rows then up rows (ggml_swiglu: silu of the first half times the second) */
             vq_wmat gu;
             if ((s = bind_mat(&b, NM("ffn_up.weight"), 2 * c->hidden_dim, c->dim, 0, &gu, err))) break;
             L->w_gate = row_slice(&gu, 0, c->hidden_dim);
@@ -576,6 +594,7 @@ uint64_t vq_model_config_hash(const vq_model *m, char *text, size_t cap) {
                                c->rope_scaling, (double)c->rope_freq_scale, (double)c->rope_attn_factor, c->yarn_orig_ctx);
     if (c->has_rope_freqs) at += (size_t)snprintf(t + at, sizeof t - at, " rope_freqs=1");
     if (c->q_scale != 1.0f) at += (size_t)snprintf(t + at, sizeof t - at, " attn_scale=%.9g", (double)c->attn_scale);
+    if (c->attn_softcap > 0) at += (size_t)snprintf(t + at, sizeof t - at, " attn_softcap=%.9g", (double)c->attn_softcap);
     if (text && cap) snprintf(text, cap, "%s", t);
     uint64_t h = 1469598103934665603ull;   /* FNV-1a 64, as vq_calib_config_hash */
     for (const unsigned char *s = (const unsigned char *)t; *s; s++) { h ^= *s; h *= 1099511628211ull; }
@@ -583,6 +602,7 @@ uint64_t vq_model_config_hash(const vq_model *m, char *text, size_t cap) {
 }
 
 vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx) {
-    vq_kv_dims d = { m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, n_ctx, m->span, 0 };
+    vq_kv_dims d = { m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, n_ctx, m->span, 0,
+                     m->cfg.attn_softcap };
     return d;
 }

@@ -24,7 +24,8 @@ enum {                           /* tensor classes a row requires or allows (bit
     VQ_AT_OUT_BIAS   = 1 << 8,   /* output.bias */
 };
 enum { VQ_ATTN_SCALE_HEAD_DIM,   /* 1/sqrt(head_dim) */
-       VQ_ATTN_SCALE_GEMMA3,     /* 1/sqrt(dim/heads) for the 62-layer (27B) shape, else head_dim's */
+       VQ_ATTN_SCALE_DIM_HEADS,  /* 1/sqrt(dim/heads) when n_layers == the row's attn_scale_layers
+                                  * (llama.cpp's LLM_TYPE_27B test of gemma2 / gemma3), else head_dim's */
        VQ_ATTN_SCALE_KEY };      /* attention.scale from the file, else head_dim's */
 enum { VQ_ROPE_SCALING_NONE, VQ_ROPE_SCALING_LINEAR, VQ_ROPE_SCALING_YARN };
 
@@ -35,12 +36,18 @@ typedef struct vq_arch {
     int ffn_gelu;                /* GeGLU (1) or SwiGLU (0) */
     int emb_scale_sqrt_dim;      /* embeddings multiplied by sqrt(dim) */
     int attn_scale;              /* VQ_ATTN_SCALE_* */
+    int attn_scale_layers;       /* VQ_ATTN_SCALE_DIM_HEADS: the layer count that selects it */
     int swa;                     /* reads attention.sliding_window (0: the key is ignored) */
+    int swa_default;             /* window when the key is absent (0: no sliding layers) */
     int swa_pattern;             /* default: every swa_pattern-th layer global (pattern key overrides) */
-    float rope_base_swa;         /* default rope base of sliding layers (key rope.freq_base_swa) */
+    float rope_base_swa;         /* default rope base of sliding layers (key rope.freq_base_swa);
+                                  * 0: the global layers' rope base */
     int rope_scale_swa;          /* rope scaling applies to the sliding layers too */
     int final_softcap;           /* reads final_logit_softcapping */
-    int attn_softcap;            /* reads attn_logit_softcapping */
+    float final_softcap_default; /* its value when the key is absent (0: no capping) */
+    int attn_softcap;            /* reads attn_logit_softcapping (the KV cache caps the scores) */
+    float attn_softcap_default;  /* its value when the key is absent (0: no capping) */
+    int no_output;               /* output.weight is not read: the output is always tied */
     const char *chat_default;    /* turn format when the file has no chat template (NULL: none) */
 } vq_arch;
 const vq_arch *vq_arch_find(const char *name, size_t len);   /* NULL: unknown */
@@ -68,6 +75,7 @@ typedef struct vq_model_config {
                              * multiplies q by q_scale = attn_scale * sqrt(head_dim) when it differs */
     float q_scale;          /* 1 exactly when attn_scale is 1/sqrt(head_dim) */
     float final_softcap;    /* logits = c * tanh(logits / c) (0: none) */
+    float attn_softcap;     /* attention scores c * tanh(score / c), applied by the cache (kv dims.softcap) */
 } vq_model_config;
 
 typedef struct vq_wmat { const void *data; uint32_t type; int rows, cols; } vq_wmat; /* rows x cols */

@@ -27,3 +27,4 @@ vq_status vq_lab_session_evict_scores(const vq_session *s, int layer, float *sco
 }
 
 uint64_t vq_lab_model_config_hash(const vq_model *m) { return m ? vq_model_config_hash(m, NULL, 0) : 0; }
+float vq_lab_model_attn_softcap(const vq_model *m) { return m ? m->cfg.attn_softcap : 0.0f; }

@@ -36,6 +36,10 @@ int vq_kv_spec_keeps_rows(const vq_kv_spec *s, int n);
  * names calib=FILE: calibrate writes it. */
 uint64_t vq_lab_model_config_hash(const vq_model *m);
 
+/* The model's attention soft-cap (Gemma 2's attn_logit_softcapping; 0: none): the cache applies it
+ * (vq_kv_dims.softcap), so kv-fidelity's replay caches need it to attend as the model does. */
+float vq_lab_model_attn_softcap(const vq_model *m);
+
 #ifdef VQ_LAB_STORE
 /* Not yet behind functions of this door (issue 31, step 3): the files that define VQ_LAB_STORE
  * (lab/kv_fidelity.c, lab/bench_kernels.c, lab/calibrate.c, lab/bench.c) work below the session:

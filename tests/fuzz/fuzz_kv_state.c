@@ -16,7 +16,7 @@
 
 static const char *SPEC = "q4_0;window=4,sink=2,page=16@1=f16;window=3,sink=1,wprec=8";
 static const int SPANS[2] = { 20, 0 };   /* layer 0 slides (a ring of 16-row pages), layer 1 sees all */
-static const vq_kv_dims DIMS = { 2, 2, 1, 64, 64, SPANS, 0 };
+static const vq_kv_dims DIMS = { 2, 2, 1, 64, 64, SPANS, 0, 0 };
 static vq_kv *kv;
 
 typedef struct { uint8_t *p; size_t n, cap; } mem;

@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
     printf("%-26s %6s %10s %12s %10s %8s\n", "spec", "ctx", "us/step", "code bytes", "GB/s", "bits/el");
     for (int s = 0; s < nspec; s++)
         for (size_t c = 0; c < sizeof ctxs / sizeof *ctxs; c++) {
-            vq_kv_dims dims = {1, NH, H, d, ctxs[c], NULL, 0};
+            vq_kv_dims dims = {1, NH, H, d, ctxs[c], NULL, 0, 0};
             vq_err err;
             vq_kv *kv = vq_kv_create_str(specs[s], &dims, 1, &err);
             if (!kv) { printf("%s: %s\n", specs[s], err.msg); break; }

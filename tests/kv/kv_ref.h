@@ -11,9 +11,11 @@
 #include "../vq_test.h"
 
 /* out[i, qh, :] = softmax_r(q.k_r / sqrt(d) over rows with pos_r <= q_pos[i]) . v_r, in float64.
- * k, v: rows x (H*d); q, out: n_q x (NH*d). A query that sees no row gets zeros. */
-static inline void ref_attention(int rows, const float *k, const float *v, const int32_t *pos, int H,
-                          int NH, int d, int n_q, const int *q_pos, const float *q, double *out) {
+ * k, v: rows x (H*d); q, out: n_q x (NH*d). A query that sees no row gets zeros. cap > 0: every
+ * score s becomes cap * tanh(s / cap) before the softmax (the cache's dims.softcap). */
+static inline void ref_attention_cap(int rows, const float *k, const float *v, const int32_t *pos, int H,
+                                     int NH, int d, int n_q, const int *q_pos, const float *q, double cap,
+                                     double *out) {
     const int G = NH / H;
     double *s = malloc(sizeof(double) * (size_t)(rows > 0 ? rows : 1));
     for (int i = 0; i < n_q; i++)
@@ -27,6 +29,7 @@ static inline void ref_attention(int rows, const float *k, const float *v, const
                 const float *kk = k + ((size_t)r * H + h) * d;
                 for (int e = 0; e < d; e++) acc += (double)qq[e] * kk[e];
                 s[r] = acc / sqrt((double)d);
+                if (cap > 0) s[r] = cap * tanh(s[r] / cap);
                 if (s[r] > mx) mx = s[r];
             }
             double *o = out + ((size_t)i * NH + qh) * d;
@@ -42,6 +45,11 @@ static inline void ref_attention(int rows, const float *k, const float *v, const
             for (int e = 0; e < d; e++) o[e] /= sum;
         }
     free(s);
+}
+
+static inline void ref_attention(int rows, const float *k, const float *v, const int32_t *pos, int H,
+                          int NH, int d, int n_q, const int *q_pos, const float *q, double *out) {
+    ref_attention_cap(rows, k, v, pos, H, NH, d, n_q, q_pos, q, 0, out);
 }
 
 /* ref_attention over the rows each query's window sees (p - span < pos; span 0: all) */

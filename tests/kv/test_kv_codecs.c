@@ -19,8 +19,11 @@ static const char *calib_for(vq_rng *rng, int NH, int H, int d) {
     return path;
 }
 
-static int run_spec(vq_rng *rng, const char *spec, int NH, int H, int d, int must) {
-    vq_kv_dims dims = {.n_layers = 2, .n_heads = NH, .n_kv_heads = H, .head_dim = d, .max_ctx = 900};
+/* cap > 0: the cache soft-caps its scores (dims.softcap, Gemma 2); the reference does the same, and
+ * the output must differ from uncapped attention (the cap is applied, not ignored) */
+static int run_spec_cap(vq_rng *rng, const char *spec, int NH, int H, int d, int must, float cap) {
+    vq_kv_dims dims = {.n_layers = 2, .n_heads = NH, .n_kv_heads = H, .head_dim = d, .max_ctx = 900,
+                       .softcap = cap};
     vq_err err;
     vq_kv *kv = vq_kv_create_str(spec, &dims, vq_rng_u64(rng), &err);
     if (!kv) {
@@ -53,10 +56,24 @@ static int run_spec(vq_rng *rng, const char *spec, int NH, int H, int d, int mus
         fill_uniform(rng, Q, (size_t)n_q * NH * d, 2.0f);
         for (int i = 0; i < n_q; i++) qp[i] = i == 0 ? last : (int)(vq_rng_u64(rng) % (last + 2));
         CHECK(vq_kv_attend(kv, l, n_q, qp, Q, O, &err) == VQ_OK);
-        ref_attention(rows, Kr, Vr, pr, H, NH, d, n_q, qp, Q, R);
+        ref_attention_cap(rows, Kr, Vr, pr, H, NH, d, n_q, qp, Q, cap, R);
         double e = rel_err(n_q, NH, d, O, R);
-        CHECKF(e < 1e-5, "'%s' (%s) NH%d H%d d%d rows %d: codes vs decoded rel err %.3g", spec,
-               vq_kv_spec_str(kv), NH, H, d, rows, e);
+        CHECKF(e < 1e-5, "'%s' (%s) NH%d H%d d%d rows %d cap %g: codes vs decoded rel err %.3g", spec,
+               vq_kv_spec_str(kv), NH, H, d, rows, (double)cap, e);
+        if (cap > 0) {
+            /* the store's float64 reference path caps too */
+            float *O2 = malloc(sizeof(float) * (size_t)n_q * NH * d);
+            vq_kv_set_ref_attend(kv, 1);
+            CHECK(vq_kv_attend(kv, l, n_q, qp, Q, O2, &err) == VQ_OK);
+            vq_kv_set_ref_attend(kv, 0);
+            double e3 = rel_err(n_q, NH, d, O2, R);
+            CHECKF(e3 < 1e-6, "'%s' cap %g: the reference path vs float64 rel err %.3g", spec, (double)cap, e3);
+            /* and uncapped attention is far from it: the cap matters at these scores */
+            ref_attention(rows, Kr, Vr, pr, H, NH, d, n_q, qp, Q, R);
+            double e4 = rel_err(n_q, NH, d, O, R);
+            CHECKF(rows < 16 || e4 > 1e-3, "'%s' cap %g: capped output within %.3g of uncapped attention", spec, (double)cap, e4);
+            free(O2);
+        }
         int finite = 1;
         for (size_t i = 0; i < (size_t)n_q * NH * d; i++) finite &= isfinite(O[i]);
         CHECKF(finite, "'%s': non-finite output", spec);
@@ -66,6 +83,10 @@ static int run_spec(vq_rng *rng, const char *spec, int NH, int H, int d, int mus
     vq_kv_destroy(kv);
     free(K); free(V); free(Kr); free(Vr); free(pr); free(Q); free(O); free(R); free(qp);
     return 1;
+}
+
+static int run_spec(vq_rng *rng, const char *spec, int NH, int H, int d, int must) {
+    return run_spec_cap(rng, spec, NH, H, d, must, 0.0f);
 }
 
 static int run_all(uint64_t seed) {
@@ -82,9 +103,12 @@ static int run_all(uint64_t seed) {
                 snprintf(cal, sizeof cal, ";calib=%s", calib_for(&rng, shapes[s][0], shapes[s][1], shapes[s][2]));
             snprintf(spec, sizeof spec, "%s%s", c->name, cal);
             ok += run_spec(&rng, spec, shapes[s][0], shapes[s][1], shapes[s][2], 0);
+            if (s < 2)   /* attention soft-capping (Gemma 2) on every codec: scores of std ~1.3, cap 2 */
+                run_spec_cap(&rng, spec, shapes[s][0], shapes[s][1], shapes[s][2], 0, 2.0f);
             if (s >= 2) continue;
             snprintf(spec, sizeof spec, "%s;window=7%s", c->name, cal);
             run_spec(&rng, spec, shapes[s][0], shapes[s][1], shapes[s][2], 0);
+            if (s == 0) run_spec_cap(&rng, spec, shapes[s][0], shapes[s][1], shapes[s][2], 0, 2.0f);
         }
         CHECKF(ok > 0, "codec %s: no shape accepted (64 and 128 should be)", c->name);
         printf("codec %-18s checked (%d shapes accepted)\n", c->name, ok);

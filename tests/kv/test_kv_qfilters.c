@@ -25,7 +25,7 @@ int main(void) {
     vq_err e;
     CHECK(vq_calib_write(&cal, path, &e) == VQ_OK);
 
-    vq_kv_dims dims = { L, NH, H, D, 128, NULL, 0 };
+    vq_kv_dims dims = { L, NH, H, D, 128, NULL, 0, 0 };
     snprintf(spec, sizeof spec, "f32;evict=qfilters,budget=%d,sinks=4,recent=8;calib=%s", N, path);
     vq_kv *kv = vq_kv_create_str(spec, &dims, 5, &e);
     CHECKF(kv != NULL, "%s: %s", spec, kv ? "" : e.msg);

@@ -57,7 +57,7 @@ static int same(vq_kv *a, vq_kv *b, const vq_kv_dims *D, int qpos) {
 }
 
 static void round_trip(const char *spec, int rows) {
-    vq_kv_dims D = { 3, 4, 2, 64, 96, NULL, 0 };
+    vq_kv_dims D = { 3, 4, 2, 64, 96, NULL, 0, 0 };
     vq_err e;
     vq_kv *a = vq_kv_create_str(spec, &D, 7, &e), *b = vq_kv_create_str(spec, &D, 7, &e);
     CHECKF(a && b, "%s: %s", spec, e.msg);
@@ -84,7 +84,7 @@ static void round_trip(const char *spec, int rows) {
 /* a cache whose codes depend on a calibration (the key pre-transform): a round trip with the same
  * file, and a stream refused by a cache whose calib=FILE has the same path but other contents */
 static void calibrated(void) {
-    vq_kv_dims D = { 3, 4, 2, 64, 96, NULL, 0 };
+    vq_kv_dims D = { 3, 4, 2, 64, 96, NULL, 0, 0 };
     char cal[64], spec[200];
     vq_t_tmpfile("vq_state_kx", cal, sizeof cal);
     vq_rng r;
@@ -116,7 +116,7 @@ static void calibrated(void) {
 
 static void refusals(void) {
     const char *spec = "q4_0;window=4,sink=2,page=32";
-    vq_kv_dims D = { 2, 2, 1, 64, 64, NULL, 0 };
+    vq_kv_dims D = { 2, 2, 1, 64, 64, NULL, 0, 0 };
     vq_err e;
     vq_kv *a = vq_kv_create_str(spec, &D, 3, &e);
     fill(a, &D, 0, 45, seed0);

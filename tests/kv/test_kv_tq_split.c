@@ -125,7 +125,7 @@ int main(void) {
     CHECK(mkdtemp(dir) != NULL);
     snprintf(path, sizeof path, "%s/c.vqc", dir);
     CHECK(vq_calib_write(&cal, path, &err) == VQ_OK);
-    vq_kv_dims D = { 2, 4, 2, 64, 64, NULL, 0 };
+    vq_kv_dims D = { 2, 4, 2, 64, 64, NULL, 0, 0 };
     snprintf(spec, sizeof spec, "k=tq_split:hi=4,lo=2;v=q8_0;calib=%s", path);
     vq_kv *kv = vq_kv_create_str(spec, &D, 1, &err);
     CHECKF(kv != NULL, "%s: %s", spec, err.msg);
@@ -138,7 +138,7 @@ int main(void) {
     CHECK(vq_kv_check_model(kv, cal.config_hash, &err) == VQ_OK);
     CHECK(vq_kv_check_model(kv, cal.config_hash ^ 1, &err) == VQ_ERR_STATE && strstr(err.msg, "config hash"));
     vq_kv_destroy(kv);
-    vq_kv_dims D2 = { 3, 4, 2, 64, 64, NULL, 0 }, D3 = { 2, 4, 1, 64, 64, NULL, 0 }, D4 = { 2, 4, 2, 128, 64, NULL, 0 };
+    vq_kv_dims D2 = { 3, 4, 2, 64, 64, NULL, 0, 0 }, D3 = { 2, 4, 1, 64, 64, NULL, 0, 0 }, D4 = { 2, 4, 2, 128, 64, NULL, 0, 0 };
     CHECK(vq_kv_create_str(spec, &D2, 1, &err) == NULL && strstr(err.msg, "layers"));
     CHECK(vq_kv_create_str(spec, &D3, 1, &err) == NULL && strstr(err.msg, "KV heads"));
     CHECK(vq_kv_create_str(spec, &D4, 1, &err) == NULL && strstr(err.msg, "head_dim"));

@@ -138,7 +138,7 @@ static void arch_refused(const char *arch, const char *key, const char *sval, ui
  * scalings we do not implement are refused before any tensor is looked for */
 static void check_arch(void) {
     arch_refused("mamba", NULL, NULL, 0, VQ_ERR_UNSUPPORTED, "architecture 'mamba' is not supported",
-                 "known: llama, gemma3, qwen2, qwen3");
+                 "known: llama, gemma3, gemma2, phi3, qwen2, qwen3");
     arch_refused("llama", "llama.expert_count", NULL, 8, VQ_ERR_UNSUPPORTED, "mixture-of-experts models are not supported",
                  NULL);
     arch_refused("qwen2", "qwen2.expert_count", NULL, 60, VQ_ERR_UNSUPPORTED, "mixture-of-experts", NULL);
@@ -148,6 +148,12 @@ static void check_arch(void) {
     arch_refused_t("llama", NULL, NULL, 0, "blk.0.ffn_up_exps.weight", VQ_ERR_UNSUPPORTED, "mixture-of-experts",
                    "blk.0.ffn_up_exps.weight");
     arch_refused_t("qwen2", NULL, NULL, 0, "blk.3.ffn_gate_inp.weight", VQ_ERR_UNSUPPORTED, "mixture-of-experts", NULL);
+    /* Phi-3 longrope (rope factor tensors, or the scaling type), Gemma 2 without sliding layers */
+    arch_refused_t("phi3", NULL, NULL, 0, "rope_factors_long.weight", VQ_ERR_UNSUPPORTED, "longrope",
+                   "rope_factors_long.weight");
+    arch_refused_t("phi3", NULL, NULL, 0, "rope_factors_short.weight", VQ_ERR_UNSUPPORTED, "longrope", NULL);
+    arch_refused("phi3", "phi3.rope.scaling.type", "longrope", 0, VQ_ERR_UNSUPPORTED, "longrope", NULL);
+    arch_refused("gemma2", "gemma2.attention.sliding_window", NULL, 0, VQ_ERR_UNSUPPORTED, "sliding_window = 0", NULL);
 }
 
 int main(void) {

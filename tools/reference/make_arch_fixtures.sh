@@ -23,7 +23,11 @@ qwen2.5-7b-tiny qwen2.5-7b-tiny
 qwen3-1.7b-tiny qwen3-1.7b-tiny
 gemma3-1b-tiny gemma3-1b-tiny
 gemma3-4b-tiny gemma3-4b-tiny
-gemma3-27b-tiny-62l gemma3-27b-tiny --layers 62'
+gemma3-27b-tiny-62l gemma3-27b-tiny --layers 62
+gemma2-2b-tiny gemma2-2b-tiny
+gemma2-2b-tiny-cap5 gemma2-2b-tiny --attn-softcap 5
+gemma2-27b-tiny-46l-f32 gemma2-27b-tiny --layers 46 --type f32
+phi3-mini-tiny phi3-mini-tiny'
 echo "$ALL" | while read -r NAME PRESET ARGS; do
     if [ $# -gt 0 ]; then
         case " $* " in *" $NAME "*) ;; *) continue ;; esac
