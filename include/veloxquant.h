@@ -244,7 +244,10 @@ VQ_API vq_status vq_session_decode(vq_session *s, const int *tokens, int n, floa
 /* One token for each of n sessions, each at its own position, in one forward pass (the weights
  * are read once for all): what a server's decode step and perplexity's KV arms do. The sessions
  * must share one model and be distinct. logits: n x n_vocab, or NULL. Each session's result
- * equals a vq_session_decode of that one token. */
+ * is a vq_session_decode of that one token up to floating-point summation order: the weight
+ * kernels sum a row in another order when they run several tokens at once (as they do for a
+ * prompt of n > 1), and int8 activation rounding can carry that difference through the layers
+ * (docs/api.md: up to ~1 logit on SmolLM2, 0.2-0.3 % in perplexity at ctx 64). */
 VQ_API vq_status vq_decode_batch(vq_session *const *sessions, int n, const int *tokens,
                                  float *logits, vq_err *err);
 VQ_API int vq_session_pos(const vq_session *s);        /* tokens held (next position) */
