@@ -17,7 +17,7 @@ typedef struct task {
     const vq_kvg *kv;
     const vq_kv_layer *L;
     int layer, h, q0, nq, span;   /* span: the layer's attention span (0: unbounded) */
-    int shared, gumbel;        /* eviction: other tasks add to this head's scores; keyformer */
+    int shared, reweight;      /* eviction: other tasks add to this head's scores; the policy reweights */
     const int *q_pos;
     const float *q;
     float *out;
@@ -276,22 +276,11 @@ vq_status vq_kvg_scratch_init(vq_kvg *kv) {
     return kv->scratch && kv->slot_busy ? VQ_OK : VQ_ERR_NOMEM;
 }
 
-/* keyformer's noise: a Gumbel sample from a hash of (seed, layer, query position, head, row) */
-static float gumbel(uint64_t seed, int layer, int qp, int hq, int idx) {
-    uint64_t z = seed ^ ((uint64_t)(uint32_t)layer << 48) ^ ((uint64_t)(uint32_t)qp << 20) ^
-                 ((uint64_t)(uint32_t)hq << 8) ^ ((uint64_t)(uint32_t)idx * 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    double u = ((double)(z >> 11) + 0.5) / 9007199254740992.0;
-    return (float)-log(-log(u));
-}
-
 /* The observed weights, rescaled to the final softmax, into the layer's scores for this head
  * (summed over the group's query heads and the observed query rows). */
 static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, const int *qpos) {
     float *dst = t->L->ev_score + (size_t)t->h * kv->ev_cap;
-    const int gum = t->gumbel;
+    void (*rw)(const vq_pol_attn *, float *, const int *, const int *, int) = t->reweight ? kv->ev.pol->reweight : NULL;
     for (int j = 0; j < s->nv; j++) {
         const int qp = qpos[j / s->G];
         if (qp < kv->ev_obs_from || s->l[j] <= 0.0f) continue;
@@ -305,27 +294,11 @@ static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, cons
             float *w = raw + ob->b0[b];
             for (int r = 0; r < ob->bn[b]; r++) w[r] *= f;
         }
-        if (gum) {   /* softmax((log w + g) / tau) over the rows this query saw */
-            const float itau = (float)(1.0 / kv->ev.tau);
-            const int hq = (vq_kvg_head0(kv, t->layer) + t->h) * s->G + j % s->G;   /* the cache's */
-            float mx = -INFINITY;
-            double sum = 0;
-            for (int b = 0; b < ob->nblk; b++)
-                for (int r = 0; r < ob->bn[b]; r++) {
-                    float *w = raw + ob->b0[b] + r;
-                    *w = *w > 0.0f ? (logf(*w) + gumbel(kv->ev_seed, kv->gl[t->layer], qp, hq, ob->b0[b] + r)) * itau
-                                   : -INFINITY;
-                    mx = *w > mx ? *w : mx;
-                }
-            for (int b = 0; b < ob->nblk; b++)
-                for (int r = 0; r < ob->bn[b]; r++) {
-                    float *w = raw + ob->b0[b] + r;
-                    *w = *w == -INFINITY ? 0.0f : expf(*w - mx);
-                    sum += *w;
-                }
-            const float is = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-            for (int b = 0; b < ob->nblk; b++)
-                for (int r = 0; r < ob->bn[b]; r++) raw[ob->b0[b] + r] *= is;
+        if (rw) {   /* the policy turns the weights into others (keyformer's Gumbel softmax) */
+            const vq_pol_attn a = {.seed = kv->ev_seed, .layer = kv->gl[t->layer], .qp = qp,
+                                   .hq = (vq_kvg_head0(kv, t->layer) + t->h) * s->G + j % s->G,   /* the cache's */
+                                   .tau = kv->ev.tau};
+            rw(&a, raw, ob->b0, ob->bn, ob->nblk);
         }
         for (int b = 0; b < ob->nblk; b++) {
             const float *w = raw + ob->b0[b];
@@ -489,7 +462,7 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int sp
         const size_t qoff = (size_t)vq_kvg_head0(kv, l) * kv->G * kv->d;   /* heads=ada: its query heads */
         task t = {.kv = kv, .L = &kv->layers[l], .layer = l, .span = span, .h = i % kv->H, .q0 = (i / per) * QCHUNK,
                   .q_pos = q_pos, .q = q + qoff, .out = out + qoff, .shared = nchunks > 1,
-                  .gumbel = kv->ev_attn && vq_evict_gumbel(&kv->ev)};
+                  .reweight = kv->ev_attn && kv->ev.pol->reweight};
         t.nq = VQ_MIN(QCHUNK, n_q - t.q0);
         /* a free slot of the group's scratch; only callers that attend on one cache from more
          * threads than it has slots (several layers at once) fall back to an allocation */
@@ -511,7 +484,7 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int sp
             task tt = t;
             tt.kv = kv->tier;
             tt.L = TL;
-            tt.shared = tt.gumbel = 0;
+            tt.shared = tt.reweight = 0;
             tt.y = (float *)(void *)tmem;
             tt.lse = (float *)(void *)(tmem + al64((size_t)QCHUNK * kv->G * kv->d * sizeof(float)));
             run_task(&tt, tmem, NULL);

@@ -64,6 +64,11 @@ static vq_kvg *make_group(const vq_kv_clause *cl, const vq_kv_dims *D, const int
     vq_kv_parsed sp = cl->sp;
     sp.cache_layers = D->n_layers;   /* calib=FILE is checked against the whole cache */
     vq_kvg *g = cnt ? vq_kvg_create(&sp, cl->norm, &gd, gl, seed, err) : NULL;
+    /* demote=: the group's second tier (its layers, the tier's codec), made once the group is */
+    if (g && sp.dm.codec && vq_demote_attach(g, &sp, cl->norm, seed, err)) {
+        vq_kvg_destroy(g);
+        g = NULL;
+    }
     if (g) g->n_layers_all = D->n_layers;
     free(gl);
     return g;
