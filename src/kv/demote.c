@@ -12,7 +12,7 @@
 #include "kv/kv_impl.h"
 
 /* ---- the tier ---- */
-/* dm_buf: K and V of one main store block (rpb rows of H x d), a decode scratch of rpb x d, the
+/* dm.buf: K and V of one main store block (rpb rows of H x d), a decode scratch of rpb x d, the
  * block's positions, then one flag byte per row a layer can hold */
 static size_t dm_buf_bytes(const vq_kvg *g) {
     const size_t rpb = (size_t)g->rpb_store, w = (size_t)g->H * g->d;
@@ -21,7 +21,11 @@ static size_t dm_buf_bytes(const vq_kvg *g) {
 
 vq_status vq_demote_attach(vq_kvg *g, const vq_kv_parsed *sp0, const char *spec, uint64_t seed, vq_err *err) {
     vq_kv_parsed *t = calloc(1, sizeof *t), *sp = malloc(sizeof *sp);
-    if (!t || !sp) { free(t); free(sp); return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory (demote tier)"); }
+    if (!t || !sp) {
+        free(t);
+        free(sp);
+        return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory (demote tier)");
+    }
     *sp = *sp0;   /* its dm.norm is printed again from the tier's codec states */
     t->codec[0] = t->codec[1] = sp->dm.codec;
     memcpy(t->p, sp->dm.p, sizeof t->p);
@@ -48,17 +52,17 @@ vq_status vq_demote_attach(vq_kvg *g, const vq_kv_parsed *sp0, const char *spec,
         return rc;
     }
     T->n_layers_all = g->n_layers_all;
-    T->is_tier = 1;   /* its attention slots also carry its output to the main pass */
+    T->dm.is_tier = 1;   /* its attention slots also carry its output to the main pass */
     vq_aligned_free(T->scratch);
     vq_aligned_free(T->slot_busy);
-    T->dm_bytes = dm_buf_bytes(g);
-    T->dm_buf = vq_aligned_alloc(T->dm_bytes);
-    if (vq_kvg_scratch_init(T) || !T->dm_buf) {
+    T->dm.bytes = dm_buf_bytes(g);
+    T->dm.buf = vq_aligned_alloc(T->dm.bytes);
+    if (vq_kvg_scratch_init(T) || !T->dm.buf) {
         vq_kvg_destroy(T);
         free(sp);
         return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory (demote tier of '%.300s')", spec);
     }
-    g->tier = T;
+    g->dm.tier = T;
     vq_kv_demote_print(&sp->dm, &T->st[0][0], &T->st[1][0]);
     vq_kv_normalize(g->spec, sizeof g->spec, &g->st[0][0], &g->st[1][0], sp, g->R, g->wprec, g->P, g->S);
     free(sp);
@@ -116,11 +120,11 @@ static void span_drop(vq_kvg *T, int local, int64_t lim, unsigned char *flag) {
 }
 
 void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop) {
-    vq_kvg *T = g->tier;
+    vq_kvg *T = g->dm.tier;
     const vq_kv_layer *L = &g->layers[local];
     const int rpb = g->rpb_store, nb = L->n_coded / rpb, d = g->d;
     const size_t w = (size_t)g->H * d;
-    float *k = T->dm_buf, *v = k + (size_t)rpb * w, *tmp = v + (size_t)rpb * w;
+    float *k = T->dm.buf, *v = k + (size_t)rpb * w, *tmp = v + (size_t)rpb * w;
     int32_t *pos = (int32_t *)(void *)(tmp + (size_t)rpb * d);
     unsigned char *flag = (unsigned char *)(pos + rpb);
     /* a sliding-window layer: rows no later query can see are dropped, not demoted */
@@ -145,7 +149,7 @@ void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop) {
             /* ring 0: the tier's positions are in no order, its own span_drop frees it instead;
              * a failed append (out of memory) leaves those rows evicted, as without demote */
             if (vq_kvg_append(T, local, pos[i], j - i, k + (size_t)i * w, v + (size_t)i * w, 0, &e) == VQ_OK)
-                T->dm_rows += j - i;
+                T->dm.rows += j - i;
             i = j;
         }
     }
@@ -155,11 +159,11 @@ void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop) {
 /* Truncate the tier of a group layer to positions < n (see vq_kvg_truncate): a tier block holding
  * a row at or past n goes whole, and the bound drops to the smallest position below n it held. */
 int vq_demote_truncate(vq_kvg *g, int local, int n, int dry) {
-    vq_kvg *T = g->tier;
+    vq_kvg *T = g->dm.tier;
     vq_kv_layer *TL = &T->layers[local];
     const int span = g->layers[local].span, rpb = T->rpb_store;
     if (span > 0 && TL->ring_lo > VQ_MAX(0, (int64_t)n - span + 1)) n = 0;   /* as the main ring */
-    unsigned char *flag = (unsigned char *)(T->dm_buf) + dm_buf_bytes(g) - (size_t)g->dims.max_ctx;
+    unsigned char *flag = (unsigned char *)(T->dm.buf) + dm_buf_bytes(g) - (size_t)g->dims.max_ctx;
     int bound = n, any = 0;
     for (int b = 0; b < TL->n_coded / rpb; b++) {
         int cut = 0;
@@ -191,7 +195,7 @@ int vq_demote_truncate(vq_kvg *g, int local, int n, int dry) {
 /* ---- the cache-level calls ---- */
 static const vq_kvg *tier_of(const vq_kv *kv, int layer) {
     if (!kv || layer < 0 || layer >= kv->dims.n_layers) return NULL;
-    return kv->g[kv->lg[layer]]->tier;
+    return kv->g[kv->lg[layer]]->dm.tier;
 }
 
 int vq_kv_demoted_rows(const vq_kv *kv, int layer) {
@@ -214,6 +218,6 @@ vq_status vq_kv_read_demoted(const vq_kv *kv, int layer, float *k, float *v, int
 long vq_kv_demoted(const vq_kv *kv) {
     long n = 0;
     for (int i = 0; kv && i < kv->n_groups; i++)
-        if (kv->g[i]->tier) n += kv->g[i]->tier->dm_rows;
+        if (kv->g[i]->dm.tier) n += kv->g[i]->dm.tier->dm.rows;
     return n;
 }

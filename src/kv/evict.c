@@ -22,13 +22,13 @@ static int32_t pos_at(const vq_kvg *g, const vq_kv_layer *L, int c) {
 /* a step's drop set of one local layer: re-coded into the demoted tier first (demote=), then
  * dropped from the store */
 static int drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
-    if (g->tier) vq_demote_rows(g, local, drop);
+    if (g->dm.tier) vq_demote_rows(g, local, drop);
     return vq_kvg_drop_rows(g, local, drop);
 }
 
 /* ---- one eviction step of a cache layer ---- */
 static int budget(const vq_kvg *g, int local, int next_pos) {   /* rows per head */
-    const vq_evict_cfg *ev = &g->ev;
+    const vq_evict_cfg *ev = &g->ev.cfg;
     double B = ev->budget_ratio ? ceil(ev->budget * next_pos) : ev->budget;
     if (ev->pol->budget) B = ev->pol->budget(ev, B, g->gl[local], g->n_layers_all);
     return (int)VQ_MAX(1.0, VQ_MIN(B, (double)(1 << 24)));
@@ -40,23 +40,23 @@ static int budget(const vq_kvg *g, int local, int next_pos) {   /* rows per head
 static void row_scores(const vq_kvg *g, int local, float *rs, int32_t *posbuf) {
     const vq_kv_layer *L = &g->layers[local];
     const int nr = L->n_coded + L->win_count;
-    vq_pol_view v = {.sc = L->ev_score, .cap = (size_t)g->ev_cap, .H = g->H, .nr = nr, .pos = NULL};
-    if (g->ev.pol->flags & VQ_POL_POS) {
+    vq_pol_view v = {.sc = L->ev_score, .cap = (size_t)g->ev.cap, .H = g->H, .nr = nr, .pos = NULL};
+    if (g->ev.cfg.pol->flags & VQ_POL_POS) {
         for (int i = 0; i < nr; i++)
             posbuf[i] = i < L->n_coded ? pos_at(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
         v.pos = posbuf;
     }
-    g->ev.pol->row_scores(&v, rs);
+    g->ev.cfg.pol->row_scores(&v, rs);
 }
 
 /* The candidates of a step of local layer `local` (KV head h of its cache layer) into out, block
  * order: every coded block holding no protected row (position < sinks or >= next_pos - recent),
- * scored by the mean of its rows' scores (max-pooled for VQ_POL_POOL rows). Uses g->ev_tmp. */
+ * scored by the mean of its rows' scores (max-pooled for VQ_POL_POOL rows). Uses g->ev.tmp. */
 static int candidates(vq_kvg *g, int local, int h, int next_pos, vq_ada_cand *out) {
-    const vq_evict_cfg *ev = &g->ev;
+    const vq_evict_cfg *ev = &g->ev.cfg;
     vq_kv_layer *L = &g->layers[local];
     const int rpb = g->rpb_store, nb = L->n_coded / rpb, nr = L->n_coded + L->win_count;
-    float *rs = g->ev_tmp, *bs = g->ev_tmp + g->ev_cap;
+    float *rs = g->ev.tmp, *bs = g->ev.tmp + g->ev.cap;
     row_scores(g, local, rs, (int32_t *)(void *)bs);   /* coded rows and the window (storage order = position order) */
     if (ev->pol->flags & VQ_POL_POOL) {   /* max-pool, written to bs first, then back */
         const int k = ev->pool / 2;
@@ -83,9 +83,9 @@ static int candidates(vq_kvg *g, int local, int h, int next_pos, vq_ada_cand *ou
 
 static void step_done(vq_kvg *g, int local) {   /* snapkv: the observation window restarts */
     vq_kv_layer *L = &g->layers[local];
-    if ((g->ev.pol->flags & VQ_POL_WINDOWED) && L->ev_score)
+    if ((g->ev.cfg.pol->flags & VQ_POL_WINDOWED) && L->ev_score)
         for (int h = 0; h < g->H; h++)
-            memset(L->ev_score + (size_t)h * g->ev_cap, 0, (size_t)(L->n_coded + L->win_count) * sizeof(float));
+            memset(L->ev_score + (size_t)h * g->ev.cap, 0, (size_t)(L->n_coded + L->win_count) * sizeof(float));
 }
 
 /* One eviction step of the group's l-th cache layer (local layers l * vh .. l * vh + vh - 1: one
@@ -103,17 +103,17 @@ static int step_layer(vq_kvg *g, int l, int next_pos) {
     if (rows > (long)vh * B && nb > 0) {
         int prot[ADA_MAX_HEADS], kept[ADA_MAX_HEADS], n = 0;
         for (int h = 0; h < vh; h++) {
-            const int nc = candidates(g, v0 + h, h, next_pos, g->ev_cand + n);
+            const int nc = candidates(g, v0 + h, h, next_pos, g->ev.cand + n);
             prot[h] = vq_kvg_rows(g, v0 + h) - nc * rpb;
             n += nc;
         }
-        g->ev.alloc->select(g->ev_cand, n, vh, prot, rpb, B, g->ev.floor, kept);
-        unsigned char *drop = (unsigned char *)(void *)g->ev_tmp;   /* free once the candidates are out */
+        g->ev.cfg.alloc->select(g->ev.cand, n, vh, prot, rpb, B, g->ev.cfg.floor, kept);
+        unsigned char *drop = (unsigned char *)(void *)g->ev.tmp;   /* free once the candidates are out */
         for (int h = 0; h < vh; h++) {
             memset(drop, 0, (size_t)g->layers[v0 + h].n_coded);
             for (int i = 0; i < n; i++)
-                if (g->ev_cand[i].h == h && !g->ev_cand[i].keep)
-                    memset(drop + (size_t)g->ev_cand[i].b * rpb, 1, (size_t)rpb);
+                if (g->ev.cand[i].h == h && !g->ev.cand[i].keep)
+                    memset(drop + (size_t)g->ev.cand[i].b * rpb, 1, (size_t)rpb);
             dropped += drop_rows(g, v0 + h, drop);
         }
     }
@@ -124,23 +124,24 @@ static int step_layer(vq_kvg *g, int l, int next_pos) {
 /* ---- the cache-level calls (the session's schedule, tests, diagnostics) ---- */
 int vq_kv_evicting(const vq_kv *kv) {
     for (int i = 0; kv && i < kv->n_groups; i++)
-        if (kv->g[i]->ev.pol) return 1;
+        if (kv->g[i]->ev.cfg.pol) return 1;
     return 0;
 }
 
 void vq_kv_evict_begin(vq_kv *kv, int pos0, int n) {
     for (int i = 0; kv && n > 0 && i < kv->n_groups; i++) {
         vq_kvg *g = kv->g[i];
-        if (!g->ev.pol || !g->ev_attn) continue;
-        const unsigned f = g->ev.pol->flags;
+        if (!g->ev.cfg.pol || !g->ev.attn) continue;
+        const unsigned f = g->ev.cfg.pol->flags;
         /* which queries feed the scores: a prompt's last obs (snapkv), the last (tova), or all */
-        if (n > 1) g->ev_obs_from = (f & VQ_POL_WINDOWED) ? pos0 + n - g->ev.obs : (f & VQ_POL_RESET) ? pos0 + n - 1 : 0;
-        else g->ev_obs_from = 0;
+        if (n > 1)
+            g->ev.obs_from = (f & VQ_POL_WINDOWED) ? pos0 + n - g->ev.cfg.obs : (f & VQ_POL_RESET) ? pos0 + n - 1 : 0;
+        else g->ev.obs_from = 0;
         if (f & VQ_POL_RESET)   /* the rows held now (appended rows start at 0 anyway) */
             for (int l = 0; l < g->dims.n_layers; l++) {
                 vq_kv_layer *L = &g->layers[l];
                 const size_t nr = (size_t)(L->n_coded + L->win_count);
-                for (int h = 0; h < g->H; h++) memset(L->ev_score + (size_t)h * g->ev_cap, 0, nr * sizeof(float));
+                for (int h = 0; h < g->H; h++) memset(L->ev_score + (size_t)h * g->ev.cap, 0, nr * sizeof(float));
             }
     }
 }
@@ -149,7 +150,7 @@ static int step_group(vq_kvg *g, int next_pos) {
     int d = 0;
     const size_t held = g->bytes;
     for (int l = 0; l < g->dims.n_layers / g->vh; l++) d += step_layer(g, l, next_pos);
-    g->ev_steps = 0;
+    g->ev.steps = 0;
     /* pages were freed: give them back, or RSS stays at the peak (pages smaller than glibc's
      * mmap threshold live in the heap, e.g. 4-bit codes: measured 1.28x the accounting without) */
     if (g->bytes < held) vq_heap_release();
@@ -160,9 +161,9 @@ long vq_kv_evict_end(vq_kv *kv, int pos0, int n) {
     long d = 0;
     for (int i = 0; kv && n > 0 && i < kv->n_groups; i++) {
         vq_kvg *g = kv->g[i];
-        if (!g->ev.pol) continue;
-        g->ev_obs_from = 0;
-        if (n > 1 || ++g->ev_steps >= g->ev.every) d += step_group(g, pos0 + n);
+        if (!g->ev.cfg.pol) continue;
+        g->ev.obs_from = 0;
+        if (n > 1 || ++g->ev.steps >= g->ev.cfg.every) d += step_group(g, pos0 + n);
     }
     return d;
 }
@@ -170,13 +171,13 @@ long vq_kv_evict_end(vq_kv *kv, int pos0, int n) {
 long vq_kv_evict_now(vq_kv *kv, int next_pos) {
     long d = 0;
     for (int i = 0; kv && i < kv->n_groups; i++)
-        if (kv->g[i]->ev.pol) d += step_group(kv->g[i], next_pos);
+        if (kv->g[i]->ev.cfg.pol) d += step_group(kv->g[i], next_pos);
     return d;
 }
 
 long vq_kv_evicted(const vq_kv *kv) {
     long d = 0;
-    for (int i = 0; kv && i < kv->n_groups; i++) d += kv->g[i]->ev_dropped;
+    for (int i = 0; kv && i < kv->n_groups; i++) d += kv->g[i]->ev.dropped;
     return d;
 }
 
@@ -244,12 +245,12 @@ vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *po
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_scores: bad arguments (layer %d)", layer);
     vq_kvg *g = kv->g[kv->lg[layer]];
     vq_kv_layer *L = &g->layers[kv->ll[layer]];
-    if (!L->ev_score && !(g->ev.pol && (g->ev.pol->flags & VQ_POL_POS)))
+    if (!L->ev_score && !(g->ev.cfg.pol && (g->ev.cfg.pol->flags & VQ_POL_POS)))
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_scores: layer %d has no eviction policy", layer);
     const int nr = L->n_coded + L->win_count;
     for (int i = 0; pos && i < nr; i++)
         pos[i] = i < L->n_coded ? pos_at(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
-    row_scores(g, kv->ll[layer], out, (int32_t *)(void *)(g->ev_tmp + g->ev_cap));
+    row_scores(g, kv->ll[layer], out, (int32_t *)(void *)(g->ev.tmp + g->ev.cap));
     /* heads=ada: the sum over the KV heads (as the shared layout's score), while they hold the same
      * rows in the same order; once their rows differ there is no one row list to report */
     for (int h = 1; h < g->vh; h++) {
@@ -259,8 +260,8 @@ vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *po
         if (!same)
             return vq_err_set(err, VQ_ERR_STATE, "vq_kv_evict_scores: layer %d: its KV heads hold different rows "
                               "(heads=ada after an eviction step): no one row list to score", layer);
-        if (g->ev.pol->flags & VQ_POL_POS) continue;   /* positions: the same in every head */
-        float *t = g->ev_tmp + g->ev_cap;   /* free here: only rows that score by position use it */
+        if (g->ev.cfg.pol->flags & VQ_POL_POS) continue;   /* positions: the same in every head */
+        float *t = g->ev.tmp + g->ev.cap;   /* free here: only rows that score by position use it */
         row_scores(g, kv->ll[layer] + h, t, NULL);
         for (int i = 0; i < nr; i++) out[i] += t[i];
     }

@@ -31,11 +31,11 @@ static uint64_t mix_seed(uint64_t seed, int layer, int side) {
 }
 
 static size_t ev_score_bytes(const vq_kvg *kv) {   /* a layer's eviction scores */
-    return kv->ev.pol && kv->ev_cap ? (size_t)kv->H * kv->ev_cap * sizeof(float) : 0;
+    return kv->ev.cfg.pol && kv->ev.cap ? (size_t)kv->H * kv->ev.cap * sizeof(float) : 0;
 }
 static size_t ev_cal_bytes(const vq_kvg *kv) {   /* the group's Q-Filters or query statistics */
     const size_t per = (size_t)kv->dims.n_layers * kv->H * kv->d * sizeof(float);
-    const int c = kv->ev.pol ? kv->ev.pol->calib : VQ_POL_CAL_NONE;
+    const int c = kv->ev.cfg.pol ? kv->ev.cfg.pol->calib : VQ_POL_CAL_NONE;
     return c == VQ_POL_CAL_FILTER ? per : c == VQ_POL_CAL_QSTATS ? per * kv->G * 2 : 0;
 }
 static size_t kx_bytes(const vq_kvg *kv) {   /* the key pre-transform (kmean= / kscale=) */
@@ -66,8 +66,8 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
         b += states_bytes(kv, l);
         b += layer_fixed_bytes(kv) + (size_t)(kv->layers[l].n_pages + kv->layers[l].n_spare) * kv->page_bytes;
     }
-    return b + (kv->ev_raw ? vq_kvg_obs_bytes(kv, kv->ev_raw_cap) : 0) + ev_cal_bytes(kv) + kx_bytes(kv) +
-           (kv->tier ? vq_kvg_bytes(kv->tier) : 0);
+    return b + (kv->ev.raw ? vq_kvg_obs_bytes(kv, kv->ev.raw_cap) : 0) + ev_cal_bytes(kv) + kx_bytes(kv) +
+           (kv->dm.tier ? vq_kvg_bytes(kv->dm.tier) : 0);
 }
 /* Rows coded (not in the window or the sink) once a layer has taken `rows` rows in order. */
 static int coded_at(const vq_kvg *kv, int rows) {
@@ -92,7 +92,7 @@ size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
     }
     /* a demoted tier holds at most the rows (an upper bound, as the main layers' with eviction) */
     return b + vq_kvg_obs_bytes(kv, rows) + ev_cal_bytes(kv) + kx_bytes(kv) +
-           (kv->tier ? vq_kvg_bytes_at(kv->tier, rows) : 0);
+           (kv->dm.tier ? vq_kvg_bytes_at(kv->dm.tier, rows) : 0);
 }
 
 /* Truncate a layer to positions < n: every sink and window row below n is kept, and the coded
@@ -148,8 +148,8 @@ int vq_kvg_rows(const vq_kvg *kv, int l) {
 
 void vq_kvg_destroy(vq_kvg *kv) {
     if (!kv) return;
-    vq_kvg_destroy(kv->tier);
-    vq_aligned_free(kv->dm_buf);   /* (a tier's: made by demote.c, freed with its group) */
+    vq_kvg_destroy(kv->dm.tier);
+    vq_aligned_free(kv->dm.buf);   /* (a tier's: made by demote.c, freed with its group) */
     for (int l = 0; kv->layers && l < kv->dims.n_layers; l++) {
         vq_kv_layer *L = &kv->layers[l];
         if (L->pages) vq_kvg_free_spares(kv, L);
@@ -174,11 +174,11 @@ void vq_kvg_destroy(vq_kvg *kv) {
     vq_aligned_free(kv->scratch);
     vq_aligned_free(kv->slot_busy);
     vq_aligned_free(kv->enc_tmp);
-    kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_kvg_obs_bytes(kv, kv->ev_raw_cap) : 0);
-    kv_free(kv, kv->ev_cal, ev_cal_bytes(kv));
+    kv_free(kv, kv->ev.raw, kv->ev.raw ? vq_kvg_obs_bytes(kv, kv->ev.raw_cap) : 0);
+    kv_free(kv, kv->ev.cal, ev_cal_bytes(kv));
     kv_free(kv, kv->kx, kx_bytes(kv));
-    vq_aligned_free(kv->ev_tmp);
-    vq_aligned_free(kv->ev_cand);
+    vq_aligned_free(kv->ev.tmp);
+    vq_aligned_free(kv->ev.cand);
     vq_aligned_free(kv->off_k);
     vq_aligned_free(kv->off_v);
     vq_aligned_free(kv->gl);
@@ -192,7 +192,7 @@ void vq_kvg_clear(vq_kvg *kv) {
         for (int p = 0; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
         L->n_pages = L->n_coded = L->win_start = L->win_count = L->sink_count = L->ring_lo = 0;
     }
-    if (kv->tier) vq_kvg_clear(kv->tier);
+    if (kv->dm.tier) vq_kvg_clear(kv->dm.tier);
 }
 
 void vq_kvg_free_spares(vq_kvg *kv, vq_kv_layer *L) {
@@ -228,7 +228,7 @@ int vq_kvg_ring_drop(vq_kvg *kv, int local, int32_t limit) {
     L->n_coded -= rows;
     if (L->ev_score)   /* scores are indexed by storage row: the kept rows' move down with them */
         for (int h = 0; h < kv->H; h++) {
-            float *sc = L->ev_score + (size_t)h * kv->ev_cap;
+            float *sc = L->ev_score + (size_t)h * kv->ev.cap;
             memmove(sc, sc + rows, (size_t)(L->n_coded + L->win_count) * sizeof(float));
         }
     kv->ring_dropped += rows;
@@ -266,11 +266,11 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
     kv->xs = dims->n_kv_heads * D->head_dim;
     kv->qrow = dims->n_heads;
     kv->wprec = sp.wprec;
-    kv->ev = sp.ev;
-    kv->ev_cap = sp.ev.pol ? D->max_ctx : 0;
-    kv->ev_attn = sp.ev.pol && (sp.ev.pol->flags & VQ_POL_ATTN);
+    kv->ev.cfg = sp.ev;
+    kv->ev.cap = sp.ev.pol ? D->max_ctx : 0;
+    kv->ev.attn = sp.ev.pol && (sp.ev.pol->flags & VQ_POL_ATTN);
     kv->n_layers_all = D->n_layers;   /* the group's; the router sets the cache's */
-    kv->ev_seed = mix_seed(seed, -1, 7);
+    kv->ev.seed = mix_seed(seed, -1, 7);
     const int NL = D->n_layers, NLc = dims->n_layers, Hc = dims->n_kv_heads;   /* local; the cache's */
     kv->gl = vq_aligned_alloc((size_t)NL * sizeof(int));
     if (!kv->gl) { free(gl); goto nomem; }
@@ -312,14 +312,14 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
             vq_kvg_destroy(kv);
             return NULL;
         }
-        kv->ev_cal = kv_alloc(kv, ev_cal_bytes(kv));
-        if (!kv->ev_cal) { vq_calib_free(&cal); goto nomem; }
+        kv->ev.cal = kv_alloc(kv, ev_cal_bytes(kv));
+        if (!kv->ev.cal) { vq_calib_free(&cal); goto nomem; }
         /* a local layer's part: its KV heads' filters, its query heads' statistics (heads=ada:
          * one KV head's, from head vq_kvg_head0 of the cache layer) */
         const size_t w = (size_t)kv->H * kv->d;
         if (sp.ev.pol->calib == VQ_POL_CAL_FILTER)
             for (int l = 0; l < NL; l++)
-                memcpy(kv->ev_cal + l * w, cal.q_filter + ((size_t)gl[l] * Hc + vq_kvg_head0(kv, l)) * kv->d,
+                memcpy(kv->ev.cal + l * w, cal.q_filter + ((size_t)gl[l] * Hc + vq_kvg_head0(kv, l)) * kv->d,
                        w * sizeof(float));
         else
             for (int l = 0; l < NL; l++)
@@ -327,7 +327,7 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
                     const size_t cq = (size_t)gl[l] * dims->n_heads + (size_t)vq_kvg_head0(kv, l) * kv->G + hq;
                     const float *mu = cal.q_mean + cq * kv->d;
                     const float *sq = cal.q_sq + cq * kv->d;
-                    float *a = kv->ev_cal + ((size_t)l * D->n_heads + hq) * 2 * kv->d, *b = a + kv->d;
+                    float *a = kv->ev.cal + ((size_t)l * D->n_heads + hq) * 2 * kv->d, *b = a + kv->d;
                     for (int i = 0; i < kv->d; i++) {
                         a[i] = (float)(mu[i] / sqrt((double)kv->d));
                         b[i] = (float)(fmax(0.0, (double)sq[i] - (double)mu[i] * mu[i]) / (2.0 * kv->d));
@@ -428,10 +428,10 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
             memset(L->ev_score, 0, ev_score_bytes(kv));
         }
     }
-    if (kv->ev.pol) {   /* eviction scratch (like enc_tmp: outside the tally, in scratch_bytes) */
-        kv->ev_tmp = vq_aligned_alloc(2 * (size_t)kv->ev_cap * sizeof(float));
-        kv->ev_cand = vq_aligned_alloc((size_t)kv->vh * kv->ev_cap * sizeof *kv->ev_cand);
-        if (!kv->ev_tmp || !kv->ev_cand) goto nomem;
+    if (kv->ev.cfg.pol) {   /* eviction scratch (like enc_tmp: outside the tally, in scratch_bytes) */
+        kv->ev.tmp = vq_aligned_alloc(2 * (size_t)kv->ev.cap * sizeof(float));
+        kv->ev.cand = vq_aligned_alloc((size_t)kv->vh * kv->ev.cap * sizeof *kv->ev.cand);
+        if (!kv->ev.tmp || !kv->ev.cand) goto nomem;
     }
     if (vq_kvg_scratch_init(kv)) goto nomem;
     kv->enc_tmp = vq_aligned_alloc((size_t)kv->rpb_store * kv->d * sizeof(float));
@@ -447,9 +447,9 @@ nomem:
 
 /* ---- the store's part of eviction: the observer's buffer, the rows a policy starts with, compaction ---- */
 size_t vq_kvg_obs_bytes(const vq_kvg *g, int rows) {
-    if (!g->ev_attn || rows <= 0) return 0;
+    if (!g->ev.attn || rows <= 0) return 0;
     size_t cap = (size_t)VQ_MIN(g->dims.max_ctx, (rows + g->P - 1) / g->P * g->P);
-    return (size_t)g->n_slots * g->ev_nv * cap * sizeof(float);
+    return (size_t)g->n_slots * g->ev.nv * cap * sizeof(float);
 }
 
 /* ---- observe appended rows: new rows' scores start at what the policy row makes of their keys
@@ -458,18 +458,17 @@ size_t vq_kvg_obs_bytes(const vq_kvg *g, int rows) {
 static void observe_append(vq_kvg *g, int local, int idx0, int n, const float *k) {
     float *sc = g->layers[local].ev_score;
     if (!sc || n <= 0) return;
-    const vq_kv_policy *pol = g->ev.pol;
+    const vq_kv_policy *pol = g->ev.cfg.pol;
     const int d = g->d;
-    /* the row's calibration part for one KV head: its filter (d floats) or its query heads' statistics */
-    const size_t cal_h = pol->calib == VQ_POL_CAL_FILTER ? (size_t)d : pol->calib == VQ_POL_CAL_QSTATS ? (size_t)g->G * 2 * d : 0;
-    const float *cal = g->ev_cal && cal_h ? g->ev_cal + (size_t)local * g->H * cal_h : NULL;
+    /* one KV head's part of the calibration the row asked for (create refuses a spec without it):
+     * its filter (d floats) or its query heads' statistics (G x 2 x d) */
+    const size_t ch = pol->calib == VQ_POL_CAL_FILTER ? (size_t)d
+                    : pol->calib == VQ_POL_CAL_QSTATS ? (size_t)g->G * 2 * d : 0;
+    const float *cal = ch && g->ev.cal ? g->ev.cal + (size_t)local * g->H * ch : NULL;
     for (int h = 0; h < g->H; h++)
-        for (int i = 0; i < n; i++) {
-            const float *x = k + (size_t)i * g->xs + (size_t)h * d;
-            const int calok = !cal_h || cal;   /* a row that needs the calibration and has none: 0 */
-            sc[(size_t)h * g->ev_cap + idx0 + i] = pol->observe_row && calok
-                ? pol->observe_row(x, d, cal ? cal + (size_t)h * cal_h : NULL, g->G) : 0.0f;
-        }
+        for (int i = 0; i < n; i++)
+            sc[(size_t)h * g->ev.cap + idx0 + i] = pol->observe_row && (!ch || cal)
+                ? pol->observe_row(k + (size_t)i * g->xs + (size_t)h * d, d, cal ? cal + h * ch : NULL, g->G) : 0.0f;
 }
 
 /* ---- compaction ---- */
@@ -489,7 +488,7 @@ static void move_block(vq_kvg *g, vq_kv_layer *L, int b, int w) {
     }
     if (L->ev_score)
         for (int h = 0; h < g->H; h++) {
-            float *sc = L->ev_score + (size_t)h * g->ev_cap;
+            float *sc = L->ev_score + (size_t)h * g->ev.cap;
             memmove(sc + cd, sc + cs, (size_t)rpb * sizeof(float));
         }
 }
@@ -515,7 +514,7 @@ int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
     if (nc == old) return 0;
     if (L->ev_score)   /* the window's scores follow the coded rows */
         for (int h = 0; h < g->H; h++) {
-            float *sc = L->ev_score + (size_t)h * g->ev_cap;
+            float *sc = L->ev_score + (size_t)h * g->ev.cap;
             memmove(sc + nc, sc + old, (size_t)L->win_count * sizeof(float));
         }
     L->n_coded = nc;
@@ -529,7 +528,7 @@ int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
         for (int r = 0; r < VQ_MIN(g->P, nc - p * g->P); r++) mn = VQ_MIN(mn, pp[r]);
         L->page_minpos[p] = mn;
     }
-    g->ev_dropped += old - nc;
+    g->ev.dropped += old - nc;
     return old - nc;
 }
 
@@ -619,15 +618,15 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
         vq_kvg_ring_drop(kv, local, pos0 - L->span);
         rows = L->n_coded + L->win_count + L->sink_count;
     }
-    if (kv->ev_attn && rows + n > kv->ev_raw_cap) {   /* the observer's buffer grows with the rows */
+    if (kv->ev.attn && rows + n > kv->ev.raw_cap) {   /* the observer's buffer grows with the rows */
         int cap = VQ_MIN(kv->dims.max_ctx, (rows + n + kv->P - 1) / kv->P * kv->P);
         float *raw = kv_alloc(kv, vq_kvg_obs_bytes(kv, cap));
         if (!raw)
             return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_append: layer %d: out of memory for the eviction "
                               "observer (%zu bytes)", layer, vq_kvg_obs_bytes(kv, cap));
-        kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_kvg_obs_bytes(kv, kv->ev_raw_cap) : 0);
-        kv->ev_raw = raw;
-        kv->ev_raw_cap = cap;
+        kv_free(kv, kv->ev.raw, kv->ev.raw ? vq_kvg_obs_bytes(kv, kv->ev.raw_cap) : 0);
+        kv->ev.raw = raw;
+        kv->ev.raw_cap = cap;
     }
 
     /* attention sink: the leading rows whose position is < S stay in full precision for good */

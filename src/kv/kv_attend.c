@@ -27,11 +27,11 @@ typedef struct task {
     const float *xy, *xlse;
 } task;
 
-/* Eviction's observer (kv->ev_attn): the softmax weights of every block as computed, with the
+/* Eviction's observer (kv->ev.attn): the softmax weights of every block as computed, with the
  * block's running max, so that once the pass ends they are rescaled to the final softmax
  * (w * exp(m_block - m) / l) and added to the layer's scores: no second pass over the codes. */
 typedef struct obs {
-    float *raw;                /* nv x ev_cap weights, [j * cap + storage index] */
+    float *raw;                /* nv x ev.raw_cap weights, [j * cap + storage index] */
     float *bm;                 /* per block: nv running maxima */
     int *b0, *bn;              /* per block: first storage index, rows */
     int nblk, cap, nv;
@@ -247,9 +247,9 @@ static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const tas
 
 /* Bytes of one task's scratch for nv query vectors (every buffer 64-byte aligned). The full-
  * precision rows are taken in chunks of at most P rows, so P bounds the score buffer. */
-static size_t obs_bytes(const vq_kvg *kv, int nv) {   /* the block table (the weights: ev_raw) */
-    if (!kv->ev_attn) return 0;
-    const int nblk = kv->ev_nblk;
+static size_t obs_bytes(const vq_kvg *kv, int nv) {   /* the block table (the weights: ev.raw) */
+    if (!kv->ev.attn) return 0;
+    const int nblk = kv->ev.nblk;
     return al64((size_t)nblk * nv * sizeof(float)) + 2 * al64((size_t)nblk * sizeof(int));
 }
 static size_t task_bytes(const vq_kvg *kv, int nv) {
@@ -267,10 +267,10 @@ static size_t task_bytes(const vq_kvg *kv, int nv) {
  * that decode never allocates (kv.c calls this at create). */
 vq_status vq_kvg_scratch_init(vq_kvg *kv) {
     kv->n_slots = VQ_MAX(1, omp_get_max_threads());
-    kv->ev_nv = QCHUNK * kv->G;
+    kv->ev.nv = QCHUNK * kv->G;
     /* blocks one pass meets: the pages, then the window and the sink in chunks of P rows */
-    kv->ev_nblk = kv->page_cap + (kv->win_cap + kv->P - 1) / kv->P + (kv->S + kv->P - 1) / kv->P + 2;
-    kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G)) + (kv->is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
+    kv->ev.nblk = kv->page_cap + (kv->win_cap + kv->P - 1) / kv->P + (kv->S + kv->P - 1) / kv->P + 2;
+    kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G)) + (kv->dm.is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
     kv->scratch = vq_aligned_alloc((size_t)kv->n_slots * kv->slot_bytes);
     kv->slot_busy = vq_aligned_alloc((size_t)kv->n_slots * sizeof(int));
     return kv->scratch && kv->slot_busy ? VQ_OK : VQ_ERR_NOMEM;
@@ -279,11 +279,12 @@ vq_status vq_kvg_scratch_init(vq_kvg *kv) {
 /* The observed weights, rescaled to the final softmax, into the layer's scores for this head
  * (summed over the group's query heads and the observed query rows). */
 static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, const int *qpos) {
-    float *dst = t->L->ev_score + (size_t)t->h * kv->ev_cap;
-    void (*rw)(const vq_pol_attn *, float *, const int *, const int *, int) = t->reweight ? kv->ev.pol->reweight : NULL;
+    float *dst = t->L->ev_score + (size_t)t->h * kv->ev.cap;
+    void (*rw)(const vq_pol_attn *, float *, const int *, const int *, int) =
+        t->reweight ? kv->ev.cfg.pol->reweight : NULL;
     for (int j = 0; j < s->nv; j++) {
         const int qp = qpos[j / s->G];
-        if (qp < kv->ev_obs_from || s->l[j] <= 0.0f) continue;
+        if (qp < kv->ev.obs_from || s->l[j] <= 0.0f) continue;
         float *raw = ob->raw + (size_t)j * ob->cap;
         /* with a demoted tier the softmax also runs over its rows: its sum joins the normalizer */
         const float xl = t->xlse ? t->xlse[j] : -INFINITY;
@@ -295,9 +296,9 @@ static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, cons
             for (int r = 0; r < ob->bn[b]; r++) w[r] *= f;
         }
         if (rw) {   /* the policy turns the weights into others (keyformer's Gumbel softmax) */
-            const vq_pol_attn a = {.seed = kv->ev_seed, .layer = kv->gl[t->layer], .qp = qp,
+            const vq_pol_attn a = {.seed = kv->ev.seed, .layer = kv->gl[t->layer], .qp = qp,
                                    .hq = (vq_kvg_head0(kv, t->layer) + t->h) * s->G + j % s->G,   /* the cache's */
-                                   .tau = kv->ev.tau};
+                                   .tau = kv->ev.cfg.tau};
             rw(&a, raw, ob->b0, ob->bn, ob->nblk);
         }
         for (int b = 0; b < ob->nblk; b++) {
@@ -323,7 +324,7 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     const int wc = L->win_count, sc = L->sink_count, smax = kv->P;
     const size_t qsb = al64(VQ_MAX(sk->qstate_bytes, 1));
     const int acc_stride = (int)(al64((size_t)sv->acc_floats * sizeof(float)) / sizeof(float));
-    uint8_t *p = mem + (kv->is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
+    uint8_t *p = mem + (kv->dm.is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
     uint8_t *qst = p; p += nv * qsb;
     const void **qptr = (const void **)(void *)p; p += al64(nv * sizeof(void *));
     float **accptr = (float **)(void *)p; p += al64(nv * sizeof(void *));
@@ -338,13 +339,13 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     int32_t *wpos = (int32_t *)(void *)p; p += al64((size_t)smax * sizeof(int32_t));
     float *qc = (float *)(void *)p; p += al64((size_t)nv * sizeof(float));   /* kmean=: q·c per query */
     obs ob0, *ob = NULL;
-    if (kv->ev_attn && L->ev_score && raw) {
+    if (kv->ev.attn && L->ev_score && raw) {
         ob0.raw = raw;
-        ob0.bm = (float *)(void *)p; p += al64((size_t)kv->ev_nblk * nv * sizeof(float));
-        ob0.b0 = (int *)(void *)p; p += al64((size_t)kv->ev_nblk * sizeof(int));
+        ob0.bm = (float *)(void *)p; p += al64((size_t)kv->ev.nblk * nv * sizeof(float));
+        ob0.b0 = (int *)(void *)p; p += al64((size_t)kv->ev.nblk * sizeof(int));
         ob0.bn = (int *)(void *)p;
         ob0.nblk = 0;
-        ob0.cap = kv->ev_raw_cap;
+        ob0.cap = kv->ev.raw_cap;
         ob0.nv = nv;
         ob = &ob0;
     }
@@ -450,7 +451,7 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int sp
         rows += kv->layers[l].n_coded + kv->layers[l].win_count + kv->layers[l].sink_count;
     /* demote= (never with heads=ada, so nloc is 1): the tier's pass first, when it holds rows,
      * merged by the main pass */
-    const vq_kv_layer *TL = kv->tier ? &kv->tier->layers[local] : NULL;
+    const vq_kv_layer *TL = kv->dm.tier ? &kv->dm.tier->layers[local] : NULL;
     const int trows = TL ? TL->n_coded + TL->win_count + TL->sink_count : 0;
     rows += trows;
     const double work = (double)n_q * kv->G * kv->H * kv->d * rows;
@@ -462,16 +463,16 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int sp
         const size_t qoff = (size_t)vq_kvg_head0(kv, l) * kv->G * kv->d;   /* heads=ada: its query heads */
         task t = {.kv = kv, .L = &kv->layers[l], .layer = l, .span = span, .h = i % kv->H, .q0 = (i / per) * QCHUNK,
                   .q_pos = q_pos, .q = q + qoff, .out = out + qoff, .shared = nchunks > 1,
-                  .reweight = kv->ev_attn && kv->ev.pol->reweight};
+                  .reweight = kv->ev.attn && kv->ev.cfg.pol->reweight};
         t.nq = VQ_MIN(QCHUNK, n_q - t.q0);
         /* a free slot of the group's scratch; only callers that attend on one cache from more
          * threads than it has slots (several layers at once) fall back to an allocation */
         int slot;
         uint8_t *mem = slot_take(kv, &slot);
-        const size_t rawn = (size_t)kv->ev_nv * kv->ev_raw_cap;
-        float *raw = !kv->ev_raw ? NULL : slot >= 0 ? kv->ev_raw + (size_t)slot * rawn
+        const size_t rawn = (size_t)kv->ev.nv * kv->ev.raw_cap;
+        float *raw = !kv->ev.raw ? NULL : slot >= 0 ? kv->ev.raw + (size_t)slot * rawn
                                                     : vq_aligned_alloc(rawn * sizeof(float));
-        if (!mem || (kv->ev_raw && !raw)) {
+        if (!mem || (kv->ev.raw && !raw)) {
             if (slot < 0) vq_aligned_free(raw);
             slot_give(kv, slot, mem);
 #pragma omp atomic write
@@ -479,10 +480,10 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int sp
             continue;
         }
         int tslot = -1;
-        uint8_t *tmem = trows ? slot_take(kv->tier, &tslot) : NULL;
+        uint8_t *tmem = trows ? slot_take(kv->dm.tier, &tslot) : NULL;
         if (tmem) {
             task tt = t;
-            tt.kv = kv->tier;
+            tt.kv = kv->dm.tier;
             tt.L = TL;
             tt.shared = tt.reweight = 0;
             tt.y = (float *)(void *)tmem;
@@ -497,7 +498,7 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int sp
         } else {
             run_task(&t, mem, raw);
         }
-        if (tmem) slot_give(kv->tier, tslot, tmem);
+        if (tmem) slot_give(kv->dm.tier, tslot, tmem);
         if (slot < 0) vq_aligned_free(raw);
         slot_give(kv, slot, mem);
     }

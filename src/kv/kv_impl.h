@@ -100,7 +100,7 @@ typedef struct vq_kv_layer {
     void *sink_k, *sink_v; /* rows with position < S, full precision, never coded (sink=S) */
     int32_t *sink_pos;
     int sink_count;
-    float *ev_score;       /* eviction: H x ev_cap scores, [h * ev_cap + storage index] (coded rows,
+    float *ev_score;       /* eviction: H x ev.cap scores, [h * ev.cap + storage index] (coded rows,
                               then the window; sink rows have none): what the policy observed */
     int span;              /* the cache layer's attention span (0: unbounded, no ring) */
     int ring_lo;           /* the ring freed every position in [S, ring_lo) (0: none freed) */
@@ -149,34 +149,40 @@ typedef struct vq_kvg {
     int n_slots;
     int *slot_busy;        /* per slot: taken (atomic flag) */
     vq_kv_layer *layers;
-    /* token eviction: the policy and allocator rows with their keys (kv_policy.h), the observed
-     * per-row scores (in the layers: the store keeps them in step with the rows it moves; the row
-     * decides what goes in and how it is read), the observer's buffer and the step's schedule (evict.c) */
-    vq_evict_cfg ev;
-    int ev_cap;            /* rows per head in ev_score (max_ctx) */
-    int ev_attn;           /* attention observes softmax weights into ev_score */
-    int ev_obs_from;       /* queries at positions >= this feed the scores */
-    int ev_steps;          /* decode steps since the last eviction step */
     int n_layers_all;      /* the cache's layer count (pyramidkv's schedule) */
-    uint64_t ev_seed;      /* keyformer's noise */
-    long ev_dropped;       /* rows evicted so far, all layers of the group */
     long ring_dropped;     /* rows the sliding-window rings freed, all layers of the group */
-    int ev_nblk;           /* per-task block table entries (kv_attend.c) */
-    float *ev_raw;         /* the observer's weights: n_slots x ev_nv x ev_raw_cap floats, grown
-                              (by append, in pages of P rows) to the most rows a layer has held */
-    int ev_nv, ev_raw_cap;
-    float *ev_cal;         /* from calib=FILE, else NULL: qfilters: [local layer][H][d] unit filters;
+    /* token eviction: the policy and allocator rows with their keys (kv_policy.h) and what the
+     * group keeps for them. The observed per-row scores are in the layers (ev_score: the store
+     * keeps them in step with the rows it moves; the row decides what goes in and how it is
+     * read); the observer's buffer, the calibration the row asked for, the step's schedule and
+     * scratch (evict.c) are here. */
+    struct vq_kvg_ev {
+        vq_evict_cfg cfg;  /* cfg.pol NULL: no eviction */
+        int cap;           /* rows per head in ev_score (max_ctx) */
+        int attn;          /* attention observes softmax weights into ev_score (VQ_POL_ATTN) */
+        int obs_from;      /* queries at positions >= this feed the scores */
+        int steps;         /* decode steps since the last eviction step */
+        uint64_t seed;     /* keyformer's noise */
+        long dropped;      /* rows evicted so far, all layers of the group */
+        int nblk;          /* per-task block table entries (kv_attend.c) */
+        float *raw;        /* the observer's weights: n_slots x nv x raw_cap floats, grown (by
+                              append, in pages of P rows) to the most rows a layer has held */
+        int nv, raw_cap;
+        float *cal;        /* from calib=FILE, else NULL: qfilters: [local layer][H][d] unit filters;
                               expected_attention: [local layer][H][G][2][d]: E[q]/sqrt(d), Var[q]/(2d) */
-    float *ev_tmp;         /* eviction scratch: 2 x ev_cap floats (row scores, pooling) */
-    vq_ada_cand *ev_cand;  /* eviction scratch: vh x ev_cap candidate blocks of a cache layer's heads */
+        float *tmp;        /* step scratch: 2 x cap floats (row scores, pooling) */
+        vq_ada_cand *cand; /* step scratch: vh x cap candidate blocks of a cache layer's heads */
+    } ev;
     /* demote mode (demote.c): the tier an eviction step re-codes the rows it drops into: a group
      * of the same layers (its own codec, window 0 as a staging ring for partial blocks, no sink,
      * no policy) whose rows hold their true positions, in no particular order */
-    struct vq_kvg *tier;   /* NULL: rows evicted are dropped */
-    int is_tier;           /* this group is a tier: each attention slot starts with its output */
-    float *dm_buf;         /* (tier) a main store block decoded: K, V (rpb x H x d each), a row */
-    size_t dm_bytes;       /* (tier) dm_buf's size (vq_kv_scratch_bytes counts it) */
-    long dm_rows;          /* (tier) rows demoted into it so far, all layers */
+    struct vq_kvg_dm {
+        struct vq_kvg *tier;   /* NULL: rows evicted are dropped */
+        int is_tier;           /* this group is a tier: each attention slot starts with its output */
+        float *buf;            /* (tier) a main store block decoded: K, V (rpb x H x d each), a row */
+        size_t bytes;          /* (tier) buf's size (vq_kv_scratch_bytes counts it) */
+        long rows;             /* (tier) rows demoted into it so far, all layers */
+    } dm;
 } vq_kvg;
 
 struct vq_kv {

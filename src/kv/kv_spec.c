@@ -210,7 +210,8 @@ static int evict_print(const vq_evict_cfg *ev, char *out, size_t cap) {
     if (o < 0 || (size_t)o >= cap) return o;
     for (int i = VQ_PK_OBS; i < VQ_PK_N && (size_t)o < cap; i++)
         if (ev->pol->keys & (1u << i)) {
-            const double x = i == VQ_PK_OBS ? ev->obs : i == VQ_PK_POOL ? ev->pool : i == VQ_PK_SLOPE ? ev->slope : ev->tau;
+            const double x = i == VQ_PK_OBS ? ev->obs : i == VQ_PK_POOL ? ev->pool
+                           : i == VQ_PK_SLOPE ? ev->slope : ev->tau;
             o += vq_pol_keys[i].kind == 'r' ? snprintf(out + o, cap - (size_t)o, ",%s=%.6g", vq_pol_keys[i].name, x)
                                             : snprintf(out + o, cap - (size_t)o, ",%s=%d", vq_pol_keys[i].name, (int)x);
         }
