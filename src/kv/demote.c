@@ -2,97 +2,31 @@
  * each evicting group a tier: a second group of the same layers, coded with that codec. An
  * eviction step decodes the blocks it would drop and appends their rows to the tier at their true
  * positions instead of losing them (mixed-precision KV: MiKV, ZipCache); attention then covers
- * both tiers (kv_attend.c merges the two passes exactly). Here: the tier's creation, the re-coding,
- * its truncation, the spec's check of the codec and the tier's normalized text. */
+ * both tiers (kv_attend.c merges the two passes exactly). Here: the tier's creation (the router
+ * calls it once the group is made), the re-coding (the eviction step, evict.c, calls it before the
+ * store drops the rows), its truncation and the cache-level calls. The spec's check of the codec
+ * and the tier's normalized text are the parser's (kv_spec.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kv/kv_impl.h"
 
-/* ---- the tier codec's normalized text: "codec:params"; k=/v= where only the bits differ ---- */
-static int next_tok(const char **s, char *key, size_t kc, char *val, size_t vc) {
-    if (!**s) return 0;
-    size_t n = strcspn(*s, ","), e = strcspn(*s, "=");
-    if (e > n) e = n;
-    snprintf(key, kc, "%.*s", (int)e, *s);
-    snprintf(val, vc, "%.*s", e < n ? (int)(n - e - 1) : 0, e < n ? *s + e + 1 : "");
-    *s += n + ((*s)[n] ? 1 : 0);
-    return 1;
-}
-
-/* both sides' canonical texts, token by token: the same keys in the same order, only bits= may
- * differ (written k=,v=); 0 when they do not line up that way */
-static int merge_sides(const char *a, const char *b, char *out, size_t cap) {
-    char ka[40], va[72], kb[40], vb[72];
-    size_t o = 0;
-    out[0] = 0;
-    for (;;) {
-        int ha = next_tok(&a, ka, sizeof ka, va, sizeof va), hb = next_tok(&b, kb, sizeof kb, vb, sizeof vb);
-        if (!ha && !hb) return 1;
-        if (ha != hb || strcmp(ka, kb) || (strcmp(va, vb) && strcmp(ka, "bits"))) return 0;
-        int w = strcmp(va, vb) ? snprintf(out + o, cap - o, "%sk=%s,v=%s", o ? "," : "", va, vb)
-                               : snprintf(out + o, cap - o, "%s%s=%s", o ? "," : "", ka, va);
-        if (w < 0 || (size_t)w >= cap - o) return 0;
-        o += (size_t)w;
-    }
-}
-
-/* the parameters as given (a codec whose canonical texts do not line up): bits per side as k=/v= */
-static void given_params(const vq_kv_demote *dm, char *out, size_t cap) {
-    const char *bk = vq_codec_param_get(dm->p[0], dm->np[0], "bits");
-    const char *bv = vq_codec_param_get(dm->p[1], dm->np[1], "bits");
-    size_t o = 0;
-    out[0] = 0;
-    if (bk && bv && !strcmp(bk, bv)) o += (size_t)snprintf(out, cap, "bits=%s", bk);
-    else {
-        if (bk) o += (size_t)snprintf(out, cap, "k=%s", bk);
-        if (bv && o < cap) o += (size_t)snprintf(out + o, cap - o, "%sv=%s", o ? "," : "", bv);
-    }
-    for (int i = 0; i < dm->np[0] && o < cap; i++)
-        if (strcmp(dm->p[0][i].key, "bits"))
-            o += (size_t)snprintf(out + o, cap - o, "%s%s=%s", o ? "," : "", dm->p[0][i].key, dm->p[0][i].val);
-}
-
-static void print_tier(vq_kv_demote *dm, const vq_codec_state *sk, const vq_codec_state *sv) {
-    char par[160];
-    if (!strcmp(sk->params, sv->params)) snprintf(par, sizeof par, "%s", sk->params);
-    else if (!merge_sides(sk->params, sv->params, par, sizeof par)) given_params(dm, par, sizeof par);
-    if (!sk->params[0] && !sv->params[0]) given_params(dm, par, sizeof par);   /* codec printed none */
-    snprintf(dm->norm, sizeof dm->norm, "%s%s%s", dm->codec->name, par[0] ? ":" : "", par);
-}
-
-/* The spec parser's check: both sides of the tier codec configured once at head_dim d0 (errors
- * name demote=), and its normalized text. */
-vq_status vq_demote_probe(vq_kv_parsed *sp, const vq_codec_ctx *ctx, int d0, vq_err *err) {
-    vq_codec_state st[2];
-    memset(st, 0, sizeof st);
-    vq_status rc = VQ_OK;
-    vq_err e;
-    vq_err_clear(&e);
-    for (int s = 0; s < 2 && !rc; s++) {
-        st[s].codec = sp->dm.codec;
-        st[s].side = s;
-        st[s].ctx = *ctx;
-        rc = st[s].codec->init(&st[s], d0, s, sp->dm.p[s], sp->dm.np[s], 1, &e);
-    }
-    if (rc) vq_err_set(err, rc, "kv spec: demote=%s: %s", sp->dm.codec->name, e.msg);
-    else print_tier(&sp->dm, &st[0], &st[1]);
-    for (int s = 0; s < 2; s++)
-        if (st[s].codec && st[s].codec->fini) st[s].codec->fini(&st[s]);
-    return rc;
-}
-
 /* ---- the tier ---- */
-/* dm_buf: K and V of one main store block (rpb rows of H x d), a decode scratch of rpb x d, the
+/* dm.buf: K and V of one main store block (rpb rows of H x d), a decode scratch of rpb x d, the
  * block's positions, then one flag byte per row a layer can hold */
 static size_t dm_buf_bytes(const vq_kvg *g) {
     const size_t rpb = (size_t)g->rpb_store, w = (size_t)g->H * g->d;
     return (2 * rpb * w + rpb * g->d) * sizeof(float) + rpb * sizeof(int32_t) + (size_t)g->dims.max_ctx;
 }
 
-vq_status vq_demote_attach(vq_kvg *g, vq_kv_parsed *sp, const char *spec, uint64_t seed, vq_err *err) {
-    vq_kv_parsed *t = calloc(1, sizeof *t);
-    if (!t) return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory (demote tier)");
+vq_status vq_demote_attach(vq_kvg *g, const vq_kv_parsed *sp0, const char *spec, uint64_t seed, vq_err *err) {
+    vq_kv_parsed *t = calloc(1, sizeof *t), *sp = malloc(sizeof *sp);
+    if (!t || !sp) {
+        free(t);
+        free(sp);
+        return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory (demote tier)");
+    }
+    *sp = *sp0;   /* its dm.norm is printed again from the tier's codec states */
     t->codec[0] = t->codec[1] = sp->dm.codec;
     memcpy(t->p, sp->dm.p, sizeof t->p);
     memcpy(t->np, sp->dm.np, sizeof t->np);
@@ -111,20 +45,27 @@ vq_status vq_demote_attach(vq_kvg *g, vq_kv_parsed *sp, const char *spec, uint64
     /* the same seed: layer L's tier codec states are those of a plain cache of the tier's codec */
     vq_kvg *T = vq_kvg_create(t, label, &g->dims, g->gl, seed, &e);
     free(t);
-    if (!T) return vq_err_set(err, e.code ? e.code : VQ_ERR_ARG, "kv spec '%.300s': demote=%s: %s", spec,
-                              sp->dm.codec->name, e.msg);
+    if (!T) {
+        vq_status rc = vq_err_set(err, e.code ? e.code : VQ_ERR_ARG, "kv spec '%.300s': demote=%s: %s", spec,
+                                  sp->dm.codec->name, e.msg);
+        free(sp);
+        return rc;
+    }
     T->n_layers_all = g->n_layers_all;
-    T->is_tier = 1;   /* its attention slots also carry its output to the main pass */
+    T->dm.is_tier = 1;   /* its attention slots also carry its output to the main pass */
     vq_aligned_free(T->scratch);
     vq_aligned_free(T->slot_busy);
-    T->dm_bytes = dm_buf_bytes(g);
-    T->dm_buf = vq_aligned_alloc(T->dm_bytes);
-    if (vq_kvg_scratch_init(T) || !T->dm_buf) {
+    T->dm.bytes = dm_buf_bytes(g);
+    T->dm.buf = vq_aligned_alloc(T->dm.bytes);
+    if (vq_kvg_scratch_init(T) || !T->dm.buf) {
         vq_kvg_destroy(T);
+        free(sp);
         return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory (demote tier of '%.300s')", spec);
     }
-    g->tier = T;
-    print_tier(&sp->dm, &T->st[0][0], &T->st[1][0]);
+    g->dm.tier = T;
+    vq_kv_demote_print(&sp->dm, &T->st[0][0], &T->st[1][0]);
+    vq_kv_normalize(g->spec, sizeof g->spec, &g->st[0][0], &g->st[1][0], sp, g->R, g->wprec, g->P, g->S);
+    free(sp);
     return VQ_OK;
 }
 
@@ -179,11 +120,11 @@ static void span_drop(vq_kvg *T, int local, int64_t lim, unsigned char *flag) {
 }
 
 void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop) {
-    vq_kvg *T = g->tier;
+    vq_kvg *T = g->dm.tier;
     const vq_kv_layer *L = &g->layers[local];
     const int rpb = g->rpb_store, nb = L->n_coded / rpb, d = g->d;
     const size_t w = (size_t)g->H * d;
-    float *k = T->dm_buf, *v = k + (size_t)rpb * w, *tmp = v + (size_t)rpb * w;
+    float *k = T->dm.buf, *v = k + (size_t)rpb * w, *tmp = v + (size_t)rpb * w;
     int32_t *pos = (int32_t *)(void *)(tmp + (size_t)rpb * d);
     unsigned char *flag = (unsigned char *)(pos + rpb);
     /* a sliding-window layer: rows no later query can see are dropped, not demoted */
@@ -208,7 +149,7 @@ void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop) {
             /* ring 0: the tier's positions are in no order, its own span_drop frees it instead;
              * a failed append (out of memory) leaves those rows evicted, as without demote */
             if (vq_kvg_append(T, local, pos[i], j - i, k + (size_t)i * w, v + (size_t)i * w, 0, &e) == VQ_OK)
-                T->dm_rows += j - i;
+                T->dm.rows += j - i;
             i = j;
         }
     }
@@ -218,11 +159,11 @@ void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop) {
 /* Truncate the tier of a group layer to positions < n (see vq_kvg_truncate): a tier block holding
  * a row at or past n goes whole, and the bound drops to the smallest position below n it held. */
 int vq_demote_truncate(vq_kvg *g, int local, int n, int dry) {
-    vq_kvg *T = g->tier;
+    vq_kvg *T = g->dm.tier;
     vq_kv_layer *TL = &T->layers[local];
     const int span = g->layers[local].span, rpb = T->rpb_store;
     if (span > 0 && TL->ring_lo > VQ_MAX(0, (int64_t)n - span + 1)) n = 0;   /* as the main ring */
-    unsigned char *flag = (unsigned char *)(T->dm_buf) + dm_buf_bytes(g) - (size_t)g->dims.max_ctx;
+    unsigned char *flag = (unsigned char *)(T->dm.buf) + dm_buf_bytes(g) - (size_t)g->dims.max_ctx;
     int bound = n, any = 0;
     for (int b = 0; b < TL->n_coded / rpb; b++) {
         int cut = 0;
@@ -254,7 +195,7 @@ int vq_demote_truncate(vq_kvg *g, int local, int n, int dry) {
 /* ---- the cache-level calls ---- */
 static const vq_kvg *tier_of(const vq_kv *kv, int layer) {
     if (!kv || layer < 0 || layer >= kv->dims.n_layers) return NULL;
-    return kv->g[kv->lg[layer]]->tier;
+    return kv->g[kv->lg[layer]]->dm.tier;
 }
 
 int vq_kv_demoted_rows(const vq_kv *kv, int layer) {
@@ -277,6 +218,6 @@ vq_status vq_kv_read_demoted(const vq_kv *kv, int layer, float *k, float *v, int
 long vq_kv_demoted(const vq_kv *kv) {
     long n = 0;
     for (int i = 0; kv && i < kv->n_groups; i++)
-        if (kv->g[i]->tier) n += kv->g[i]->tier->dm_rows;
+        if (kv->g[i]->dm.tier) n += kv->g[i]->dm.tier->dm.rows;
     return n;
 }

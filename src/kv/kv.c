@@ -31,11 +31,12 @@ static uint64_t mix_seed(uint64_t seed, int layer, int side) {
 }
 
 static size_t ev_score_bytes(const vq_kvg *kv) {   /* a layer's eviction scores */
-    return kv->ev.pol && kv->ev_cap ? (size_t)kv->H * kv->ev_cap * sizeof(float) : 0;
+    return kv->ev.cfg.pol && kv->ev.cap ? (size_t)kv->H * kv->ev.cap * sizeof(float) : 0;
 }
 static size_t ev_cal_bytes(const vq_kvg *kv) {   /* the group's Q-Filters or query statistics */
     const size_t per = (size_t)kv->dims.n_layers * kv->H * kv->d * sizeof(float);
-    return vq_evict_needs_filter(&kv->ev) ? per : vq_evict_needs_qstats(&kv->ev) ? per * kv->G * 2 : 0;
+    const int c = kv->ev.cfg.pol ? kv->ev.cfg.pol->calib : VQ_POL_CAL_NONE;
+    return c == VQ_POL_CAL_FILTER ? per : c == VQ_POL_CAL_QSTATS ? per * kv->G * 2 : 0;
 }
 static size_t kx_bytes(const vq_kvg *kv) {   /* the key pre-transform (kmean= / kscale=) */
     return kv->kx ? (size_t)(kv->dims.n_layers / kv->vh) * kv->kx_hc * 3 * kv->d * sizeof(float) : 0;
@@ -65,8 +66,8 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
         b += states_bytes(kv, l);
         b += layer_fixed_bytes(kv) + (size_t)(kv->layers[l].n_pages + kv->layers[l].n_spare) * kv->page_bytes;
     }
-    return b + (kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0) + ev_cal_bytes(kv) + kx_bytes(kv) +
-           (kv->tier ? vq_kvg_bytes(kv->tier) : 0);
+    return b + (kv->ev.raw ? vq_kvg_obs_bytes(kv, kv->ev.raw_cap) : 0) + ev_cal_bytes(kv) + kx_bytes(kv) +
+           (kv->dm.tier ? vq_kvg_bytes(kv->dm.tier) : 0);
 }
 /* Rows coded (not in the window or the sink) once a layer has taken `rows` rows in order. */
 static int coded_at(const vq_kvg *kv, int rows) {
@@ -90,8 +91,8 @@ size_t vq_kvg_bytes_at(const vq_kvg *kv, int rows) {
         b += states_bytes(kv, l) + layer_fixed_bytes(kv) + pages * kv->page_bytes;
     }
     /* a demoted tier holds at most the rows (an upper bound, as the main layers' with eviction) */
-    return b + vq_evict_raw_bytes(kv, rows) + ev_cal_bytes(kv) + kx_bytes(kv) +
-           (kv->tier ? vq_kvg_bytes_at(kv->tier, rows) : 0);
+    return b + vq_kvg_obs_bytes(kv, rows) + ev_cal_bytes(kv) + kx_bytes(kv) +
+           (kv->dm.tier ? vq_kvg_bytes_at(kv->dm.tier, rows) : 0);
 }
 
 /* Truncate a layer to positions < n: every sink and window row below n is kept, and the coded
@@ -147,8 +148,8 @@ int vq_kvg_rows(const vq_kvg *kv, int l) {
 
 void vq_kvg_destroy(vq_kvg *kv) {
     if (!kv) return;
-    vq_kvg_destroy(kv->tier);
-    vq_aligned_free(kv->dm_buf);
+    vq_kvg_destroy(kv->dm.tier);
+    vq_aligned_free(kv->dm.buf);   /* (a tier's: made by demote.c, freed with its group) */
     for (int l = 0; kv->layers && l < kv->dims.n_layers; l++) {
         vq_kv_layer *L = &kv->layers[l];
         if (L->pages) vq_kvg_free_spares(kv, L);
@@ -173,12 +174,11 @@ void vq_kvg_destroy(vq_kvg *kv) {
     vq_aligned_free(kv->scratch);
     vq_aligned_free(kv->slot_busy);
     vq_aligned_free(kv->enc_tmp);
-    kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
-    kv_free(kv, kv->ev_cal, ev_cal_bytes(kv));
+    kv_free(kv, kv->ev.raw, kv->ev.raw ? vq_kvg_obs_bytes(kv, kv->ev.raw_cap) : 0);
+    kv_free(kv, kv->ev.cal, ev_cal_bytes(kv));
     kv_free(kv, kv->kx, kx_bytes(kv));
-    vq_aligned_free(kv->ev_tmp);
-    vq_aligned_free(kv->ev_blk);
-    vq_aligned_free(kv->ada_cand);
+    vq_aligned_free(kv->ev.tmp);
+    vq_aligned_free(kv->ev.cand);
     vq_aligned_free(kv->off_k);
     vq_aligned_free(kv->off_v);
     vq_aligned_free(kv->gl);
@@ -192,7 +192,7 @@ void vq_kvg_clear(vq_kvg *kv) {
         for (int p = 0; p < L->n_pages; p++) kv_free(kv, L->pages[p], kv->page_bytes);
         L->n_pages = L->n_coded = L->win_start = L->win_count = L->sink_count = L->ring_lo = 0;
     }
-    if (kv->tier) vq_kvg_clear(kv->tier);
+    if (kv->dm.tier) vq_kvg_clear(kv->dm.tier);
 }
 
 void vq_kvg_free_spares(vq_kvg *kv, vq_kv_layer *L) {
@@ -228,7 +228,7 @@ int vq_kvg_ring_drop(vq_kvg *kv, int local, int32_t limit) {
     L->n_coded -= rows;
     if (L->ev_score)   /* scores are indexed by storage row: the kept rows' move down with them */
         for (int h = 0; h < kv->H; h++) {
-            float *sc = L->ev_score + (size_t)h * kv->ev_cap;
+            float *sc = L->ev_score + (size_t)h * kv->ev.cap;
             memmove(sc, sc + rows, (size_t)(L->n_coded + L->win_count) * sizeof(float));
         }
     kv->ring_dropped += rows;
@@ -236,17 +236,17 @@ int vq_kvg_ring_drop(vq_kvg *kv, int local, int32_t limit) {
 }
 
 /* A group for the layers gl[0..dims->n_layers) of a cache (dims already validated). With
- * heads=ada (sp.ev.ada) the group splits each cache layer into n_kv_heads local layers of one KV
+ * heads=ada (sp.ev.alloc->per_head) the group splits each cache layer into n_kv_heads local layers of one KV
  * head each (adakv.c); dims and gl are the cache's either way. */
 vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dims *dims,
                       const int *gl0, uint64_t seed, vq_err *err) {
-    vq_kv_parsed sp = *spp;   /* demote= fills sp.dm.norm from its tier's codec states */
+    const vq_kv_parsed sp = *spp;
     if (sp.wprec == 8 && dims->head_dim % 32) {
         vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': wprec=8 (window and sink rows in q8_0 blocks of 32) needs "
                    "head_dim %% 32 == 0, not %d", spec, dims->head_dim);
         return NULL;
     }
-    const int vh = sp.ev.pol && sp.ev.ada ? dims->n_kv_heads : 1;
+    const int vh = sp.ev.pol && sp.ev.alloc->per_head ? dims->n_kv_heads : 1;
     vq_kv_dims vd = *dims;   /* the local layers: one KV head and its G query heads each */
     vd.n_layers = dims->n_layers * vh;
     vd.n_kv_heads = dims->n_kv_heads / vh;
@@ -266,11 +266,11 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
     kv->xs = dims->n_kv_heads * D->head_dim;
     kv->qrow = dims->n_heads;
     kv->wprec = sp.wprec;
-    kv->ev = sp.ev;
-    kv->ev_cap = sp.ev.pol ? D->max_ctx : 0;
-    kv->ev_attn = vq_evict_needs_attn(&sp.ev);
+    kv->ev.cfg = sp.ev;
+    kv->ev.cap = sp.ev.pol ? D->max_ctx : 0;
+    kv->ev.attn = sp.ev.pol && (sp.ev.pol->flags & VQ_POL_ATTN);
     kv->n_layers_all = D->n_layers;   /* the group's; the router sets the cache's */
-    kv->ev_seed = mix_seed(seed, -1, 7);
+    kv->ev.seed = mix_seed(seed, -1, 7);
     const int NL = D->n_layers, NLc = dims->n_layers, Hc = dims->n_kv_heads;   /* local; the cache's */
     kv->gl = vq_aligned_alloc((size_t)NL * sizeof(int));
     if (!kv->gl) { free(gl); goto nomem; }
@@ -308,19 +308,18 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
     if (ev_cal_bytes(kv)) {   /* qfilters / expected_attention: each layer's part, copied */
         if (!sp.calib[0]) {
             vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': evict=%s needs calib=FILE (it is made from the "
-                       "model's queries: veloxquant calibrate -m MODEL -f TEXT -o FILE)", spec,
-                       vq_evict_needs_filter(&sp.ev) ? "qfilters" : "expected_attention");
+                       "model's queries: veloxquant calibrate -m MODEL -f TEXT -o FILE)", spec, sp.ev.pol->name);
             vq_kvg_destroy(kv);
             return NULL;
         }
-        kv->ev_cal = kv_alloc(kv, ev_cal_bytes(kv));
-        if (!kv->ev_cal) { vq_calib_free(&cal); goto nomem; }
+        kv->ev.cal = kv_alloc(kv, ev_cal_bytes(kv));
+        if (!kv->ev.cal) { vq_calib_free(&cal); goto nomem; }
         /* a local layer's part: its KV heads' filters, its query heads' statistics (heads=ada:
          * one KV head's, from head vq_kvg_head0 of the cache layer) */
         const size_t w = (size_t)kv->H * kv->d;
-        if (vq_evict_needs_filter(&sp.ev))
+        if (sp.ev.pol->calib == VQ_POL_CAL_FILTER)
             for (int l = 0; l < NL; l++)
-                memcpy(kv->ev_cal + l * w, cal.q_filter + ((size_t)gl[l] * Hc + vq_kvg_head0(kv, l)) * kv->d,
+                memcpy(kv->ev.cal + l * w, cal.q_filter + ((size_t)gl[l] * Hc + vq_kvg_head0(kv, l)) * kv->d,
                        w * sizeof(float));
         else
             for (int l = 0; l < NL; l++)
@@ -328,7 +327,7 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
                     const size_t cq = (size_t)gl[l] * dims->n_heads + (size_t)vq_kvg_head0(kv, l) * kv->G + hq;
                     const float *mu = cal.q_mean + cq * kv->d;
                     const float *sq = cal.q_sq + cq * kv->d;
-                    float *a = kv->ev_cal + ((size_t)l * D->n_heads + hq) * 2 * kv->d, *b = a + kv->d;
+                    float *a = kv->ev.cal + ((size_t)l * D->n_heads + hq) * 2 * kv->d, *b = a + kv->d;
                     for (int i = 0; i < kv->d; i++) {
                         a[i] = (float)(mu[i] / sqrt((double)kv->d));
                         b[i] = (float)(fmax(0.0, (double)sq[i] - (double)mu[i] * mu[i]) / (2.0 * kv->d));
@@ -429,19 +428,14 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
             memset(L->ev_score, 0, ev_score_bytes(kv));
         }
     }
-    if (kv->ev.pol) {   /* eviction scratch (like enc_tmp: outside the tally, in scratch_bytes) */
-        kv->ev_tmp = vq_aligned_alloc(2 * (size_t)kv->ev_cap * sizeof(float));
-        kv->ev_blk = vq_aligned_alloc((size_t)kv->ev_cap * sizeof *kv->ev_blk);
-        if (!kv->ev_tmp || !kv->ev_blk) goto nomem;
-        if (kv->ev.ada) {
-            kv->ada_cand = vq_aligned_alloc((size_t)kv->vh * kv->ev_cap * sizeof *kv->ada_cand);
-            if (!kv->ada_cand) goto nomem;
-        }
+    if (kv->ev.cfg.pol) {   /* eviction scratch (like enc_tmp: outside the tally, in scratch_bytes) */
+        kv->ev.tmp = vq_aligned_alloc(2 * (size_t)kv->ev.cap * sizeof(float));
+        kv->ev.cand = vq_aligned_alloc((size_t)kv->vh * kv->ev.cap * sizeof *kv->ev.cand);
+        if (!kv->ev.tmp || !kv->ev.cand) goto nomem;
     }
     if (vq_kvg_scratch_init(kv)) goto nomem;
     kv->enc_tmp = vq_aligned_alloc((size_t)kv->rpb_store * kv->d * sizeof(float));
     if (!kv->enc_tmp) goto nomem;
-    if (sp.dm.codec && vq_demote_attach(kv, &sp, spec, seed, err)) { vq_kvg_destroy(kv); return NULL; }
     vq_kv_normalize(kv->spec, sizeof kv->spec, &kv->st[0][0], &kv->st[1][0], &sp, kv->R, kv->wprec,
                     kv->P, kv->S);
     return kv;
@@ -449,6 +443,93 @@ nomem:
     vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_create: out of memory (spec '%s', %d layers)", spec, NL);
     vq_kvg_destroy(kv);
     return NULL;
+}
+
+/* ---- the store's part of eviction: the observer's buffer, the rows a policy starts with, compaction ---- */
+size_t vq_kvg_obs_bytes(const vq_kvg *g, int rows) {
+    if (!g->ev.attn || rows <= 0) return 0;
+    size_t cap = (size_t)VQ_MIN(g->dims.max_ctx, (rows + g->P - 1) / g->P * g->P);
+    return (size_t)g->n_slots * g->ev.nv * cap * sizeof(float);
+}
+
+/* ---- observe appended rows: new rows' scores start at what the policy row makes of their keys
+ * (observe_row: knorm's norms, qfilters' projections on the filters, expected_attention's expected
+ * log-attention), else at 0 ---- */
+static void observe_append(vq_kvg *g, int local, int idx0, int n, const float *k) {
+    float *sc = g->layers[local].ev_score;
+    if (!sc || n <= 0) return;
+    const vq_kv_policy *pol = g->ev.cfg.pol;
+    const int d = g->d;
+    /* one KV head's part of the calibration the row asked for (create refuses a spec without it):
+     * its filter (d floats) or its query heads' statistics (G x 2 x d) */
+    const size_t ch = pol->calib == VQ_POL_CAL_FILTER ? (size_t)d
+                    : pol->calib == VQ_POL_CAL_QSTATS ? (size_t)g->G * 2 * d : 0;
+    const float *cal = ch && g->ev.cal ? g->ev.cal + (size_t)local * g->H * ch : NULL;
+    for (int h = 0; h < g->H; h++)
+        for (int i = 0; i < n; i++)
+            sc[(size_t)h * g->ev.cap + idx0 + i] = pol->observe_row && (!ch || cal)
+                ? pol->observe_row(k + (size_t)i * g->xs + (size_t)h * d, d, cal ? cal + h * ch : NULL, g->G) : 0.0f;
+}
+
+/* ---- compaction ---- */
+/* one store block (rpb_store rows) from block index b to w: positions, and for every head the K
+ * and V codes (a store block never straddles a page: P is a multiple of rpb_store) */
+static void move_block(vq_kvg *g, vq_kv_layer *L, int b, int w) {
+    const int rpb = g->rpb_store, cs = b * rpb, cd = w * rpb;
+    uint8_t *ps = L->pages[cs / g->P], *pd = L->pages[cd / g->P];
+    const int rs = cs % g->P, rd = cd % g->P;
+    memmove((int32_t *)(void *)pd + rd, (int32_t *)(void *)ps + rs, (size_t)rpb * sizeof(int32_t));
+    for (int s = 0; s < 2; s++) {
+        const size_t bb = g->st[s][0].block_bytes, n = (size_t)(rpb / g->rpb[s]) * bb;
+        for (int h = 0; h < g->H; h++) {
+            size_t off = s ? g->off_v[h] : g->off_k[h];
+            memmove(pd + off + (size_t)(rd / g->rpb[s]) * bb, ps + off + (size_t)(rs / g->rpb[s]) * bb, n);
+        }
+    }
+    if (L->ev_score)
+        for (int h = 0; h < g->H; h++) {
+            float *sc = L->ev_score + (size_t)h * g->ev.cap;
+            memmove(sc + cd, sc + cs, (size_t)rpb * sizeof(float));
+        }
+}
+
+static void page_free(vq_kvg *g, void *p) {
+    if (!p) return;
+    vq_aligned_free(p);
+    g->bytes -= g->page_bytes;
+}
+
+int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
+    vq_kv_layer *L = &g->layers[local];
+    const int rpb = g->rpb_store, nb = L->n_coded / rpb;
+    int w = 0;
+    for (int b = 0; b < nb; b++) {
+        int all = 1;
+        for (int t = 0; t < rpb && all; t++) all = drop[b * rpb + t] != 0;
+        if (all) continue;
+        if (w != b) move_block(g, L, b, w);
+        w++;
+    }
+    const int old = L->n_coded, nc = w * rpb;
+    if (nc == old) return 0;
+    if (L->ev_score)   /* the window's scores follow the coded rows */
+        for (int h = 0; h < g->H; h++) {
+            float *sc = L->ev_score + (size_t)h * g->ev.cap;
+            memmove(sc + nc, sc + old, (size_t)L->win_count * sizeof(float));
+        }
+    L->n_coded = nc;
+    const int need = (nc + g->P - 1) / g->P;
+    vq_kvg_free_spares(g, L);
+    for (int p = need; p < L->n_pages; p++) page_free(g, L->pages[p]);
+    L->n_pages = VQ_MIN(L->n_pages, need);
+    for (int p = 0; p < L->n_pages; p++) {
+        int32_t mn = INT32_MAX;
+        const int32_t *pp = (const int32_t *)(const void *)L->pages[p];
+        for (int r = 0; r < VQ_MIN(g->P, nc - p * g->P); r++) mn = VQ_MIN(mn, pp[r]);
+        L->page_minpos[p] = mn;
+    }
+    g->ev.dropped += old - nc;
+    return old - nc;
 }
 
 /* ---- append ---- */
@@ -537,15 +618,15 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
         vq_kvg_ring_drop(kv, local, pos0 - L->span);
         rows = L->n_coded + L->win_count + L->sink_count;
     }
-    if (kv->ev_attn && rows + n > kv->ev_raw_cap) {   /* the observer's buffer grows with the rows */
+    if (kv->ev.attn && rows + n > kv->ev.raw_cap) {   /* the observer's buffer grows with the rows */
         int cap = VQ_MIN(kv->dims.max_ctx, (rows + n + kv->P - 1) / kv->P * kv->P);
-        float *raw = kv_alloc(kv, vq_evict_raw_bytes(kv, cap));
+        float *raw = kv_alloc(kv, vq_kvg_obs_bytes(kv, cap));
         if (!raw)
             return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_append: layer %d: out of memory for the eviction "
-                              "observer (%zu bytes)", layer, vq_evict_raw_bytes(kv, cap));
-        kv_free(kv, kv->ev_raw, kv->ev_raw ? vq_evict_raw_bytes(kv, kv->ev_raw_cap) : 0);
-        kv->ev_raw = raw;
-        kv->ev_raw_cap = cap;
+                              "observer (%zu bytes)", layer, vq_kvg_obs_bytes(kv, cap));
+        kv_free(kv, kv->ev.raw, kv->ev.raw ? vq_kvg_obs_bytes(kv, kv->ev.raw_cap) : 0);
+        kv->ev.raw = raw;
+        kv->ev.raw_cap = cap;
     }
 
     /* attention sink: the leading rows whose position is < S stay in full precision for good */
@@ -627,7 +708,7 @@ vq_status vq_kvg_append(vq_kvg *kv, int local, int pos0, int n, const float *k, 
         L->win_pos[slot] = pos0 + i;
         L->win_count++;
     }
-    vq_evict_observe_append(kv, local, idx0, n, k);
+    observe_append(kv, local, idx0, n, k);
     return VQ_OK;
 }
 

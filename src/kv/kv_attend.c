@@ -17,7 +17,7 @@ typedef struct task {
     const vq_kvg *kv;
     const vq_kv_layer *L;
     int layer, h, q0, nq, span;   /* span: the layer's attention span (0: unbounded) */
-    int shared, gumbel;        /* eviction: other tasks add to this head's scores; keyformer */
+    int shared, reweight;      /* eviction: other tasks add to this head's scores; the policy reweights */
     const int *q_pos;
     const float *q;
     float *out;
@@ -27,11 +27,11 @@ typedef struct task {
     const float *xy, *xlse;
 } task;
 
-/* Eviction's observer (kv->ev_attn): the softmax weights of every block as computed, with the
+/* Eviction's observer (kv->ev.attn): the softmax weights of every block as computed, with the
  * block's running max, so that once the pass ends they are rescaled to the final softmax
  * (w * exp(m_block - m) / l) and added to the layer's scores: no second pass over the codes. */
 typedef struct obs {
-    float *raw;                /* nv x ev_cap weights, [j * cap + storage index] */
+    float *raw;                /* nv x ev.raw_cap weights, [j * cap + storage index] */
     float *bm;                 /* per block: nv running maxima */
     int *b0, *bn;              /* per block: first storage index, rows */
     int nblk, cap, nv;
@@ -259,9 +259,9 @@ static void fp_block(sm *s, float *S, int32_t *wpos, const vq_kvg *kv, const tas
 
 /* Bytes of one task's scratch for nv query vectors (every buffer 64-byte aligned). The full-
  * precision rows are taken in chunks of at most P rows, so P bounds the score buffer. */
-static size_t obs_bytes(const vq_kvg *kv, int nv) {   /* the block table (the weights: ev_raw) */
-    if (!kv->ev_attn) return 0;
-    const int nblk = kv->ev_nblk;
+static size_t obs_bytes(const vq_kvg *kv, int nv) {   /* the block table (the weights: ev.raw) */
+    if (!kv->ev.attn) return 0;
+    const int nblk = kv->ev.nblk;
     return al64((size_t)nblk * nv * sizeof(float)) + 2 * al64((size_t)nblk * sizeof(int));
 }
 static size_t task_bytes(const vq_kvg *kv, int nv) {
@@ -279,34 +279,24 @@ static size_t task_bytes(const vq_kvg *kv, int nv) {
  * that decode never allocates (kv.c calls this at create). */
 vq_status vq_kvg_scratch_init(vq_kvg *kv) {
     kv->n_slots = VQ_MAX(1, omp_get_max_threads());
-    kv->ev_nv = QCHUNK * kv->G;
+    kv->ev.nv = QCHUNK * kv->G;
     /* blocks one pass meets: the pages, then the window and the sink in chunks of P rows */
-    kv->ev_nblk = kv->page_cap + (kv->win_cap + kv->P - 1) / kv->P + (kv->S + kv->P - 1) / kv->P + 2;
-    kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G)) + (kv->is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
+    kv->ev.nblk = kv->page_cap + (kv->win_cap + kv->P - 1) / kv->P + (kv->S + kv->P - 1) / kv->P + 2;
+    kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G)) + (kv->dm.is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
     kv->scratch = vq_aligned_alloc((size_t)kv->n_slots * kv->slot_bytes);
     kv->slot_busy = vq_aligned_alloc((size_t)kv->n_slots * sizeof(int));
     return kv->scratch && kv->slot_busy ? VQ_OK : VQ_ERR_NOMEM;
 }
 
-/* keyformer's noise: a Gumbel sample from a hash of (seed, layer, query position, head, row) */
-static float gumbel(uint64_t seed, int layer, int qp, int hq, int idx) {
-    uint64_t z = seed ^ ((uint64_t)(uint32_t)layer << 48) ^ ((uint64_t)(uint32_t)qp << 20) ^
-                 ((uint64_t)(uint32_t)hq << 8) ^ ((uint64_t)(uint32_t)idx * 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    double u = ((double)(z >> 11) + 0.5) / 9007199254740992.0;
-    return (float)-log(-log(u));
-}
-
 /* The observed weights, rescaled to the final softmax, into the layer's scores for this head
  * (summed over the group's query heads and the observed query rows). */
 static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, const int *qpos) {
-    float *dst = t->L->ev_score + (size_t)t->h * kv->ev_cap;
-    const int gum = t->gumbel;
+    float *dst = t->L->ev_score + (size_t)t->h * kv->ev.cap;
+    void (*rw)(const vq_pol_attn *, float *, const int *, const int *, int) =
+        t->reweight ? kv->ev.cfg.pol->reweight : NULL;
     for (int j = 0; j < s->nv; j++) {
         const int qp = qpos[j / s->G];
-        if (qp < kv->ev_obs_from || s->l[j] <= 0.0f) continue;
+        if (qp < kv->ev.obs_from || s->l[j] <= 0.0f) continue;
         float *raw = ob->raw + (size_t)j * ob->cap;
         /* with a demoted tier the softmax also runs over its rows: its sum joins the normalizer */
         const float xl = t->xlse ? t->xlse[j] : -INFINITY;
@@ -317,27 +307,11 @@ static void obs_fold(const vq_kvg *kv, const task *t, const sm *s, obs *ob, cons
             float *w = raw + ob->b0[b];
             for (int r = 0; r < ob->bn[b]; r++) w[r] *= f;
         }
-        if (gum) {   /* softmax((log w + g) / tau) over the rows this query saw */
-            const float itau = (float)(1.0 / kv->ev.tau);
-            const int hq = (vq_kvg_head0(kv, t->layer) + t->h) * s->G + j % s->G;   /* the cache's */
-            float mx = -INFINITY;
-            double sum = 0;
-            for (int b = 0; b < ob->nblk; b++)
-                for (int r = 0; r < ob->bn[b]; r++) {
-                    float *w = raw + ob->b0[b] + r;
-                    *w = *w > 0.0f ? (logf(*w) + gumbel(kv->ev_seed, kv->gl[t->layer], qp, hq, ob->b0[b] + r)) * itau
-                                   : -INFINITY;
-                    mx = *w > mx ? *w : mx;
-                }
-            for (int b = 0; b < ob->nblk; b++)
-                for (int r = 0; r < ob->bn[b]; r++) {
-                    float *w = raw + ob->b0[b] + r;
-                    *w = *w == -INFINITY ? 0.0f : expf(*w - mx);
-                    sum += *w;
-                }
-            const float is = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-            for (int b = 0; b < ob->nblk; b++)
-                for (int r = 0; r < ob->bn[b]; r++) raw[ob->b0[b] + r] *= is;
+        if (rw) {   /* the policy turns the weights into others (keyformer's Gumbel softmax) */
+            const vq_pol_attn a = {.seed = kv->ev.seed, .layer = kv->gl[t->layer], .qp = qp,
+                                   .hq = (vq_kvg_head0(kv, t->layer) + t->h) * s->G + j % s->G,   /* the cache's */
+                                   .tau = kv->ev.cfg.tau};
+            rw(&a, raw, ob->b0, ob->bn, ob->nblk);
         }
         for (int b = 0; b < ob->nblk; b++) {
             const float *w = raw + ob->b0[b];
@@ -362,7 +336,7 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     const int wc = L->win_count, sc = L->sink_count, smax = kv->P;
     const size_t qsb = al64(VQ_MAX(sk->qstate_bytes, 1));
     const int acc_stride = (int)(al64((size_t)sv->acc_floats * sizeof(float)) / sizeof(float));
-    uint8_t *p = mem + (kv->is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
+    uint8_t *p = mem + (kv->dm.is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
     uint8_t *qst = p; p += nv * qsb;
     const void **qptr = (const void **)(void *)p; p += al64(nv * sizeof(void *));
     float **accptr = (float **)(void *)p; p += al64(nv * sizeof(void *));
@@ -377,13 +351,13 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     int32_t *wpos = (int32_t *)(void *)p; p += al64((size_t)smax * sizeof(int32_t));
     float *qc = (float *)(void *)p; p += al64((size_t)nv * sizeof(float));   /* kmean=: q·c per query */
     obs ob0, *ob = NULL;
-    if (kv->ev_attn && L->ev_score && raw) {
+    if (kv->ev.attn && L->ev_score && raw) {
         ob0.raw = raw;
-        ob0.bm = (float *)(void *)p; p += al64((size_t)kv->ev_nblk * nv * sizeof(float));
-        ob0.b0 = (int *)(void *)p; p += al64((size_t)kv->ev_nblk * sizeof(int));
+        ob0.bm = (float *)(void *)p; p += al64((size_t)kv->ev.nblk * nv * sizeof(float));
+        ob0.b0 = (int *)(void *)p; p += al64((size_t)kv->ev.nblk * sizeof(int));
         ob0.bn = (int *)(void *)p;
         ob0.nblk = 0;
-        ob0.cap = kv->ev_raw_cap;
+        ob0.cap = kv->ev.raw_cap;
         ob0.nv = nv;
         ob = &ob0;
     }
@@ -489,7 +463,7 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int sp
         rows += kv->layers[l].n_coded + kv->layers[l].win_count + kv->layers[l].sink_count;
     /* demote= (never with heads=ada, so nloc is 1): the tier's pass first, when it holds rows,
      * merged by the main pass */
-    const vq_kv_layer *TL = kv->tier ? &kv->tier->layers[local] : NULL;
+    const vq_kv_layer *TL = kv->dm.tier ? &kv->dm.tier->layers[local] : NULL;
     const int trows = TL ? TL->n_coded + TL->win_count + TL->sink_count : 0;
     rows += trows;
     const double work = (double)n_q * kv->G * kv->H * kv->d * rows;
@@ -501,16 +475,16 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int sp
         const size_t qoff = (size_t)vq_kvg_head0(kv, l) * kv->G * kv->d;   /* heads=ada: its query heads */
         task t = {.kv = kv, .L = &kv->layers[l], .layer = l, .span = span, .h = i % kv->H, .q0 = (i / per) * QCHUNK,
                   .q_pos = q_pos, .q = q + qoff, .out = out + qoff, .shared = nchunks > 1,
-                  .gumbel = kv->ev_attn && vq_evict_gumbel(&kv->ev)};
+                  .reweight = kv->ev.attn && kv->ev.cfg.pol->reweight};
         t.nq = VQ_MIN(QCHUNK, n_q - t.q0);
         /* a free slot of the group's scratch; only callers that attend on one cache from more
          * threads than it has slots (several layers at once) fall back to an allocation */
         int slot;
         uint8_t *mem = slot_take(kv, &slot);
-        const size_t rawn = (size_t)kv->ev_nv * kv->ev_raw_cap;
-        float *raw = !kv->ev_raw ? NULL : slot >= 0 ? kv->ev_raw + (size_t)slot * rawn
+        const size_t rawn = (size_t)kv->ev.nv * kv->ev.raw_cap;
+        float *raw = !kv->ev.raw ? NULL : slot >= 0 ? kv->ev.raw + (size_t)slot * rawn
                                                     : vq_aligned_alloc(rawn * sizeof(float));
-        if (!mem || (kv->ev_raw && !raw)) {
+        if (!mem || (kv->ev.raw && !raw)) {
             if (slot < 0) vq_aligned_free(raw);
             slot_give(kv, slot, mem);
 #pragma omp atomic write
@@ -518,12 +492,12 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int sp
             continue;
         }
         int tslot = -1;
-        uint8_t *tmem = trows ? slot_take(kv->tier, &tslot) : NULL;
+        uint8_t *tmem = trows ? slot_take(kv->dm.tier, &tslot) : NULL;
         if (tmem) {
             task tt = t;
-            tt.kv = kv->tier;
+            tt.kv = kv->dm.tier;
             tt.L = TL;
-            tt.shared = tt.gumbel = 0;
+            tt.shared = tt.reweight = 0;
             tt.y = (float *)(void *)tmem;
             tt.lse = (float *)(void *)(tmem + al64((size_t)QCHUNK * kv->G * kv->d * sizeof(float)));
             run_task(&tt, tmem, NULL);
@@ -536,7 +510,7 @@ vq_status vq_kvg_attend(const vq_kvg *kv, int local, int nloc, int layer, int sp
         } else {
             run_task(&t, mem, raw);
         }
-        if (tmem) slot_give(kv->tier, tslot, tmem);
+        if (tmem) slot_give(kv->dm.tier, tslot, tmem);
         if (slot < 0) vq_aligned_free(raw);
         slot_give(kv, slot, mem);
     }

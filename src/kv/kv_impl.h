@@ -1,5 +1,8 @@
-/* kv_impl.h: the KV store's private layout, shared by kv.c (create, append, accounting),
- * kv_spec.c (spec parsing) and kv_attend.c (attention from codes). Not a public header.
+/* kv_impl.h: the KV store's private layout, shared by the files of src/kv: kv_policy.c (the policy
+ * tables, kv_policy.h), kv_spec.c (spec parsing), kv_attend.c (attention from codes), kv.c
+ * (create, append, compaction, accounting), demote.c, evict.c, adakv.c, kv_layers.c (the router)
+ * and kv_state.c, in that order of calls: a file calls only files before it (lib/kv_files). Not a
+ * public header.
  * A cache (struct vq_kv) routes each layer to a group (struct vq_kvg): one group per codec
  * config, so per-layer overrides ("base@0,-1=f16") get their own page layout. */
 #ifndef VQ_KV_IMPL_H
@@ -8,29 +11,28 @@
 #include <string.h>
 #include "kv/kv.h"
 #include "codec/codec.h"
+#include "kv/kv_policy.h"
 
 #define VQ_KV_MAX_PARAMS 16
 #define VQ_KV_ABS_MAX 65504.0f   /* largest |x| append accepts (the fp16 range) */
 #define VQ_KV_SPEC_MAX 2048      /* a full spec (base + layer overrides), incl. the NUL */
 #define VQ_KV_CALIB_MAX 256      /* calib=FILE path, incl. the NUL */
 
-/* Token eviction (evict.c): a policy (a row of its table) and its parameters, from the spec's
- * store keys evict=NAME,budget=..,sinks=..,recent=..,every=.. (docs/kv-spec.md). */
-typedef struct vq_evict_policy vq_evict_policy;
-typedef struct vq_evict_blk vq_evict_blk;
-typedef struct vq_evict_cfg {
-    const vq_evict_policy *pol;   /* NULL: no eviction */
+/* Token eviction: a policy (a row of kv_policy.c's table), an allocator (heads=) and their
+ * parameters, from the spec's keys evict=NAME,budget=..,sinks=..,recent=..,every=.. (parsed by
+ * kv_spec.c from the keys the tables declare; docs/kv-spec.md). */
+struct vq_evict_cfg {
+    const vq_kv_policy *pol;      /* NULL: no eviction */
+    const vq_kv_alloc *alloc;     /* heads=shared (the default) or heads=ada; set with pol */
     double budget;                /* >= 1: rows per layer; (0, 1]: ratio of the positions seen */
     int budget_ratio;             /* budget given as a ratio */
     int sinks, recent, every;     /* first positions kept, last positions kept, decode steps per step */
     int obs, pool;                /* snapkv/pyramidkv: observed prompt queries, max-pool width */
     double slope, tau;            /* pyramidkv budget slope; keyformer Gumbel temperature */
-    unsigned seen;                /* keys given (parser bookkeeping, one bit per key) */
-    /* heads=ada (adakv.c): rows stored per KV head, budgets allocated across a layer's heads */
-    int ada;                      /* 1: heads=ada; 0: heads=shared (the default) */
-    double floor;                 /* ada: each head keeps at least floor * budget rows */
-    unsigned ada_seen;            /* heads= / floor= given (parser bookkeeping) */
-} vq_evict_cfg;
+    unsigned seen;                /* keys given (parser bookkeeping, bit VQ_PK_*) */
+    double floor;                 /* heads=ada: each head keeps at least floor * budget rows */
+    unsigned ada_seen;            /* heads= / floor= given (parser bookkeeping, bit VQ_AK_*) */
+};
 
 /* Demote mode (demote.c): the spec part demote=CODEC[:params] names the codec an eviction step
  * re-codes the rows it drops with (a second, lower-precision tier) instead of dropping them. */
@@ -98,7 +100,7 @@ typedef struct vq_kv_layer {
     void *sink_k, *sink_v; /* rows with position < S, full precision, never coded (sink=S) */
     int32_t *sink_pos;
     int sink_count;
-    float *ev_score;       /* eviction: H x ev_cap scores, [h * ev_cap + storage index] (coded rows,
+    float *ev_score;       /* eviction: H x ev.cap scores, [h * ev.cap + storage index] (coded rows,
                               then the window; sink rows have none): what the policy observed */
     int span;              /* the cache layer's attention span (0: unbounded, no ring) */
     int ring_lo;           /* the ring freed every position in [S, ring_lo) (0: none freed) */
@@ -147,33 +149,40 @@ typedef struct vq_kvg {
     int n_slots;
     int *slot_busy;        /* per slot: taken (atomic flag) */
     vq_kv_layer *layers;
-    /* token eviction (evict.c): the policy, its per-layer scores (in the layers) and schedule */
-    vq_evict_cfg ev;
-    int ev_cap;            /* rows per head in ev_score (max_ctx) */
-    int ev_attn;           /* attention observes softmax weights into ev_score */
-    int ev_obs_from;       /* queries at positions >= this feed the scores */
-    int ev_steps;          /* decode steps since the last eviction step */
     int n_layers_all;      /* the cache's layer count (pyramidkv's schedule) */
-    uint64_t ev_seed;      /* keyformer's noise */
-    long ev_dropped;       /* rows evicted so far, all layers of the group */
     long ring_dropped;     /* rows the sliding-window rings freed, all layers of the group */
-    int ev_nblk;           /* per-task block table entries (kv_attend.c) */
-    float *ev_raw;         /* the observer's weights: n_slots x ev_nv x ev_raw_cap floats, grown
-                              (by append, in pages of P rows) to the most rows a layer has held */
-    int ev_nv, ev_raw_cap;
-    float *ev_cal;         /* from calib=FILE, else NULL: qfilters: [local layer][H][d] unit filters;
+    /* token eviction: the policy and allocator rows with their keys (kv_policy.h) and what the
+     * group keeps for them. The observed per-row scores are in the layers (ev_score: the store
+     * keeps them in step with the rows it moves; the row decides what goes in and how it is
+     * read); the observer's buffer, the calibration the row asked for, the step's schedule and
+     * scratch (evict.c) are here. */
+    struct vq_kvg_ev {
+        vq_evict_cfg cfg;  /* cfg.pol NULL: no eviction */
+        int cap;           /* rows per head in ev_score (max_ctx) */
+        int attn;          /* attention observes softmax weights into ev_score (VQ_POL_ATTN) */
+        int obs_from;      /* queries at positions >= this feed the scores */
+        int steps;         /* decode steps since the last eviction step */
+        uint64_t seed;     /* keyformer's noise */
+        long dropped;      /* rows evicted so far, all layers of the group */
+        int nblk;          /* per-task block table entries (kv_attend.c) */
+        float *raw;        /* the observer's weights: n_slots x nv x raw_cap floats, grown (by
+                              append, in pages of P rows) to the most rows a layer has held */
+        int nv, raw_cap;
+        float *cal;        /* from calib=FILE, else NULL: qfilters: [local layer][H][d] unit filters;
                               expected_attention: [local layer][H][G][2][d]: E[q]/sqrt(d), Var[q]/(2d) */
-    float *ev_tmp;         /* eviction scratch: 2 x ev_cap floats (row scores, pooling) */
-    struct vq_evict_blk { float s; int b; } *ev_blk;   /* ev_cap candidate blocks */
-    struct vq_ada_cand *ada_cand;   /* heads=ada: vh x ev_cap candidates of a layer's heads */
+        float *tmp;        /* step scratch: 2 x cap floats (row scores, pooling) */
+        vq_ada_cand *cand; /* step scratch: vh x cap candidate blocks of a cache layer's heads */
+    } ev;
     /* demote mode (demote.c): the tier an eviction step re-codes the rows it drops into: a group
      * of the same layers (its own codec, window 0 as a staging ring for partial blocks, no sink,
      * no policy) whose rows hold their true positions, in no particular order */
-    struct vq_kvg *tier;   /* NULL: rows evicted are dropped */
-    int is_tier;           /* this group is a tier: each attention slot starts with its output */
-    float *dm_buf;         /* (tier) a main store block decoded: K, V (rpb x H x d each), a row */
-    size_t dm_bytes;       /* (tier) dm_buf's size (vq_kv_scratch_bytes counts it) */
-    long dm_rows;          /* (tier) rows demoted into it so far, all layers */
+    struct vq_kvg_dm {
+        struct vq_kvg *tier;   /* NULL: rows evicted are dropped */
+        int is_tier;           /* this group is a tier: each attention slot starts with its output */
+        float *buf;            /* (tier) a main store block decoded: K, V (rpb x H x d each), a row */
+        size_t bytes;          /* (tier) buf's size (vq_kv_scratch_bytes counts it) */
+        long rows;             /* (tier) rows demoted into it so far, all layers */
+    } dm;
 } vq_kvg;
 
 struct vq_kv {
@@ -217,34 +226,21 @@ int vq_kvg_truncate(vq_kvg *g, int local, int n, int dry);
  * positions <= limit, moving only page pointers. Returns rows freed. */
 int vq_kvg_ring_drop(vq_kvg *g, int local, int32_t limit);
 void vq_kvg_free_spares(vq_kvg *g, vq_kv_layer *L);   /* before anything else frees pages */
-/* evict.c */
-vq_status vq_evict_key(vq_evict_cfg *ev, const char *key, const char *val, char *msg, size_t cap);
-int vq_evict_is_key(const char *key);
-vq_status vq_evict_check(vq_evict_cfg *ev, char *msg, size_t cap);   /* after parsing: defaults */
-int vq_evict_print(const vq_evict_cfg *ev, char *out, size_t cap);          /* ";evict=..." */
-int vq_evict_keeps(const vq_evict_cfg *ev, int n);   /* 1: no layer's budget drops a row of n positions */
-size_t vq_evict_help(char *buf, size_t n);
-int vq_evict_needs_attn(const vq_evict_cfg *ev);
-int vq_evict_needs_knorm(const vq_evict_cfg *ev);
-int vq_evict_needs_filter(const vq_evict_cfg *ev);   /* qfilters: the calibration's q_filter */
-int vq_evict_needs_qstats(const vq_evict_cfg *ev);   /* expected_attention: its q_mean, q_sq */
-int vq_evict_gumbel(const vq_evict_cfg *ev);
-size_t vq_evict_raw_bytes(const vq_kvg *g, int rows);   /* the observer's buffer for rows held */
-void vq_evict_observe_append(vq_kvg *g, int local, int idx0, int n, const float *k);
-/* One eviction step of a group layer: drop rows down to the layer's budget (next_pos: the next
- * position to be appended). Returns rows dropped. */
-int vq_kvg_evict_layer(vq_kvg *g, int local, int next_pos);
-/* Drop the coded blocks whose rows are all flagged (drop[storage index] != 0); window and sink
- * rows cannot be dropped. Returns rows dropped. */
+/* kv.c, the store's part of eviction: the observer's buffer for rows held; the rows a policy
+ * starts with (observe appended rows, through the row's observe_row); compaction: drop the coded
+ * blocks whose rows are all flagged (drop[storage index] != 0; window and sink rows cannot be
+ * dropped), the pages compacted and the empty ones freed. Returns rows dropped. */
+size_t vq_kvg_obs_bytes(const vq_kvg *g, int rows);
 int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop);
-/* demote.c: the tier of a group whose spec has demote= (made by vq_kvg_create, which then prints
- * sp->dm.norm from the tier's codec states); the rows drop would remove, re-coded into the tier
- * at their positions (vq_kvg_drop_rows calls it first); truncate of the tier (returns the bound
- * as vq_kvg_truncate does); the spec parser's check of the demote codec (fills sp->dm.norm). */
-vq_status vq_demote_attach(vq_kvg *g, vq_kv_parsed *sp, const char *spec, uint64_t seed, vq_err *err);
+/* demote.c: the tier of a group whose spec has demote= (made by the router after vq_kvg_create;
+ * re-prints the group's normalized spec from the tier's codec states); the rows a drop set would
+ * remove, re-coded into the tier at their positions (the eviction step calls it before
+ * vq_kvg_drop_rows); truncate of the tier (returns the bound as vq_kvg_truncate does). */
+vq_status vq_demote_attach(vq_kvg *g, const vq_kv_parsed *sp, const char *spec, uint64_t seed, vq_err *err);
 void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop);
 int vq_demote_truncate(vq_kvg *g, int local, int n, int dry);
-vq_status vq_demote_probe(vq_kv_parsed *sp, const vq_codec_ctx *ctx, int d0, vq_err *err);
+/* kv_spec.c: demote='s normalized text "codec:params" from the tier codec's two states */
+void vq_kv_demote_print(vq_kv_demote *dm, const vq_codec_state *sk, const vq_codec_state *sv);
 /* kv_attend.c: bytes at the head of a tier's attention slot (its output, handed to the main pass) */
 size_t vq_kvg_tier_out_bytes(const vq_kvg *g);
 /* Window and sink rows (wprec=): fp16 or fp32 elements, or 8-bit codes (wprec=8: per head, blocks
@@ -305,23 +301,8 @@ static inline const vq_codec_state *vq_kvg_st(const vq_kvg *g, int side, int loc
     return &g->st[side][(size_t)(local / g->vh) * g->hs[side] + (g->hs[side] > 1 ? hh : 0)];
 }
 
-/* ---- heads=ada (adakv.c): per-head rows and the AdaKV budget allocator ---- */
-int vq_ada_is_key(const char *key);
-vq_status vq_ada_key(vq_evict_cfg *ev, const char *key, const char *val, char *msg, size_t cap);
-vq_status vq_ada_check(vq_evict_cfg *ev, char *msg, size_t cap);   /* inside vq_evict_check */
-int vq_ada_print(const vq_evict_cfg *ev, char *out, size_t cap);   /* ",heads=ada,floor=.." or "" */
-/* A candidate (a coded block of one head that no protected row is in) and the allocator: see adakv.c */
-typedef struct vq_ada_cand { float s; int h, b, keep; } vq_ada_cand;
-int vq_ada_alloc(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows);
-/* One eviction step of cache layer (group's l-th, local layers l*vh ..): returns rows dropped */
-int vq_ada_evict_layer(vq_kvg *g, int l, int next_pos);
-/* the router's per-head paths (local: the cache layer's first local layer) */
+/* ---- heads=ada (adakv.c): the router's per-head paths (local: the cache layer's first local layer) ---- */
 vq_status vq_ada_append(vq_kvg *g, int local, int layer, int pos0, int n, const float *k, const float *v,
                         int ring, vq_err *err);
 vq_status vq_ada_read(const vq_kvg *g, int local, int layer, float *k, float *v, int32_t *pos, vq_err *err);
-/* evict.c's parts an AdaKV step shares with the shared layout's step */
-int vq_evict_budget(const vq_kvg *g, int local, int next_pos);   /* rows per head */
-int vq_evict_candidates(vq_kvg *g, int local, int next_pos, vq_evict_blk *out);
-void vq_evict_step_done(vq_kvg *g, int local);                     /* snapkv: the window restarts */
-void vq_evict_row_scores(const vq_kvg *g, int local, float *rs);   /* coded rows, then the window */
 #endif

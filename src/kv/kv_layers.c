@@ -64,6 +64,11 @@ static vq_kvg *make_group(const vq_kv_clause *cl, const vq_kv_dims *D, const int
     vq_kv_parsed sp = cl->sp;
     sp.cache_layers = D->n_layers;   /* calib=FILE is checked against the whole cache */
     vq_kvg *g = cnt ? vq_kvg_create(&sp, cl->norm, &gd, gl, seed, err) : NULL;
+    /* demote=: the group's second tier (its layers, the tier's codec), made once the group is */
+    if (g && sp.dm.codec && vq_demote_attach(g, &sp, cl->norm, seed, err)) {
+        vq_kvg_destroy(g);
+        g = NULL;
+    }
     if (g) g->n_layers_all = D->n_layers;
     free(gl);
     return g;
@@ -276,8 +281,8 @@ size_t vq_kv_bytes_at(const vq_kv *kv, int rows) {
 size_t vq_kv_scratch_bytes(const vq_kv *kv) {
     size_t b = 0;
     for (int i = 0; kv && i < kv->n_groups; i++)
-        for (const vq_kvg *g = kv->g[i]; g; g = g->tier)   /* a group and its demoted tier */
-            b += (size_t)g->n_slots * g->slot_bytes + (size_t)g->rpb_store * g->d * sizeof(float) + g->dm_bytes;
+        for (const vq_kvg *g = kv->g[i]; g; g = g->dm.tier)   /* a group and its demoted tier */
+            b += (size_t)g->n_slots * g->slot_bytes + (size_t)g->rpb_store * g->d * sizeof(float) + g->dm.bytes;
     return b;
 }
 
@@ -290,14 +295,14 @@ int vq_kv_truncate(vq_kv *kv, int n) {
         for (int l = 0; l < kv->dims.n_layers; l++) {
             for (int h = 0; h < GROUP(kv, l)->vh; h++)   /* heads=ada: every KV head of the layer */
                 m = VQ_MIN(m, vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l) + h, keep, 1));
-            if (GROUP(kv, l)->tier) m = VQ_MIN(m, vq_demote_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 1));
+            if (GROUP(kv, l)->dm.tier) m = VQ_MIN(m, vq_demote_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 1));
         }
         if (m == keep) break;
         keep = m;
     }
     for (int l = 0; l < kv->dims.n_layers; l++) {
         for (int h = 0; h < GROUP(kv, l)->vh; h++) vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l) + h, keep, 0);
-        if (GROUP(kv, l)->tier) vq_demote_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 0);
+        if (GROUP(kv, l)->dm.tier) vq_demote_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 0);
     }
     return keep;
 }
@@ -305,7 +310,7 @@ int vq_kv_truncate(vq_kv *kv, int n) {
 size_t vq_kv_bytes_tally(const vq_kv *kv) {
     if (!kv) return 0;
     size_t b = kv->bytes;
-    for (int i = 0; i < kv->n_groups; i++) b += kv->g[i]->bytes + (kv->g[i]->tier ? kv->g[i]->tier->bytes : 0);
+    for (int i = 0; i < kv->n_groups; i++) b += kv->g[i]->bytes + (kv->g[i]->dm.tier ? kv->g[i]->dm.tier->bytes : 0);
     return b;
 }
 int vq_kv_rows(const vq_kv *kv, int layer) {   /* heads=ada: the most any KV head holds */

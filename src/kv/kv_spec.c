@@ -3,6 +3,7 @@
  * The grammar is documented in kv.h and docs/kv-spec.md; errors list every codec and parameter. */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,21 +21,6 @@ static const char *STORE_HELP =
     "calib=); with evict=: demote=CODEC[:params] re-codes the rows an "
     "eviction step drops with that codec instead of dropping them (k=B,v=B inside it set its bits, "
     "e.g. demote=turboquant_mse:k=2,v=2)";
-
-/* Every codec with its parameters, then the store keys (for CLIs and docs). */
-size_t vq_kv_spec_help(char *buf, size_t n) {
-    size_t o = 0;
-    if (n) buf[0] = 0;
-    for (int i = 0; vq_codec_at(i); i++) {
-        const vq_codec *c = vq_codec_at(i);
-        int w = snprintf(buf + VQ_MIN(o, n), n > o ? n - o : 0, "%s: %s\n", c->name, c->params_help);
-        if (w > 0) o += (size_t)w;
-    }
-    int w = snprintf(buf + VQ_MIN(o, n), n > o ? n - o : 0, "%s\n", STORE_HELP);
-    if (w > 0) o += (size_t)w;
-    o += vq_evict_help(buf + VQ_MIN(o, n), n > o ? n - o : 0);
-    return o;   /* length needed (snprintf style) */
-}
 
 /* Errors name the problem, every codec, and the store keys; a codec's own parameter list comes
  * with errors about that codec (its init), the full list from vq_kv_spec_help(). */
@@ -60,9 +46,221 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
     return 1;
 }
 
+/* ---- the eviction keys: declared by the policy tables (kv_policy.c), parsed here ---- */
+static int key_index(const vq_pol_key *keys, int n, const char *key) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(key, keys[i].name)) return i;
+    return -1;
+}
+static int is_evict_key(const char *key) {
+    return key_index(vq_pol_keys, VQ_PK_N, key) >= 0 || key_index(vq_alloc_keys, VQ_AK_N, key) >= 0;
+}
+
+static int num(const char *s, double lo, double hi, double *out) {
+    char *end = NULL;
+    double x = strtod(s, &end);
+    if (end == s || *end || !isfinite(x) || x < lo || x > hi) return 0;
+    *out = x;
+    return 1;
+}
+static int inum(const char *s, int lo, int hi, int *out) {
+    double x;
+    if (!num(s, lo, hi, &x) || x != floor(x) || strchr(s, '.') || strchr(s, 'e') || strchr(s, 'E')) return 0;
+    *out = (int)x;
+    return 1;
+}
+
+/* where a policy key's value goes */
+static int *ikey(vq_evict_cfg *ev, int i) {
+    return i == VQ_PK_SINKS ? &ev->sinks : i == VQ_PK_RECENT ? &ev->recent : i == VQ_PK_EVERY ? &ev->every
+         : i == VQ_PK_OBS ? &ev->obs : i == VQ_PK_POOL ? &ev->pool : NULL;
+}
+static double *rkey(vq_evict_cfg *ev, int i) {
+    return i == VQ_PK_SLOPE ? &ev->slope : i == VQ_PK_TAU ? &ev->tau : NULL;
+}
+
+/* the rows of the policy table that declare optional key i: "snapkv, pyramidkv" */
+static void key_owners(int i, char *out, size_t cap) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int p = 0; vq_kv_policy_at(p) && o < cap; p++)
+        if (vq_kv_policy_at(p)->keys & (1u << i)) {
+            int w = snprintf(out + o, cap - o, "%s%s", o ? ", " : "", vq_kv_policy_at(p)->name);
+            if (w > 0) o += (size_t)w;
+        }
+}
+
+/* an allocator key (heads=, floor=) */
+static vq_status alloc_key(vq_evict_cfg *ev, int i, const char *val, char *msg, size_t cap) {
+    const vq_pol_key *k = &vq_alloc_keys[i];
+    const unsigned bit = 1u << i;
+    if (ev->ada_seen & bit) { snprintf(msg, cap, "eviction key '%s' given twice", k->name); return VQ_ERR_ARG; }
+    ev->ada_seen |= bit;
+    if (k->kind == 'a') {
+        ev->alloc = vq_kv_alloc_find(val);
+        if (!ev->alloc) {
+            snprintf(msg, cap, "heads=%s is neither ada (rows per KV head, budgets allocated across a "
+                     "layer's heads) nor shared (the default: a row is kept for every head or none)", val);
+            return VQ_ERR_ARG;
+        }
+        return VQ_OK;
+    }
+    if (!num(val, k->lo, k->hi, &ev->floor)) {   /* floor=, the one other allocator key */
+        snprintf(msg, cap, "%s=%s is out of range (%s)", k->name, val, k->range);
+        return VQ_ERR_ARG;
+    }
+    return VQ_OK;
+}
+
+static vq_status evict_key(vq_evict_cfg *ev, const char *key, const char *val, char *msg, size_t cap) {
+    const int a = key_index(vq_alloc_keys, VQ_AK_N, key);
+    if (a >= 0) return alloc_key(ev, a, val, msg, cap);
+    const int i = key_index(vq_pol_keys, VQ_PK_N, key);
+    if (i < 0) { snprintf(msg, cap, "'%s' is not an eviction key", key); return VQ_ERR_ARG; }
+    if (ev->seen & (1u << i)) { snprintf(msg, cap, "eviction key '%s' given twice", key); return VQ_ERR_ARG; }
+    ev->seen |= 1u << i;
+    const vq_pol_key *k = &vq_pol_keys[i];
+    double x = 0;
+    int ok = 1;
+    switch (k->kind) {
+    case 'p':
+        ev->pol = vq_kv_policy_find(val);
+        if (!ev->pol) {
+            char names[200];
+            size_t o = 0;
+            names[0] = 0;
+            for (int p = 0; vq_kv_policy_at(p) && o < sizeof names; p++) {
+                int w = snprintf(names + o, sizeof names - o, "%s%s", p ? ", " : "", vq_kv_policy_at(p)->name);
+                if (w > 0) o += (size_t)w;
+            }
+            snprintf(msg, cap, "unknown eviction policy '%s' (policies: %s)", val, names);
+            return VQ_ERR_ARG;
+        }
+        break;
+    case 'b':   /* an integer: rows; with a '.' (or below 1): a ratio of the positions seen */
+        if (strchr(val, '.') || strchr(val, 'e') || strchr(val, 'E')) {
+            ok = num(val, 1e-6, 1.0, &x);
+            ev->budget_ratio = 1;
+        } else {
+            int t = 0;
+            ok = inum(val, (int)k->lo, (int)k->hi, &t);
+            x = t;
+            ev->budget_ratio = 0;
+        }
+        ev->budget = x;
+        if (!ok) {
+            snprintf(msg, cap, "budget=%s is neither a row count (1..16777216) nor a ratio "
+                     "(0 < r <= 1, written with a '.', e.g. 0.5)", val);
+            return VQ_ERR_ARG;
+        }
+        break;
+    case 'i': ok = inum(val, (int)k->lo, (int)k->hi, ikey(ev, i)); break;
+    case 'o': ok = inum(val, (int)k->lo, (int)k->hi, ikey(ev, i)) && (*ikey(ev, i) & 1); break;
+    case 'r': ok = num(val, k->lo, k->hi, rkey(ev, i)); break;
+    }
+    if (!ok) {
+        snprintf(msg, cap, "%s=%s is out of range (%s)", key, val, k->range);
+        return VQ_ERR_ARG;
+    }
+    return VQ_OK;
+}
+
+/* after every key of a part: defaults, and keys that need evict= or another policy */
+static vq_status evict_check(vq_evict_cfg *ev, char *msg, size_t cap) {
+    if (!ev->seen && !ev->ada_seen) return VQ_OK;
+    if (!ev->pol) {
+        snprintf(msg, cap, "eviction keys (budget=, sinks=, recent=, every=, ...) need evict=POLICY");
+        return VQ_ERR_ARG;
+    }
+    if (!(ev->seen & (1u << VQ_PK_BUDGET))) {
+        snprintf(msg, cap, "evict=%s needs budget= (rows per layer, e.g. budget=512, or a ratio of "
+                 "the positions seen, e.g. budget=0.5)", ev->pol->name);
+        return VQ_ERR_ARG;
+    }
+    for (int i = VQ_PK_OBS; i < VQ_PK_N; i++)   /* the optional keys: only the rows that declare them */
+        if ((ev->seen & (1u << i)) && !(ev->pol->keys & (1u << i))) {
+            char who[120];
+            key_owners(i, who, sizeof who);
+            snprintf(msg, cap, "%s= does not apply to evict=%s (only to %s)", vq_pol_keys[i].name, ev->pol->name, who);
+            return VQ_ERR_ARG;
+        }
+    for (int i = VQ_PK_SINKS; i < VQ_PK_N; i++)
+        if (!(ev->seen & (1u << i))) {
+            if (ikey(ev, i)) *ikey(ev, i) = (int)vq_pol_keys[i].def;
+            else *rkey(ev, i) = vq_pol_keys[i].def;
+        }
+    if (!ev->alloc) ev->alloc = vq_kv_alloc_at(0);   /* heads=shared */
+    if ((ev->ada_seen & (1u << VQ_AK_FLOOR)) && !(ev->alloc->keys & (1u << VQ_AK_FLOOR))) {
+        snprintf(msg, cap, "floor= applies only with heads=ada (the per-head budgets' safeguard)");
+        return VQ_ERR_ARG;
+    }
+    if (!(ev->ada_seen & (1u << VQ_AK_FLOOR))) ev->floor = vq_alloc_keys[VQ_AK_FLOOR].def;   /* AdaKV's alpha */
+    return VQ_OK;
+}
+
+/* ";evict=..." as the normalized spec writes it (every key a reparse needs, in table order) */
+static int evict_print(const vq_evict_cfg *ev, char *out, size_t cap) {
+    if (!ev->pol) { if (cap) out[0] = 0; return 0; }
+    char b[40];
+    if (ev->budget_ratio) snprintf(b, sizeof b, "%.6g", ev->budget);
+    else snprintf(b, sizeof b, "%d", (int)ev->budget);
+    if (ev->budget_ratio && !strchr(b, '.')) snprintf(b, sizeof b, "%.1f", ev->budget);
+    int o = snprintf(out, cap, ";evict=%s,budget=%s,sinks=%d,recent=%d,every=%d", ev->pol->name, b,
+                     ev->sinks, ev->recent, ev->every);
+    if (o < 0 || (size_t)o >= cap) return o;
+    for (int i = VQ_PK_OBS; i < VQ_PK_N && (size_t)o < cap; i++)
+        if (ev->pol->keys & (1u << i)) {
+            const double x = i == VQ_PK_OBS ? ev->obs : i == VQ_PK_POOL ? ev->pool
+                           : i == VQ_PK_SLOPE ? ev->slope : ev->tau;
+            o += vq_pol_keys[i].kind == 'r' ? snprintf(out + o, cap - (size_t)o, ",%s=%.6g", vq_pol_keys[i].name, x)
+                                            : snprintf(out + o, cap - (size_t)o, ",%s=%d", vq_pol_keys[i].name, (int)x);
+        }
+    if ((size_t)o < cap && ev->alloc && ev->alloc != vq_kv_alloc_at(0)) {
+        o += snprintf(out + o, cap - (size_t)o, ",heads=%s", ev->alloc->name);
+        if ((size_t)o < cap && (ev->alloc->keys & (1u << VQ_AK_FLOOR)))
+            o += snprintf(out + o, cap - (size_t)o, ",floor=%.6g", ev->floor);
+    }
+    return o;
+}
+
+static size_t evict_help(char *buf, size_t n) {
+    size_t o = 0;
+    int w = snprintf(buf + VQ_MIN(o, n), n > o ? n - o : 0,
+                     "eviction keys (any codec): evict=POLICY, budget=N rows per layer or a ratio "
+                     "0<r<=1 of the positions seen (written with a '.'), sinks=S first positions "
+                     "always kept (default 4), recent=R last positions always kept (default 32), "
+                     "every=N decode steps between eviction steps (default 16; one step also when "
+                     "a prompt ends); snapkv/pyramidkv: obs=W (default 32), pool=K odd (default 7); "
+                     "pyramidkv: slope=0..1 (default 0.5); keyformer: tau=T (default 1); "
+                     "heads=ada (rows per KV head, AdaKV budgets across a layer's heads; default "
+                     "heads=shared) with floor=0..1 (default 0.2: each head keeps >= floor * budget)\n");
+    if (w > 0) o += (size_t)w;
+    for (int i = 0; vq_kv_policy_at(i); i++) {
+        w = snprintf(buf + VQ_MIN(o, n), n > o ? n - o : 0, "evict=%s: %s\n", vq_kv_policy_at(i)->name,
+                     vq_kv_policy_at(i)->help);
+        if (w > 0) o += (size_t)w;
+    }
+    return o;
+}
+
+/* Every codec with its parameters, then the store keys (for CLIs and docs). */
+size_t vq_kv_spec_help(char *buf, size_t n) {
+    size_t o = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; vq_codec_at(i); i++) {
+        const vq_codec *c = vq_codec_at(i);
+        int w = snprintf(buf + VQ_MIN(o, n), n > o ? n - o : 0, "%s: %s\n", c->name, c->params_help);
+        if (w > 0) o += (size_t)w;
+    }
+    int w = snprintf(buf + VQ_MIN(o, n), n > o ? n - o : 0, "%s\n", STORE_HELP);
+    if (w > 0) o += (size_t)w;
+    o += evict_help(buf + VQ_MIN(o, n), n > o ? n - o : 0);
+    return o;   /* length needed (snprintf style) */
+}
+
 static int is_store_key(const char *k) {
     return !strcmp(k, "window") || !strcmp(k, "sink") || !strcmp(k, "wprec") || !strcmp(k, "page") ||
-           !strcmp(k, "calib") || !strcmp(k, "kmean") || !strcmp(k, "kscale") || vq_evict_is_key(k);
+           !strcmp(k, "calib") || !strcmp(k, "kmean") || !strcmp(k, "kscale") || is_evict_key(k);
 }
 
 static vq_status add_param(vq_kv_parsed *o, int side, const char *key, const char *val,
@@ -85,8 +283,8 @@ static vq_status store_key(vq_kv_parsed *o, const char *key, const char *val, co
                            vq_err *err) {
     char m[200];
     int x = 0;
-    if (vq_evict_is_key(key)) {
-        if (vq_evict_key(&o->ev, key, val, m, sizeof m)) return spec_err(err, spec, m);
+    if (is_evict_key(key)) {
+        if (evict_key(&o->ev, key, val, m, sizeof m)) return spec_err(err, spec, m);
         return VQ_OK;
     }
     if (!strcmp(key, "calib")) {
@@ -333,11 +531,11 @@ vq_status vq_kv_part_parse(const char *spec, vq_kv_parsed *o, vq_err *err) {
     if ((o->kmean || o->kscale > 0) && !o->calib[0])
         return spec_err(err, spec, "kmean= and kscale= need calib=FILE (the mean key and the query and key "
                         "energies come from a calibration: veloxquant calibrate -m MODEL -f TEXT -o FILE)");
-    if (vq_evict_check(&o->ev, m, sizeof m)) return spec_err(err, spec, m);
+    if (evict_check(&o->ev, m, sizeof m)) return spec_err(err, spec, m);
     if (o->dm.codec && !o->ev.pol)
         return spec_err(err, spec, "demote= needs evict=POLICY,budget=B (the demoted tier holds the "
                         "rows an eviction step would drop)");
-    if (o->dm.codec && o->ev.ada)
+    if (o->dm.codec && o->ev.alloc->per_head)
         return spec_err(err, spec, "demote= with heads=ada is not built (the demoted tier holds whole rows "
                         "of every KV head; heads=ada drops rows per head): use heads=shared with demote=, or "
                         "heads=ada without it");
@@ -378,7 +576,7 @@ void vq_kv_normalize(char *out, size_t cap, const vq_codec_state *st_k, const vq
         if (q > 0) o += q;
     }
     if ((size_t)o < cap) {
-        int e = vq_evict_print(&sp->ev, out + o, cap - (size_t)o);
+        int e = evict_print(&sp->ev, out + o, cap - (size_t)o);
         if (e > 0) o += e;
     }
     if (sp->dm.codec && (size_t)o < cap) {
@@ -475,6 +673,79 @@ static vq_status confine_calib(vq_kv_parsed *sp, const calib_conf *conf, vq_err 
     return VQ_OK;
 }
 
+/* ---- demote=: the tier codec's normalized text: "codec:params"; k=/v= where only the bits differ ---- */
+static int next_tok(const char **s, char *key, size_t kc, char *val, size_t vc) {
+    if (!**s) return 0;
+    size_t n = strcspn(*s, ","), e = strcspn(*s, "=");
+    if (e > n) e = n;
+    snprintf(key, kc, "%.*s", (int)e, *s);
+    snprintf(val, vc, "%.*s", e < n ? (int)(n - e - 1) : 0, e < n ? *s + e + 1 : "");
+    *s += n + ((*s)[n] ? 1 : 0);
+    return 1;
+}
+
+/* both sides' canonical texts, token by token: the same keys in the same order, only bits= may
+ * differ (written k=,v=); 0 when they do not line up that way */
+static int merge_sides(const char *a, const char *b, char *out, size_t cap) {
+    char ka[40], va[72], kb[40], vb[72];
+    size_t o = 0;
+    out[0] = 0;
+    for (;;) {
+        int ha = next_tok(&a, ka, sizeof ka, va, sizeof va), hb = next_tok(&b, kb, sizeof kb, vb, sizeof vb);
+        if (!ha && !hb) return 1;
+        if (ha != hb || strcmp(ka, kb) || (strcmp(va, vb) && strcmp(ka, "bits"))) return 0;
+        int w = strcmp(va, vb) ? snprintf(out + o, cap - o, "%sk=%s,v=%s", o ? "," : "", va, vb)
+                               : snprintf(out + o, cap - o, "%s%s=%s", o ? "," : "", ka, va);
+        if (w < 0 || (size_t)w >= cap - o) return 0;
+        o += (size_t)w;
+    }
+}
+
+/* the parameters as given (a codec whose canonical texts do not line up): bits per side as k=/v= */
+static void given_params(const vq_kv_demote *dm, char *out, size_t cap) {
+    const char *bk = vq_codec_param_get(dm->p[0], dm->np[0], "bits");
+    const char *bv = vq_codec_param_get(dm->p[1], dm->np[1], "bits");
+    size_t o = 0;
+    out[0] = 0;
+    if (bk && bv && !strcmp(bk, bv)) o += (size_t)snprintf(out, cap, "bits=%s", bk);
+    else {
+        if (bk) o += (size_t)snprintf(out, cap, "k=%s", bk);
+        if (bv && o < cap) o += (size_t)snprintf(out + o, cap - o, "%sv=%s", o ? "," : "", bv);
+    }
+    for (int i = 0; i < dm->np[0] && o < cap; i++)
+        if (strcmp(dm->p[0][i].key, "bits"))
+            o += (size_t)snprintf(out + o, cap - o, "%s%s=%s", o ? "," : "", dm->p[0][i].key, dm->p[0][i].val);
+}
+
+void vq_kv_demote_print(vq_kv_demote *dm, const vq_codec_state *sk, const vq_codec_state *sv) {
+    char par[160];
+    if (!strcmp(sk->params, sv->params)) snprintf(par, sizeof par, "%s", sk->params);
+    else if (!merge_sides(sk->params, sv->params, par, sizeof par)) given_params(dm, par, sizeof par);
+    if (!sk->params[0] && !sv->params[0]) given_params(dm, par, sizeof par);   /* codec printed none */
+    snprintf(dm->norm, sizeof dm->norm, "%s%s%s", dm->codec->name, par[0] ? ":" : "", par);
+}
+
+/* The spec parser's check: both sides of the tier codec configured once at head_dim d0 (errors
+ * name demote=), and its normalized text. */
+static vq_status demote_probe(vq_kv_parsed *sp, const vq_codec_ctx *ctx, int d0, vq_err *err) {
+    vq_codec_state st[2];
+    memset(st, 0, sizeof st);
+    vq_status rc = VQ_OK;
+    vq_err e;
+    vq_err_clear(&e);
+    for (int s = 0; s < 2 && !rc; s++) {
+        st[s].codec = sp->dm.codec;
+        st[s].side = s;
+        st[s].ctx = *ctx;
+        rc = st[s].codec->init(&st[s], d0, s, sp->dm.p[s], sp->dm.np[s], 1, &e);
+    }
+    if (rc) vq_err_set(err, rc, "kv spec: demote=%s: %s", sp->dm.codec->name, e.msg);
+    else vq_kv_demote_print(&sp->dm, &st[0], &st[1]);
+    for (int s = 0; s < 2; s++)
+        if (st[s].codec && st[s].codec->fini) st[s].codec->fini(&st[s]);
+    return rc;
+}
+
 /* Check one plain spec's codecs and parameters by configuring each side once (head_dim 64, the
  * smallest every codec takes), and make its normalized text. */
 static vq_status probe_clause(vq_kv_clause *c, const char *plain, const calib_conf *conf, vq_err *err) {
@@ -516,8 +787,8 @@ static vq_status probe_clause(vq_kv_clause *c, const char *plain, const calib_co
         if (!rc) fpw = VQ_MAX(fpw, st[s].fp_window);
     }
     if (!rc && c->sp.dm.codec) {   /* the demoted tier's codec, configured the same way */
-        rc = vq_demote_probe(&c->sp, &pctx, d0, err);
-        if (rc && !c->sp.calib[0] && !vq_demote_probe(&c->sp, &pctx, 128, NULL)) {
+        rc = demote_probe(&c->sp, &pctx, d0, err);
+        if (rc && !c->sp.calib[0] && !demote_probe(&c->sp, &pctx, 128, NULL)) {
             vq_err_clear(err);
             rc = VQ_OK;
         }
@@ -560,7 +831,11 @@ int vq_kv_spec_equal(const vq_kv_spec *a, const vq_kv_spec *b) {
 
 int vq_kv_spec_keeps_rows(const vq_kv_spec *s, int n) {
     for (int i = 0; s && i < s->n; i++) {
-        if (!vq_evict_keeps(&s->c[i].sp.ev, n)) return 0;
+        const vq_evict_cfg *ev = &s->c[i].sp.ev;
+        if (!ev->pol) continue;
+        /* the smallest budget any layer gets (pyramidkv's top layer: budget * (1 - slope)) */
+        const double low = ev->budget * (ev->pol->min_budget ? ev->pol->min_budget(ev) : 1.0);
+        if (ev->budget_ratio ? low < 1.0 : low < n) return 0;
     }
     return 1;
 }
@@ -745,7 +1020,7 @@ vq_kv_spec *vq_kv_spec_with_eviction(const vq_kv_spec *s, const char *policy, in
          * its demoted tier goes too (it holds the rows eviction drops) */
         char clause[sizeof cl->norm];
         snprintf(clause, sizeof clause, "%s", cl->norm);
-        int el = vq_evict_print(&cl->sp.ev, ev, sizeof ev);
+        int el = evict_print(&cl->sp.ev, ev, sizeof ev);
         char *cut = el > 0 && (size_t)el < sizeof ev ? strstr(clause, ev) : NULL;
         if (cut) memmove(cut, cut + el, strlen(cut + el) + 1);
         if (!policy && cl->sp.dm.codec) {

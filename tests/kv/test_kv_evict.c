@@ -9,6 +9,7 @@
  * and the window; truncate on an evicted cache returns a position. */
 #include "kv_ref.h"
 #include "kv/kv.h"
+#include "kv/kv_impl.h"
 
 static vq_kv_dims D = {.n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .max_ctx = 700};
 #define W ((size_t)D.n_kv_heads * D.head_dim)
@@ -65,6 +66,55 @@ static void parsing(void) {
     char help[8192];
     size_t n = vq_kv_spec_help(help, sizeof help);
     CHECK(n < sizeof help && strstr(help, "evict=h2o") && strstr(help, "evict=knorm") && strstr(help, "budget="));
+}
+
+/* The policy tables (kv_policy.c) walked: every row parses with the keys it declares, refuses
+ * the optional keys it does not (naming the rows that take them), its normalized text parses back
+ * to itself, and the help names it; the same for the allocator rows (heads=). A new row is covered
+ * without editing this test. */
+static void table(void) {
+    vq_err err;
+    char help[16384];
+    CHECK(vq_kv_spec_help(help, sizeof help) < sizeof help);
+    int n = 0;
+    for (int p = 0; vq_kv_policy_at(p); p++, n++) {
+        const vq_kv_policy *pol = vq_kv_policy_at(p);
+        CHECKF(vq_kv_policy_find(pol->name) == pol && pol->row_scores, "row %d (%s)", p, pol->name);
+        char want[64];
+        snprintf(want, sizeof want, "evict=%s: ", pol->name);
+        CHECKF(strstr(help, want) != NULL, "the help has no line for %s", pol->name);
+        for (int a = 0; vq_kv_alloc_at(a); a++) {
+            const vq_kv_alloc *al = vq_kv_alloc_at(a);
+            char spec[400], keys[200] = "";
+            size_t o = 0;
+            for (int k = VQ_PK_OBS; k < VQ_PK_N; k++)   /* every optional key it declares, at a legal value */
+                if (pol->keys & (1u << k))
+                    o += (size_t)snprintf(keys + o, sizeof keys - o, ",%s=%.6g", vq_pol_keys[k].name,
+                                          vq_pol_keys[k].kind == 'o' ? 3.0 : vq_pol_keys[k].lo);
+            snprintf(spec, sizeof spec, "q4_0;evict=%s,budget=0.5%s,heads=%s%s", pol->name, keys, al->name,
+                     (al->keys & (1u << VQ_AK_FLOOR)) ? ",floor=0.3" : "");
+            vq_kv_spec *s = vq_kv_spec_parse(spec, &err);
+            CHECKF(s != NULL, "'%s' refused: %s", spec, s ? "" : err.msg);
+            if (!s) continue;
+            vq_kv_spec *s2 = vq_kv_spec_parse(vq_kv_spec_text(s), &err);
+            CHECKF(s2 && vq_kv_spec_equal(s, s2), "'%s' -> '%s' does not parse back", spec, vq_kv_spec_text(s));
+            CHECKF(strstr(vq_kv_spec_text(s), keys) != NULL, "'%s' -> '%s' lost its keys", spec, vq_kv_spec_text(s));
+            vq_kv_spec_free(s2);
+            vq_kv_spec_free(s);
+        }
+        for (int k = VQ_PK_OBS; k < VQ_PK_N; k++) {   /* the optional keys it does not declare: refused */
+            if (pol->keys & (1u << k)) continue;
+            char spec[200], says[120];
+            snprintf(spec, sizeof spec, "q4_0;evict=%s,budget=0.5,%s=%s", pol->name, vq_pol_keys[k].name,
+                     vq_pol_keys[k].kind == 'o' ? "3" : "1");
+            snprintf(says, sizeof says, "%s= does not apply to evict=%s (only to ", vq_pol_keys[k].name, pol->name);
+            vq_kv_spec *s = vq_kv_spec_parse(spec, &err);
+            CHECKF(!s && strstr(err.msg, says), "'%s': %s", spec, s ? "accepted" : err.msg);
+            vq_kv_spec_free(s);
+        }
+    }
+    CHECK(n >= 9);
+    CHECK(vq_kv_alloc_find("shared") == vq_kv_alloc_at(0) && vq_kv_alloc_find("ada") && vq_kv_alloc_find("ada")->per_head);
 }
 
 /* a budget that covers every row: no step drops anything, outputs are bit-identical */
@@ -304,6 +354,7 @@ int main(void) {
     fill_uniform(&r, V, N * W, 1.0f);
     fill_uniform(&r, Q, 4 * QW, 2.0f);
     parsing();
+    table();
     big_budget(K, V, Q, N);
     known_set(&r, K, V, Q, N);
     observer(K, V, Q, N);

@@ -1,0 +1,242 @@
+/* kv_policy.c: the policy tables (kv_policy.h has the contract). Eviction policies are rows of
+ * POLICIES[] (what a policy observes and how it turns that into a score per row); the ways a
+ * layer's budget is shared out across its KV heads are rows of ALLOCS[] (heads=shared: a row goes
+ * for every head or none; heads=ada: AdaKV's per-head budgets, Feng et al., arXiv 2407.11550).
+ * Every function here is pure: it reads its arguments and writes its outputs, nothing else of the
+ * cache; the store and the eviction step call them. The keys rows take are declared here and
+ * parsed by kv_spec.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kv/kv_impl.h"
+
+#define ADA_MAX_HEADS 1024   /* vq_kv_create's bound on n_kv_heads */
+
+/* ---- the keys ---- */
+const vq_pol_key vq_pol_keys[VQ_PK_N] = {
+    [VQ_PK_EVICT] = {"evict", 'p', 0, 0, NAN, ""},
+    [VQ_PK_BUDGET] = {"budget", 'b', 1, 1 << 24, NAN, ""},
+    [VQ_PK_SINKS] = {"sinks", 'i', 0, 1 << 20, 4, "0..1048576"},
+    [VQ_PK_RECENT] = {"recent", 'i', 0, 1 << 20, 32, "0..1048576"},
+    [VQ_PK_EVERY] = {"every", 'i', 1, 1 << 20, 16, "1..1048576"},
+    [VQ_PK_OBS] = {"obs", 'i', 1, 1 << 20, 32, "1..1048576"},
+    [VQ_PK_POOL] = {"pool", 'o', 1, 1025, 7, "an odd number 1..1025"},
+    [VQ_PK_SLOPE] = {"slope", 'r', 0.0, 1.0, 0.5, "0..1"},
+    [VQ_PK_TAU] = {"tau", 'r', 1e-3, 1e3, 1.0, "0.001..1000"},
+};
+const vq_pol_key vq_alloc_keys[VQ_AK_N] = {
+    [VQ_AK_HEADS] = {"heads", 'a', 0, 0, NAN, ""},
+    [VQ_AK_FLOOR] = {"floor", 'r', 0.0, 1.0, 0.2, "0..1: each head keeps at least floor x budget rows"},
+};
+
+/* ---- observe appended rows: the score a new row starts with, per KV head ---- */
+static float key_norm(const float *x, int d, const float *cal, int G) {
+    (void)cal; (void)G;
+    double s = 0;
+    for (int e = 0; e < d; e++) s += (double)x[e] * x[e];
+    return (float)sqrt(s);
+}
+static float key_filter(const float *x, int d, const float *filt, int G) {   /* k . f */
+    (void)G;
+    double s = 0;
+    for (int e = 0; e < d; e++) s += (double)x[e] * filt[e];
+    return (float)s;
+}
+/* log sum_g exp(mu_g.k / sqrt d + k' diag(var_g) k / (2 d)); qs: the head's G x [E[q]/sqrt(d),
+ * Var[q]/(2d)] */
+static float key_expected(const float *x, int d, const float *qs, int G) {
+    double mx = -INFINITY, z = 0;   /* an online log-sum-exp over the group */
+    for (int q = 0; q < G; q++) {
+        const float *a = qs + (size_t)q * 2 * d, *b = a + d;
+        double t = 0;
+        for (int e = 0; e < d; e++) t += (double)x[e] * a[e] + (double)x[e] * x[e] * b[e];
+        if (t > mx) { z = z * exp(mx - t) + 1.0; mx = t; }
+        else z += exp(t - mx);
+    }
+    return (float)(mx + log(z));
+}
+
+/* ---- observe attention: keyformer's noise ---- */
+/* a Gumbel sample from a hash of (seed, layer, query position, head, row) */
+static float gumbel(uint64_t seed, int layer, int qp, int hq, int idx) {
+    uint64_t z = seed ^ ((uint64_t)(uint32_t)layer << 48) ^ ((uint64_t)(uint32_t)qp << 20) ^
+                 ((uint64_t)(uint32_t)hq << 8) ^ ((uint64_t)(uint32_t)idx * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double u = ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+    return (float)-log(-log(u));
+}
+/* softmax((log w + g) / tau) over the rows this query saw */
+static void reweight_gumbel(const vq_pol_attn *a, float *raw, const int *b0, const int *bn, int nblk) {
+    const float itau = (float)(1.0 / a->tau);
+    float mx = -INFINITY;
+    double sum = 0;
+    for (int b = 0; b < nblk; b++)
+        for (int r = 0; r < bn[b]; r++) {
+            float *w = raw + b0[b] + r;
+            *w = *w > 0.0f ? (logf(*w) + gumbel(a->seed, a->layer, a->qp, a->hq, b0[b] + r)) * itau : -INFINITY;
+            mx = *w > mx ? *w : mx;
+        }
+    for (int b = 0; b < nblk; b++)
+        for (int r = 0; r < bn[b]; r++) {
+            float *w = raw + b0[b] + r;
+            *w = *w == -INFINITY ? 0.0f : expf(*w - mx);
+            sum += *w;
+        }
+    const float is = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+    for (int b = 0; b < nblk; b++)
+        for (int r = 0; r < bn[b]; r++) raw[b0[b] + r] *= is;
+}
+
+/* ---- step: one score per row (higher = kept) ---- */
+static void rows_by_position(const vq_pol_view *v, float *rs) {   /* the most recent rows win */
+    for (int i = 0; i < v->nr; i++) rs[i] = (float)v->pos[i];
+}
+static void rows_sum(const vq_pol_view *v, float *rs) {   /* summed over the KV heads */
+    for (int i = 0; i < v->nr; i++) {
+        double s = 0;
+        for (int h = 0; h < v->H; h++) s += v->sc[(size_t)h * v->cap + i];
+        rs[i] = (float)s;
+    }
+}
+static void rows_neg_sum(const vq_pol_view *v, float *rs) {   /* knorm: LOW-norm keys are kept */
+    for (int i = 0; i < v->nr; i++) {
+        double s = 0;
+        for (int h = 0; h < v->H; h++) s += v->sc[(size_t)h * v->cap + i];
+        rs[i] = (float)-s;
+    }
+}
+static void rows_softmax(const vq_pol_view *v, float *rs) {   /* per KV head: softmax over the rows */
+    for (int i = 0; i < v->nr; i++) rs[i] = 0;
+    for (int h = 0; h < v->H; h++) {
+        const float *sc = v->sc + (size_t)h * v->cap;
+        double mx = -INFINITY, z = 0;
+        for (int i = 0; i < v->nr; i++) mx = fmax(mx, sc[i]);
+        for (int i = 0; i < v->nr; i++) z += exp(sc[i] - mx);
+        for (int i = 0; i < v->nr; i++) rs[i] += (float)(exp(sc[i] - mx) / z);
+    }
+}
+
+/* pyramidkv: budget * (1 + slope * (1 - 2 l / (L - 1))), more rows low */
+static double budget_pyramid(const vq_evict_cfg *ev, double B, int l, int Lc) {
+    return Lc > 1 ? floor(B * (1.0 + ev->slope * (1.0 - 2.0 * l / (Lc - 1))) + 0.5) : B;
+}
+static double min_pyramid(const vq_evict_cfg *ev) { return 1.0 - ev->slope; }   /* the top layer's */
+
+#define K(x) (1u << VQ_PK_##x)
+static const vq_kv_policy POLICIES[] = {
+    {"streaming_llm", VQ_POL_POS, 0, VQ_POL_CAL_NONE, "the sinks and the most recent rows (score = position)",
+     NULL, NULL, rows_by_position, NULL, NULL},
+    {"h2o", VQ_POL_ATTN, 0, VQ_POL_CAL_NONE,
+     "attention accumulated over every query since the row arrived (heavy hitters)", NULL, NULL, rows_sum, NULL, NULL},
+    {"tova", VQ_POL_ATTN | VQ_POL_RESET, 0, VQ_POL_CAL_NONE, "the latest query's attention",
+     NULL, NULL, rows_sum, NULL, NULL},
+    {"knorm", 0, 0, VQ_POL_CAL_NONE,
+     "key L2 norm: score = -sum over KV heads of ||k||, so LOW-norm keys are kept", key_norm, NULL, rows_neg_sum,
+     NULL, NULL},
+    {"snapkv", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POOL, K(OBS) | K(POOL), VQ_POL_CAL_NONE,
+     "attention of the last obs prompt queries (in decode: of the queries since the last step), "
+     "max-pooled over pool rows", NULL, NULL, rows_sum, NULL, NULL},
+    {"pyramidkv", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POOL, K(OBS) | K(POOL) | K(SLOPE),
+     VQ_POL_CAL_NONE, "snapkv with a per-layer budget: budget * (1 + slope * (1 - 2 l / (L - 1))), more rows low",
+     NULL, NULL, rows_sum, budget_pyramid, min_pyramid},
+    {"keyformer", VQ_POL_ATTN, K(TAU), VQ_POL_CAL_NONE,
+     "accumulated softmax((logit + Gumbel noise) / tau) (seeded by the cache seed)", NULL, reweight_gumbel, rows_sum,
+     NULL, NULL},
+    {"expected_attention", 0, 0, VQ_POL_CAL_QSTATS,
+     "sum over KV heads of the softmax over rows of log sum_g E[exp(q_g . k / sqrt(d))], q_g ~ "
+     "N(mean, diag var) of query head g from calib=FILE (kvpress's expected attention, stationary)",
+     key_expected, NULL, rows_softmax, NULL, NULL},
+    {"qfilters", 0, 0, VQ_POL_CAL_FILTER,
+     "score = sum over KV heads of k . f, f the head's Q-Filter from calib=FILE (the top direction "
+     "of its queries, signed so that a higher score means more attention)", key_filter, NULL, rows_sum, NULL, NULL},
+};
+#undef K
+#define N_POLICIES (int)(sizeof POLICIES / sizeof POLICIES[0])
+
+const vq_kv_policy *vq_kv_policy_at(int i) { return i >= 0 && i < N_POLICIES ? &POLICIES[i] : NULL; }
+const vq_kv_policy *vq_kv_policy_find(const char *name) {
+    const vq_kv_policy *p = NULL;
+    for (int i = 0; i < N_POLICIES; i++)
+        if (!strcmp(name, POLICIES[i].name)) p = &POLICIES[i];
+    return p;
+}
+
+/* ---- the allocators ---- */
+/* heads=shared: a layer's rows are shared by its heads (H is 1); candidates sorted by score, ties
+ * by block index (the older block goes first); the lowest go until the layer holds B rows */
+static int cmp_blk(const void *a, const void *b) {
+    const vq_ada_cand *x = a, *y = b;
+    if (x->s < y->s) return -1;
+    if (x->s > y->s) return 1;
+    return x->b < y->b ? -1 : x->b > y->b;
+}
+static int select_shared(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor,
+                         int *kept_rows) {
+    (void)H; (void)floor;
+    qsort(c, (size_t)n, sizeof *c, cmp_blk);
+    const int rows = prot[0] + n * rpb, want = VQ_MIN(n, (rows - B + rpb - 1) / rpb);
+    for (int i = 0; i < n; i++) c[i].keep = i >= want;
+    kept_rows[0] = rows - want * rpb;
+    return n - want;
+}
+
+/* heads=ada. Higher score first; ties: the newer block (so the older goes first, as in the shared
+ * layout's step), then the lower head (equal scores in every head, e.g. streaming_llm's
+ * positions, then share the budget evenly instead of favouring head 0). */
+static int cmp_cand(const void *a, const void *b) {
+    const vq_ada_cand *x = a, *y = b;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    if (x->b != y->b) return x->b > y->b ? -1 : 1;
+    return x->h < y->h ? -1 : x->h > y->h;
+}
+
+/* A layer of H heads, budget B rows per head (H * B in all). c[0..n): the candidate blocks of
+ * every head (rpb rows each: scored, not protected); prot[h]: the rows head h keeps whatever
+ * happens (sinks, recent, window, sink=S rows, candidates' blocks that hold a protected row).
+ * Sorts c by cmp_cand and sets c[i].keep: first each head's best blocks until it holds
+ * F = ceil(floor * B) rows (the safeguard; in whole blocks, never past B: a head then holds at
+ * least min(F, the most rows <= B its blocks allow)), then the best of the rest while the layer
+ * holds at most H * B rows (AdaKV's top-k across heads, at block granularity). kept_rows[h] gets
+ * the rows head h then holds. Returns the blocks kept. */
+int vq_ada_alloc(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows) {
+    if (n > 1) qsort(c, (size_t)n, sizeof *c, cmp_cand);
+    const long F = (long)ceil(floor * B);
+    long total = 0;
+    int kept = 0, forced[ADA_MAX_HEADS];
+    for (int h = 0; h < H; h++) {
+        const long up = F > prot[h] ? (F - prot[h] + rpb - 1) / rpb : 0, cap = B > prot[h] ? (B - prot[h]) / rpb : 0;
+        forced[h] = (int)VQ_MIN(up, cap);
+        kept_rows[h] = prot[h];
+    }
+    for (int i = 0; i < n; i++) {
+        c[i].keep = forced[c[i].h] > 0;
+        if (c[i].keep) { forced[c[i].h]--; kept_rows[c[i].h] += rpb; kept++; }
+    }
+    for (int h = 0; h < H; h++) total += kept_rows[h];
+    long room = (long)H * B > total ? ((long)H * B - total) / rpb : 0;
+    for (int i = 0; i < n && room > 0; i++)
+        if (!c[i].keep) {
+            c[i].keep = 1;
+            kept_rows[c[i].h] += rpb;
+            kept++;
+            room--;
+        }
+    return kept;
+}
+
+static const vq_kv_alloc ALLOCS[] = {
+    {"shared", 0, 0, "a row is kept for every KV head of a layer or for none (the default)", select_shared},
+    {"ada", 1, 1u << VQ_AK_FLOOR,
+     "rows per KV head; an eviction step keeps the top heads x budget (block, head) pairs of a layer "
+     "by the policy's score, each head at least floor x budget rows (AdaKV)", vq_ada_alloc},
+};
+#define N_ALLOCS (int)(sizeof ALLOCS / sizeof ALLOCS[0])
+
+const vq_kv_alloc *vq_kv_alloc_at(int i) { return i >= 0 && i < N_ALLOCS ? &ALLOCS[i] : NULL; }
+const vq_kv_alloc *vq_kv_alloc_find(const char *name) {
+    for (int i = 0; i < N_ALLOCS; i++)
+        if (!strcmp(name, ALLOCS[i].name)) return &ALLOCS[i];
+    return NULL;
+}

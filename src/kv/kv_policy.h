@@ -1,0 +1,117 @@
+/* kv_policy.h: the cache's token policies, rows of constant tables (kv_policy.c), and the contract
+ * the store and the eviction step call them through. Not a public header (docs/eviction.md).
+ *
+ * Who owns what. The store (kv.c, kv_attend.c) owns pages, rows and positions; it never decides
+ * which row goes. A policy row owns how scores are made: what it observes (appended keys,
+ * attention weights, positions), how the observed scores become one score per row, and its
+ * layer's budget. An allocator row (heads=shared | heads=ada) owns how a layer's budget is shared
+ * out. The eviction step (evict.c) ties them together: it asks the row for scores, the allocator
+ * for the blocks kept, and the store to drop (or, with demote=, the demoted tier to take) the rest.
+ * The spec parser (kv_spec.c) owns every key: a row declares the optional keys it takes
+ * (`keys`, bits of vq_pol_key) and the parser validates, defaults and prints them.
+ *
+ * THE CONTRACT (every hook is a pure function of its arguments: no store call, no allocation,
+ * safe on any thread; NULL means "nothing to do"):
+ *   observe appended rows  observe_row(k, d, cal, G) -> the score a new row starts with for one KV
+ *                          head (k: its d floats; cal: the head's calibration part, VQ_POL_CAL_*,
+ *                          or NULL). Rows of a policy without it start at 0.
+ *   observe attention      flags & VQ_POL_ATTN: the store adds every observed query's softmax
+ *                          weights to the row's per-head scores; reweight(a, w, b0, bn, nblk) may
+ *                          first turn one query's weights (blocks b0[i] .. b0[i] + bn[i] of w)
+ *                          into others (keyformer's Gumbel softmax).
+ *                          VQ_POL_RESET: only the latest query counts (scores cleared at each run);
+ *                          VQ_POL_WINDOWED: the last obs prompt queries, cleared after each step.
+ *   step                   row_scores(v, rs): the per-head scores (v->sc, H x cap) of the nr rows
+ *                          a layer holds (coded rows, then the window) -> one score per row,
+ *                          higher kept; VQ_POL_POOL: max-pooled over pool rows by the step;
+ *                          budget(ev, B, l, L): the rows layer l of L keeps, from the budget B
+ *                          (NULL: B); min_budget(ev): the smallest factor of budget any layer gets.
+ *   allocate               select(c, n, H, prot, rpb, B, floor, kept): given a cache layer's
+ *                          candidate blocks (each of one KV head, scored), the rows each head keeps
+ *                          whatever happens (prot) and the budget B per head, marks c[i].keep. */
+#ifndef VQ_KV_POLICY_H
+#define VQ_KV_POLICY_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every eviction key, in the order they print; the parser (kv_spec.c) reads the declarations
+ * (vq_pol_keys[]) and checks a key against the row it is given with. */
+enum {
+    VQ_PK_EVICT, VQ_PK_BUDGET, VQ_PK_SINKS, VQ_PK_RECENT, VQ_PK_EVERY,   /* every row */
+    VQ_PK_OBS, VQ_PK_POOL, VQ_PK_SLOPE, VQ_PK_TAU,                        /* rows that declare them */
+    VQ_PK_N
+};
+/* the allocator keys (heads=shared|ada, floor=F) */
+enum { VQ_AK_HEADS, VQ_AK_FLOOR, VQ_AK_N };
+
+/* A key: name, kind ('p' the policy's name, 'b' a budget, 'i' an integer, 'o' an odd integer, 'r'
+ * a real, 'a' an allocator's name), range, default (NAN: none), the range as messages print it */
+typedef struct vq_pol_key {
+    const char *name;
+    char kind;
+    double lo, hi, def;
+    const char *range;
+} vq_pol_key;
+extern const vq_pol_key vq_pol_keys[VQ_PK_N];
+extern const vq_pol_key vq_alloc_keys[VQ_AK_N];
+
+enum {
+    VQ_POL_ATTN = 1,       /* observes decode attention's softmax weights (kv_attend.c) */
+    VQ_POL_RESET = 2,      /* the scores are the latest observed step only (tova) */
+    VQ_POL_WINDOWED = 4,   /* scores from an observation window, cleared after each step */
+    VQ_POL_POOL = 8,       /* scores max-pooled over neighbouring rows (the step) */
+    VQ_POL_POS = 16,       /* row_scores reads the rows' positions (v->pos) */
+};
+enum { VQ_POL_CAL_NONE, VQ_POL_CAL_FILTER, VQ_POL_CAL_QSTATS };   /* what calib=FILE must give */
+
+/* one query's attention as the store observed it, for reweight */
+typedef struct vq_pol_attn {
+    uint64_t seed;   /* the cache's (keyformer's noise) */
+    int layer, qp, hq;   /* the cache's layer, the query's position, its query head */
+    double tau;      /* keyformer's temperature */
+} vq_pol_attn;
+
+/* a layer's rows as a step (or vq_kv_evict_scores) sees them */
+typedef struct vq_pol_view {
+    const float *sc;      /* per-head scores: [h * cap + storage index] (the store keeps H x max_ctx) */
+    size_t cap;
+    int H, nr;            /* KV heads, rows (coded rows, then the window) */
+    const int32_t *pos;   /* the rows' positions (VQ_POL_POS rows only) */
+} vq_pol_view;
+
+typedef struct vq_evict_cfg vq_evict_cfg;
+
+typedef struct vq_kv_policy {
+    const char *name;
+    unsigned flags;       /* VQ_POL_* */
+    unsigned keys;        /* optional keys it takes: 1u << VQ_PK_OBS, ... */
+    int calib;            /* VQ_POL_CAL_*: what it needs from calib=FILE */
+    const char *help;
+    float (*observe_row)(const float *k, int d, const float *cal, int G);
+    void (*reweight)(const vq_pol_attn *a, float *w, const int *b0, const int *bn, int nblk);
+    void (*row_scores)(const vq_pol_view *v, float *rs);
+    double (*budget)(const vq_evict_cfg *ev, double B, int l, int L);
+    double (*min_budget)(const vq_evict_cfg *ev);
+} vq_kv_policy;
+
+/* A candidate of a step: a coded block b of KV head h that no protected row is in, its score s */
+typedef struct vq_ada_cand { float s; int h, b, keep; } vq_ada_cand;
+
+typedef struct vq_kv_alloc {
+    const char *name;
+    int per_head;         /* rows stored per KV head (the group's vh local layers per cache layer) */
+    unsigned keys;        /* 1u << VQ_AK_FLOOR, ... */
+    const char *help;
+    /* c[0..n): the candidates; prot[h]: rows head h keeps whatever happens; B: rows per head.
+     * Marks c[i].keep (may reorder c); kept_rows[h]: the rows head h then holds. Returns blocks kept. */
+    int (*select)(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows);
+} vq_kv_alloc;
+
+/* The tables (kv_policy.c), NULL-terminated walks by index */
+const vq_kv_policy *vq_kv_policy_at(int i);
+const vq_kv_policy *vq_kv_policy_find(const char *name);
+const vq_kv_alloc *vq_kv_alloc_at(int i);
+const vq_kv_alloc *vq_kv_alloc_find(const char *name);
+/* AdaKV's allocator (the heads=ada row's select; tests call it directly) */
+int vq_ada_alloc(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows);
+#endif
