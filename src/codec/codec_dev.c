@@ -26,6 +26,9 @@ vq_status vq_codec_dev_info(const vq_codec_state *st, vq_codec_dev *out, vq_err 
                               "not layout=rows", c->name);
         out->kind = c == &vq_codec_q8_0 ? VQ_CODEC_DEV_Q8_0 : VQ_CODEC_DEV_Q4_0;
         out->lanes = im->lanes;
+        if (im->rotate && im->span != st->d)
+            return vq_err_set(err, VQ_ERR_ARG, "device kernels: %s rotates whole rows only (rot=%d "
+                              "given, head_dim %d)", c->name, im->span, st->d);
         if (im->rotate) {
             out->rot_sign = im->sgn;
             out->rot_scale = (float)(1.0 / sqrt((double)st->d));

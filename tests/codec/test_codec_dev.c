@@ -118,5 +118,19 @@ int main(void) {
     refused("turboquant_mse", "bits", "3", VQ_SIDE_K);
     refused("kivi", NULL, NULL, VQ_SIDE_K);
     refused("qjl", NULL, NULL, VQ_SIDE_K);
+    {   /* a rotation in spans shorter than the row (rot=64 at head_dim 128): the kernels turn whole rows */
+        const vq_codec *c = vq_codec_find("q4_0");
+        vq_codec_param p[2] = {{"rotate", "1"}, {"rot", "64"}};
+        vq_codec_state st;
+        memset(&st, 0, sizeof st);
+        st.codec = c;
+        st.side = VQ_SIDE_V;
+        vq_err err = {0};
+        CHECKF(c->init(&st, 128, VQ_SIDE_V, p, 2, 7, &err) == VQ_OK, "q4_0 rot=64: %s", err.msg);
+        vq_codec_dev dv;
+        CHECKF(vq_codec_dev_info(&st, &dv, &err) == VQ_ERR_ARG && strstr(err.msg, "rot=64"),
+               "q4_0 rotate=1,rot=64: not refused (%s)", err.msg);
+        c->fini(&st);
+    }
     return vq_t_done();
 }
