@@ -21,8 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 #include "../vq_test.h"
 #include "core/core.h"
 #include "codec/codec.h"
@@ -275,8 +273,8 @@ int main(int argc, char **argv) {
     char name[256];
     vq_err err = {0};
     if (!vq_cuda_device_name(name, sizeof name, &err)) printf("device: %s\n", name);
-    /* a fresh seed each run (printed; VQ_TEST_SEED repeats one) */
-    uint64_t seed = vq_t_seed(((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15ull);
+    /* a fixed seed (printed; VQ_TEST_SEED chooses another) */
+    uint64_t seed = vq_t_seed(32032);
     vq_rng rng;
     vq_rng_seed(&rng, seed);
     const int shapes[][3] = {{128, 32, 8}, {128, 12, 4}, {64, 8, 8}, {64, 16, 2}, {128, 4, 2}};
