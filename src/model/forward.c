@@ -14,6 +14,7 @@
 
 struct vq_fwd {
     int max_batch;
+    int rope_long;          /* longrope model, context past its original one: the long table */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
     int *pos;
     size_t bytes;
@@ -23,7 +24,7 @@ struct vq_fwd {
 
 void vq_fwd_set_tap(vq_fwd *f, vq_fwd_tap tap, void *user) { f->tap = tap; f->tap_user = user; }
 
-vq_fwd *vq_fwd_create(const vq_model *m, int max_batch, vq_err *err) {
+vq_fwd *vq_fwd_create(const vq_model *m, int max_batch, int n_ctx, vq_err *err) {
     const vq_model_config *c = &m->cfg;
     if (max_batch < 1 || max_batch > 65536) {
         vq_err_set(err, VQ_ERR_ARG, "batch size %d out of range [1, 65536]", max_batch);
@@ -34,6 +35,7 @@ vq_fwd *vq_fwd_create(const vq_model *m, int max_batch, vq_err *err) {
     size_t B = (size_t)max_batch, qd = (size_t)c->n_heads * c->head_dim,
            kvd = (size_t)c->n_kv_heads * c->head_dim;
     f->max_batch = max_batch;
+    f->rope_long = c->longrope && n_ctx > c->yarn_orig_ctx;
     size_t sizes[8] = { B * c->dim, B * VQ_MAX((size_t)c->dim, qd), B * qd, B * kvd, B * kvd, B * qd,
                         B * c->hidden_dim, B * c->hidden_dim };
     float **ptrs[8] = { &f->x, &f->xb, &f->q, &f->k, &f->v, &f->att, &f->hb, &f->hb2 };
@@ -123,11 +125,12 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
             for (size_t r = 0; r < (size_t)n * c->n_heads; r++) vq_rmsnorm(f->q + r * hd, f->q + r * hd, L->q_norm, hd, c->norm_eps);
             for (size_t r = 0; r < (size_t)n * c->n_kv_heads; r++) vq_rmsnorm(f->k + r * hd, f->k + r * hd, L->k_norm, hd, c->norm_eps);
         }
+        const float *inv = f->rope_long && L->rope_inv_freq_long ? L->rope_inv_freq_long : L->rope_inv_freq;
         for (int t = 0; t < n; t++) {   /* RoPE at the true position of each token */
-            vq_rope(f->q + (size_t)t * qd, c->n_heads, c->head_dim, c->rope_dim, f->pos[t], L->rope_inv_freq,
-                    L->rope_mscale, c->rope_neox);
-            vq_rope(f->k + (size_t)t * kvd, c->n_kv_heads, c->head_dim, c->rope_dim, f->pos[t], L->rope_inv_freq,
-                    L->rope_mscale, c->rope_neox);
+            vq_rope(f->q + (size_t)t * qd, c->n_heads, c->head_dim, c->rope_dim, f->pos[t], inv, L->rope_mscale,
+                    c->rope_neox);
+            vq_rope(f->k + (size_t)t * kvd, c->n_kv_heads, c->head_dim, c->rope_dim, f->pos[t], inv, L->rope_mscale,
+                    c->rope_neox);
         }
         /* the cache scores q.k / sqrt(head_dim); another attention scale rides on q (before the
          * tap, which sees exactly the rows the cache gets) */
