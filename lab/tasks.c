@@ -56,6 +56,7 @@ int vq_task_default_n_gen(vq_task_kind k) {
 /* ---- token arrays ---- */
 typedef struct ivec { int *v; int n, cap; } ivec;
 static int ivec_push(ivec *a, const int *x, int n) {
+    if (n <= 0) return 0;   /* nothing to copy (x may be NULL) */
     if (a->n + n > a->cap) {
         int cap = a->cap ? a->cap : 256;
         while (cap < a->n + n) cap *= 2;
