@@ -622,3 +622,31 @@ vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx) {
                      m->cfg.attn_softcap };
     return d;
 }
+
+int vq_model_tensors(const vq_model *m, vq_model_tensor_fn fn, void *user) {
+    const vq_model_config *c = &m->cfg;
+    const size_t F = sizeof(float), qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+#define VQ_T(p, bytes) do { const size_t b_ = (bytes); if ((p) && b_ > 0) { int r_ = fn(user, (p), b_); if (r_) return r_; } } while (0)
+#define VQ_TM(w) VQ_T((w).data, vq_wtype_row_bytes((w).type, (w).cols) * (size_t)(w).rows)
+    VQ_TM(m->tok_embd);
+    if (m->output.data != m->tok_embd.data) VQ_TM(m->output);
+    VQ_T(m->out_norm, c->dim * F);
+    VQ_T(m->out_bias, c->vocab_size * F);
+    for (int l = 0; l < c->n_layers; l++) {
+        const vq_layer_weights *L = &m->layers[l];
+        VQ_T(L->attn_norm, c->dim * F);
+        VQ_T(L->ffn_norm, c->dim * F);
+        VQ_TM(L->wq); VQ_TM(L->wk); VQ_TM(L->wv); VQ_TM(L->wo);
+        VQ_TM(L->w_gate); VQ_TM(L->w_up); VQ_TM(L->w_down);
+        VQ_T(L->bq, qd * F); VQ_T(L->bk, kvd * F); VQ_T(L->bv, kvd * F);
+        VQ_T(L->q_norm, c->head_dim * F); VQ_T(L->k_norm, c->head_dim * F);
+        VQ_T(L->post_attn_norm, c->dim * F); VQ_T(L->post_ffn_norm, c->dim * F);
+        VQ_T(L->bo, c->dim * F); VQ_T(L->b_gate, c->hidden_dim * F); VQ_T(L->b_up, c->hidden_dim * F);
+        VQ_T(L->b_down, c->dim * F);
+        VQ_T(L->rope_inv_freq, (size_t)(c->rope_dim / 2) * F);
+        VQ_T(L->rope_inv_freq_long, (size_t)(c->rope_dim / 2) * F);
+    }
+#undef VQ_TM
+#undef VQ_T
+    return 0;
+}
