@@ -119,7 +119,7 @@ vq_status vq_bench_rss_fill(const vq_model *m, const vq_kv_spec *spec, const int
     int max_ctx = ctxs[n_ctxs - 1];
     if (n_tok < max_ctx) return vq_err_set(err, VQ_ERR_RANGE, "bench rss: %ld text tokens, need %d", n_tok, max_ctx);
     batch = VQ_MAX(1, batch);
-    vq_fwd *f = vq_lab_fwd_create(m, batch, err);
+    vq_fwd *f = vq_lab_fwd_create(m, batch, max_ctx, err);
     float *logits = malloc((size_t)vq_model_n_vocab(m) * sizeof(float));
     if (!f || !logits) { vq_lab_fwd_free(f); free(logits); return err->code ? err->code : vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); }
     vq_status s = VQ_OK;

@@ -157,6 +157,58 @@ typedef struct vq_needle_prompt_info {
 char *vq_needle_first_prompt(const vq_model *m, const vq_needle_config *c,
                              vq_needle_prompt_info *info, vq_err *err);
 
+/* RULER-style synthetic tasks (docs/tasks.md): needles with keys, variable tracking, common words.
+ * A prompt holds at most ctx - n_gen tokens and lists the answers the generated text must hold;
+ * a trial's score is the fraction of them found (case-insensitive). */
+typedef enum vq_task_kind {
+    VQ_TASK_NIAH_SINGLE,        /* one "special magic number" for a key; asked for it */
+    VQ_TASK_NIAH_MULTIKEY,      /* four keys with a number each; asked for one key's */
+    VQ_TASK_NIAH_MULTIVALUE,    /* four numbers for one key; asked for all four */
+    VQ_TASK_VT,                 /* a chain VAR A = N, VAR B = VAR A, ... (5 names) in noise; all names */
+    VQ_TASK_CWE,                /* a numbered word list; the 10 most frequent words */
+    VQ_TASK_N
+} vq_task_kind;
+#define VQ_TASK_ANSWER_LEN 16
+typedef struct vq_task_params {
+    vq_task_kind kind;
+    int ctx, n_gen;
+    uint64_t seed;
+    const char *filler_text;    /* needles' filler: sentences of this text (NULL: RULER's noise) */
+    int chat;                   /* the prompt inside the model's chat template */
+} vq_task_params;
+typedef struct vq_task_prompt {
+    int *tok; int n;
+    char answers[10][VQ_TASK_ANSWER_LEN]; int n_answers;
+} vq_task_prompt;
+const char *vq_task_name(vq_task_kind k);
+int vq_task_find(const char *name);                 /* -1: unknown */
+int vq_task_default_n_gen(vq_task_kind k);
+vq_status vq_task_build(const vq_model *m, const vq_task_params *p, vq_task_prompt *out, vq_err *err);
+void vq_task_prompt_free(vq_task_prompt *pr);
+double vq_task_score(const vq_task_prompt *pr, const char *gen);
+uint64_t vq_task_trial_seed(uint64_t seed, int kind, int ctx, int trial);
+typedef struct vq_tasks_config {
+    const vq_task_kind *kinds; int n_kinds;
+    const int *ctxs; int n_ctxs;
+    const vq_kv_spec *const *specs; int n_specs;
+    int trials, batch, n_gen;   /* n_gen 0: each task's default */
+    const char *filler_text;
+    int chat;
+    uint64_t seed, kv_seed;
+} vq_tasks_config;
+typedef struct vq_task_outcome {
+    vq_task_kind kind;
+    int ctx_index, spec_index, trial, ctx, n_prompt, n_gen, n_answers;
+    char answers[10][VQ_TASK_ANSWER_LEN];
+    char gen[1024];
+    double score, seconds;
+} vq_task_outcome;
+typedef void (*vq_task_outcome_cb)(const vq_task_outcome *o, long done, long total, void *user);
+/* Builds every prompt first (refusing what cannot be built), then runs task x ctx x trial, each
+ * prompt through every arm; out[n_kinds * n_ctxs * trials * n_specs] in run order. */
+vq_status vq_tasks_run(const vq_model *m, const vq_tasks_config *c, vq_task_outcome *out,
+                       vq_task_outcome_cb cb, void *user, vq_err *err);
+
 /* KV fidelity: the model runs once with an f32 cache capturing every layer's q, k, v after RoPE;
  * each spec then gets the same rows through its own store, layer by layer. */
 typedef struct vq_kvfid_capture vq_kvfid_capture;

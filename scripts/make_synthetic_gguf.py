@@ -625,6 +625,8 @@ def main():
     ap.add_argument("--biases", action="store_true", help="llama only: q/k/v/o biases")
     ap.add_argument("--attn-softcap", type=float, help="gemma2 only: attn_logit_softcapping (default: the "
                     "preset's 50; a small cap makes the random model's attention scores reach it)")
+    ap.add_argument("--longrope", type=int, metavar="ORIG", help="phi3 only: longrope factors with original "
+                    "context ORIG (the 128k presets: 4096); an engine turns by the long factors past ORIG tokens")
     ap.add_argument("--list", action="store_true", help="list the presets and exit")
     a = ap.parse_args()
     if a.list or not a.preset:
@@ -663,6 +665,11 @@ def main():
         if p.arch != "gemma2" or not a.attn_softcap > 0:
             sys.exit("make_synthetic_gguf: --attn-softcap applies to gemma2 presets only, with a value > 0")
         p = replace(p, attn_softcap=a.attn_softcap)
+    if a.longrope is not None:
+        if p.arch != "phi3" or not 1 <= a.longrope < p.ctx:
+            sys.exit(f"make_synthetic_gguf: --longrope applies to phi3 presets only, with 1 <= ORIG < the "
+                     f"context length ({p.ctx})")
+        p = replace(p, longrope=a.longrope)
     seed = p.seed if a.seed is None else a.seed
     out = a.output or f"{p.name}-{a.type.upper()}.gguf"
     print(f"make_synthetic_gguf: {p.name} seed={seed} type={a.type} -> {out}")

@@ -10,6 +10,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_bench_kernels(int argc, char **argv);
 int cmd_kv_fidelity(int argc, char **argv);
 int cmd_needle(int argc, char **argv);
+int cmd_tasks(int argc, char **argv);
 int cmd_serve(int argc, char **argv);     /* cmd_serve.c, on server/ */
 int cmd_evict_corr(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);

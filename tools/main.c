@@ -20,6 +20,7 @@ static const char *main_help =
     "  bench-kernels  decode-attention and encode speed per KV codec (vs f16, vs memcpy)\n"
     "  kv-fidelity  per-layer key cosine, attention KL and output error of KV codecs on real rows\n"
     "  needle       passkey retrieval: a number hidden at a depth of filler text, per KV arm\n"
+    "  tasks        RULER-style tasks (keyed needles, variable tracking, common words), per KV arm\n"
     "  evict-corr   Spearman correlation of eviction policies' scores with later queries' attention\n"
     "  calibrate    per-layer, per-head q/k/v statistics of a model on a text (for calib=FILE)\n"
     "  calib-layers a calibration's layers ranked by q.k energy: which layers get more key bits\n"
@@ -31,6 +32,7 @@ static const struct { const char *name; int (*run)(int, char **); } commands[] =
     { "generate", cmd_generate },   { "perplexity", cmd_perplexity },       { "bench", cmd_bench },
     { "info", cmd_info },           { "tokenize", cmd_tokenize },           { "bench-kernels", cmd_bench_kernels },
     { "kv-fidelity", cmd_kv_fidelity }, { "needle", cmd_needle },       { "serve", cmd_serve },
+    { "tasks", cmd_tasks },
     { "evict-corr", cmd_evict_corr },   { "calibrate", cmd_calibrate },
     { "calib-layers", cmd_calib_layers },
     { "quantize", cmd_quantize },       { "bench-share", cmd_bench_share },

@@ -58,10 +58,12 @@ static const vq_arch ROWS[] = {
     {   /* Phi-3 (dense): fused attn_qkv (q | k | v rows; llama.cpp also takes separate q/k/v) and
          * fused gate/up in ffn_up (2 x hidden rows: gate first, then up, ggml_swiglu's halves),
          * rope on halves, SwiGLU. llama.cpp disables Phi-3's sliding window (the key is read and
-         * set to 0): ignored here too. Longrope files (rope_factors_long/short) are refused. */
+         * set to 0): ignored here too. Longrope (Phi-3 128k, Phi-3.5, Phi-4 mini): per-pair frequency
+         * divisors rope_factors_short, or rope_factors_long for a context past the original one, and
+         * cos/sin times rope.scaling.attn_factor (model.c). */
         .name = "phi3",
         .required = VQ_AT_FUSED_GATE_UP,
-        .optional = QKV_ANY,
+        .optional = QKV_ANY | VQ_AT_LONGROPE,
         .rope_neox = 1, .attn_scale = VQ_ATTN_SCALE_HEAD_DIM,
     },
     {   /* Qwen2 / Qwen2.5: llama with rope on halves, q/k/v biases (optional in llama.cpp, present

@@ -259,14 +259,13 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
             return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: mixture-of-experts models are not supported (tensor '%.*s')",
                               path, (int)VQ_MIN(mt->name.len, 96), mt->name.ptr);
     }
-    {   /* Phi-3 longrope (rope_factors_long/short): llama.cpp picks the long or the short factors by
-         * the context size; not verified against it here, so such a file is refused (before any tensor
-         * is found missing) rather than run one way or the other */
-        const char *lr[2] = { "rope_factors_long.weight", "rope_factors_short.weight" };
-        for (int i = 0; i < 2; i++)
-            if (vq_gguf_find_tensor(g, lr[i]))
-                return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: longrope rope scaling (tensor '%s') is not supported",
-                                  path, lr[i]);
+    {   /* Phi-3 longrope: both factor tables or neither (checked before any tensor is bound) */
+        const int lg = vq_gguf_find_tensor(g, "rope_factors_long.weight") != NULL,
+                  sh = vq_gguf_find_tensor(g, "rope_factors_short.weight") != NULL;
+        if (lg != sh)
+            return vq_err_set(err, VQ_ERR_FORMAT, "%s: longrope needs both rope_factors_long.weight and "
+                              "rope_factors_short.weight (only %s is there)", path,
+                              lg ? "rope_factors_long.weight" : "rope_factors_short.weight");
     }
     if ((s = get_u32_key(g, a, "embedding_length", 1, 0, 1, 65536, &c->dim, err))) return s;
     if ((s = get_u32_key(g, a, "block_count", 1, 0, 1, 1024, &c->n_layers, err))) return s;
@@ -358,16 +357,28 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
     const float *rope_ff = NULL;
     if (have & VQ_AT_ROPE_FREQS) TRY(bind_vec(&b, "rope_freqs.weight", c->rope_dim / 2, 1, &rope_ff, err));
     c->has_rope_freqs = rope_ff != NULL;
-    if (rope_ff)
-        for (int k = 0; k < c->rope_dim / 2; k++)
-            if (!isfinite(rope_ff[k]) || !(rope_ff[k] > 0)) {
-                s = vq_err_set(err, VQ_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g (must be finite and > 0)", path,
-                               k, (double)rope_ff[k]);
+    /* Phi-3 longrope: llama.cpp divides the frequencies by rope_factors_long when the context
+     * exceeds rope.scaling.original_context_length, else by rope_factors_short; both need be there */
+    const float *rope_lr[2] = { NULL, NULL };
+    if (have & VQ_AT_LONGROPE) {
+        TRY(bind_vec(&b, "rope_factors_long.weight", c->rope_dim / 2, 1, &rope_lr[0], err));
+        TRY(bind_vec(&b, "rope_factors_short.weight", c->rope_dim / 2, 1, &rope_lr[1], err));
+        c->longrope = rope_lr[0] != NULL;
+    }
+    const float *ff_check[3] = { rope_ff, rope_lr[0], rope_lr[1] };
+    const char *ff_name[3] = { "rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight" };
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; ff_check[i] && k < c->rope_dim / 2; k++)
+            if (!isfinite(ff_check[i][k]) || !(ff_check[i][k] > 0)) {
+                s = vq_err_set(err, VQ_ERR_FORMAT, "%s: %s[%d] = %g (must be finite and > 0)", path, ff_name[i], k,
+                               (double)ff_check[i][k]);
                 goto done;
             }
+    if (c->longrope) rope_ff = rope_lr[1];   /* the short factors are the plain table's */
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     m->span = calloc((size_t)c->n_layers, sizeof *m->span);
-    m->rope_tables = malloc(sizeof(float) * (size_t)c->rope_dim);   /* two tables: global, sliding */
+    /* tables of rope_dim/2: global, sliding, and the global one of a long context (longrope) */
+    m->rope_tables = malloc(sizeof(float) * (size_t)(c->rope_dim / 2) * 3);
     int *swa = calloc((size_t)c->n_layers, sizeof *swa);
     if (!m->layers || !m->span || !m->rope_tables || !swa) {
         free(swa);
@@ -380,12 +391,14 @@ static vq_status load_gguf(vq_model *m, const char *path, int reservoir, int cop
      * scales the sliding layers with rope_freq_scale_train_swa, which it never reads (1) */
     float ms_global = rope_table(m->rope_tables, c->rope_dim, c->rope_base, rope_ff, 1, c);
     float ms_swa = rope_table(m->rope_tables + half, c->rope_dim, c->rope_base_swa, rope_ff, row->rope_scale_swa, c);
+    if (c->longrope) rope_table(m->rope_tables + 2 * half, c->rope_dim, c->rope_base, rope_lr[0], 1, c);
     int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers && !s; l++) {
         vq_layer_weights *L = &m->layers[l];
         L->swa = c->swa_window > 0 && swa[l];
         L->rope_base = L->swa ? c->rope_base_swa : c->rope_base;
         L->rope_inv_freq = m->rope_tables + (L->swa ? half : 0);
+        L->rope_inv_freq_long = c->longrope && !L->swa ? m->rope_tables + 2 * half : NULL;
         L->rope_mscale = L->swa ? ms_swa : ms_global;
         m->span[l] = L->swa ? c->swa_window : 0;
         char n[96];
@@ -593,6 +606,9 @@ uint64_t vq_model_config_hash(const vq_model *m, char *text, size_t cap) {
         at += (size_t)snprintf(t + at, sizeof t - at, " rope_scaling=%d freq_scale=%.9g attn_factor=%.9g orig_ctx=%d",
                                c->rope_scaling, (double)c->rope_freq_scale, (double)c->rope_attn_factor, c->yarn_orig_ctx);
     if (c->has_rope_freqs) at += (size_t)snprintf(t + at, sizeof t - at, " rope_freqs=1");
+    if (c->longrope)
+        at += (size_t)snprintf(t + at, sizeof t - at, " longrope=1 attn_factor=%.9g orig_ctx=%d",
+                               (double)c->rope_attn_factor, c->yarn_orig_ctx);
     if (c->q_scale != 1.0f) at += (size_t)snprintf(t + at, sizeof t - at, " attn_scale=%.9g", (double)c->attn_scale);
     if (c->attn_softcap > 0) at += (size_t)snprintf(t + at, sizeof t - at, " attn_softcap=%.9g", (double)c->attn_softcap);
     if (text && cap) snprintf(text, cap, "%s", t);
@@ -605,4 +621,32 @@ vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx) {
     vq_kv_dims d = { m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim, n_ctx, m->span, 0,
                      m->cfg.attn_softcap };
     return d;
+}
+
+int vq_model_tensors(const vq_model *m, vq_model_tensor_fn fn, void *user) {
+    const vq_model_config *c = &m->cfg;
+    const size_t F = sizeof(float), qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+#define VQ_T(p, bytes) do { const size_t b_ = (bytes); if ((p) && b_ > 0) { int r_ = fn(user, (p), b_); if (r_) return r_; } } while (0)
+#define VQ_TM(w) VQ_T((w).data, vq_wtype_row_bytes((w).type, (w).cols) * (size_t)(w).rows)
+    VQ_TM(m->tok_embd);
+    if (m->output.data != m->tok_embd.data) VQ_TM(m->output);
+    VQ_T(m->out_norm, c->dim * F);
+    VQ_T(m->out_bias, c->vocab_size * F);
+    for (int l = 0; l < c->n_layers; l++) {
+        const vq_layer_weights *L = &m->layers[l];
+        VQ_T(L->attn_norm, c->dim * F);
+        VQ_T(L->ffn_norm, c->dim * F);
+        VQ_TM(L->wq); VQ_TM(L->wk); VQ_TM(L->wv); VQ_TM(L->wo);
+        VQ_TM(L->w_gate); VQ_TM(L->w_up); VQ_TM(L->w_down);
+        VQ_T(L->bq, qd * F); VQ_T(L->bk, kvd * F); VQ_T(L->bv, kvd * F);
+        VQ_T(L->q_norm, c->head_dim * F); VQ_T(L->k_norm, c->head_dim * F);
+        VQ_T(L->post_attn_norm, c->dim * F); VQ_T(L->post_ffn_norm, c->dim * F);
+        VQ_T(L->bo, c->dim * F); VQ_T(L->b_gate, c->hidden_dim * F); VQ_T(L->b_up, c->hidden_dim * F);
+        VQ_T(L->b_down, c->dim * F);
+        VQ_T(L->rope_inv_freq, (size_t)(c->rope_dim / 2) * F);
+        VQ_T(L->rope_inv_freq_long, (size_t)(c->rope_dim / 2) * F);
+    }
+#undef VQ_TM
+#undef VQ_T
+    return 0;
 }

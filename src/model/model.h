@@ -22,6 +22,7 @@ enum {                           /* tensor classes a row requires or allows (bit
     VQ_AT_FUSED_GATE_UP = 1 << 6,/* blk.N.ffn_up.weight: gate rows then up rows, no ffn_gate */
     VQ_AT_ROPE_FREQS = 1 << 7,   /* rope_freqs.weight: per-pair frequency divisors (Llama 3.x) */
     VQ_AT_OUT_BIAS   = 1 << 8,   /* output.bias */
+    VQ_AT_LONGROPE   = 1 << 9,   /* rope_factors_long/short.weight: Phi-3 longrope frequency divisors */
 };
 enum { VQ_ATTN_SCALE_HEAD_DIM,   /* 1/sqrt(head_dim) */
        VQ_ATTN_SCALE_DIM_HEADS,  /* 1/sqrt(dim/heads) when n_layers == the row's attn_scale_layers
@@ -71,6 +72,8 @@ typedef struct vq_model_config {
     float rope_attn_factor; /* rope.scaling.attn_factor (1) */
     int yarn_orig_ctx;      /* rope.scaling.original_context_length (train_ctx) */
     int has_rope_freqs;     /* rope_freqs.weight divides the frequencies (Llama 3.x) */
+    int longrope;           /* rope_factors_long/short (Phi-3 longrope): a context of more than
+                             * yarn_orig_ctx tokens turns by the long factors, else the short ones */
     float attn_scale;       /* softmax scale of q.k; the cache applies 1/sqrt(head_dim), so forward
                              * multiplies q by q_scale = attn_scale * sqrt(head_dim) when it differs */
     float q_scale;          /* 1 exactly when attn_scale is 1/sqrt(head_dim) */
@@ -92,6 +95,7 @@ typedef struct vq_layer_weights {
     /* rope_dim/2 inverse frequencies (the angle of pair i at position p is p * rope_inv_freq[i]):
      * base, rope_freqs, linear and YaRN scaling folded in at load; cos/sin times rope_mscale */
     const float *rope_inv_freq;
+    const float *rope_inv_freq_long;        /* longrope: the table of a long context (else NULL) */
     float rope_mscale;
 } vq_layer_weights;
 
@@ -152,9 +156,24 @@ vq_status vq_model_requantize(vq_model *m, const vq_wspec *w, vq_err *err);
 #include "formats/gguf.h"
 vq_gguf_layout_fn vq_model_layouts(void);
 
-/* Scratch for a forward pass over up to max_batch tokens at once. */
+/* Every buffer the forward pass reads from the model (matrices, norms, biases, rope tables), once
+ * each in a fixed order, with its byte length: what a device row of the backend contract mirrors
+ * when a model is bound to it (backend/ops.h). fn returns nonzero to stop (returned). */
+typedef int (*vq_model_tensor_fn)(void *user, const void *data, size_t bytes);
+int vq_model_tensors(const vq_model *m, vq_model_tensor_fn fn, void *user);
+
+/* Scratch for a forward pass over up to max_batch tokens at once, for caches of n_ctx positions
+ * (a longrope model turns by its long factors when n_ctx exceeds its original context, as
+ * llama.cpp chooses by the context's size), on a row of the backend contract (backend/ops.h):
+ * vq_fwd_create is the CPU row (vq_ops_cpu). Another row's scratch lives where the row allocates
+ * it; a row that is not host memory must take every matrix of the model (else VQ_ERR_ARG naming
+ * the first it lacks) and keeps its own store: vq_forward_store. */
+struct vq_ops;
+extern const struct vq_ops vq_ops_cpu;
 typedef struct vq_fwd vq_fwd;
-vq_fwd *vq_fwd_create(const vq_model *m, int max_batch, vq_err *err);
+vq_fwd *vq_fwd_create(const vq_model *m, int max_batch, int n_ctx, vq_err *err);
+vq_fwd *vq_fwd_create_ops(const vq_model *m, int max_batch, int n_ctx, const struct vq_ops *ops, void *ops_ctx,
+                          vq_err *err);
 void    vq_fwd_destroy(vq_fwd *f);
 size_t  vq_fwd_bytes(const vq_fwd *f);
 
@@ -176,6 +195,11 @@ uint64_t vq_model_config_hash(const vq_model *m, char *text, size_t cap);
  * (n_logits = 1: the last token only; n_logits = n: every token). */
 vq_status vq_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens, int n, int pos0,
                      float *logits, int n_logits, vq_err *err);
+
+/* vq_forward on any row: `store` is the row's KV store (the CPU row's: a vq_kv). The tap and
+ * KV arms are the CPU row's only. */
+vq_status vq_forward_store(const vq_model *m, vq_fwd *f, void *store, const int *tokens, int n, int pos0,
+                           float *logits, int n_logits, vq_err *err);
 
 /* Decode one step of n_arms independent sequences, arm a at position pos[a]: row a is
  * tokens[a] and reads/writes kvs[a] only (the caches must be distinct). The weights are read once for every arm (the batch

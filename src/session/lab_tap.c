@@ -79,7 +79,9 @@ int vq_lab_kv_codec(const vq_kv *kv, int layer, int side, vq_lab_codec *out) {
     return 0;
 }
 
-vq_fwd *vq_lab_fwd_create(const vq_model *m, int max_batch, vq_err *err) { return vq_fwd_create(m, max_batch, err); }
+vq_fwd *vq_lab_fwd_create(const vq_model *m, int max_batch, int n_ctx, vq_err *err) {
+    return vq_fwd_create(m, max_batch, n_ctx, err);
+}
 void vq_lab_fwd_free(vq_fwd *f) { vq_fwd_destroy(f); }
 
 vq_status vq_lab_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens, int n, int pos0,

@@ -84,8 +84,9 @@ typedef struct vq_lab_codec {
     void (*finish)(const vq_codec_state *st, const float *acc, float *out);
 } vq_lab_codec;
 int vq_lab_kv_codec(const vq_kv *kv, int layer, int side, vq_lab_codec *out);
-/* the forward's scratch for batches of up to max_batch tokens */
-vq_fwd *vq_lab_fwd_create(const vq_model *m, int max_batch, vq_err *err);
+/* the forward's scratch for batches of up to max_batch tokens at positions below n_ctx (the
+ * context picks phi3 longrope's factors, as a session's does) */
+vq_fwd *vq_lab_fwd_create(const vq_model *m, int max_batch, int n_ctx, vq_err *err);
 void vq_lab_fwd_free(vq_fwd *f);
 /* n tokens at positions pos0.. through the model into kv; logits (may be NULL): the last token's;
  * evict: as a session's prompt, the eviction step of an evicting spec after the chunk */

@@ -54,7 +54,7 @@ vq_session *vq_session_create(const vq_model *m, const vq_kv_spec *spec, const v
         vq_session_free(s);
         return NULL;
     }
-    s->f = vq_fwd_create(m, n_batch, err);
+    s->f = vq_fwd_create(m, n_batch, n_ctx, err);
     s->tokens = malloc((size_t)n_ctx * sizeof(int));
     s->logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));
     if (!s->f || !s->tokens || !s->logits) {

@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
     if (n != N || body < 0 || ns < 1 || ns > 64) { fclose(f); vq_model_free(m); return vq_t_done(); }
     vq_kv_dims d = vq_model_kv_dims(m, N);
     vq_kv *kv = vq_kv_create_str("f32", &d, 1, &err);
-    vq_fwd *fw = vq_fwd_create(m, CHUNK, &err);
+    vq_fwd *fw = vq_fwd_create(m, CHUNK, N, &err);
     CHECKF(kv && fw, "%s", err.msg);
     /* our log-probs of what the fixture lists, per position: top-8 ids, samples, next */
     float (*ours)[8 + 64 + 1] = malloc(sizeof *ours * N);

@@ -98,6 +98,10 @@ run kvf 0 "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv q8_0 --kv turboqua
 run kvf_table 0 "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv q8_0 --per-layer && pass "kv-fidelity table"
 run needle 0 "$BIN" needle --ctx 160 --depths 0.5 --trials 1 --kv q8_0 --json && json_ok needle "$T/needle.out"
 run needle_pp 0 "$BIN" needle --ctx 160 --depths 0.5 --print-prompt && pass "needle --print-prompt"
+run tasks 0 "$BIN" tasks --task niah_single,vt --ctx 200 --trials 1 --kv q8_0 --n-gen 4 --json && json_ok tasks "$T/tasks.out"
+run tasks_pp 0 "$BIN" tasks --task cwe --ctx 600 --print-prompt && pass "tasks --print-prompt"
+run tasks_bad x "$BIN" tasks --task ruler && err_has tasks_bad "'ruler' is not a task"
+run tasks_small x "$BIN" tasks --task cwe --ctx 200 --trials 1 && err_has tasks_small "too small for cwe"
 run calib 0 "$BIN" calibrate -f "$T/text.txt" --tokens 48 --ctx 16 -o "$T/c.vqc" --json && json_ok calibrate "$T/calib.out"
 run calib_table 0 "$BIN" calibrate -f "$T/text.txt" --tokens 32 --ctx 16 -o "$T/c2.vqc" && pass "calibrate table"
 run calib_noout x "$BIN" calibrate -f "$T/text.txt" && err_has calib_noout "-o FILE is required"
@@ -125,7 +129,7 @@ run cl_trunc x "$BIN" calib-layers "$T/trunc.vqc" && err_has cl_trunc "bytes, it
 run cl_top x "$BIN" calib-layers "$T/c.vqc" --top 99 && err_has cl_top "more than the file's"
 run cl_spec x "$BIN" calib-layers "$T/c.vqc" --spec "nosuchcodec" && err_has cl_spec "nosuchcodec"
 run cl_nofile x "$BIN" calib-layers && err_has cl_nofile "FILE is required"
-for c in generate perplexity bench info tokenize bench-kernels kv-fidelity needle calibrate calib-layers serve evict-corr; do
+for c in generate perplexity bench info tokenize bench-kernels kv-fidelity needle tasks calibrate calib-layers serve evict-corr; do
   run "help_$c" 0 "$BIN" "$c" --help || true
 done
 pass "every --help"

@@ -55,7 +55,7 @@ static long vq_t_check_logits(const vq_model *m, const char *path, const vq_t_lo
             vq_fwd_destroy(fw);
             vq_kv_dims d = vq_model_kv_dims(m, n + 64);
             kv = vq_kv_create_str(tol->spec ? tol->spec : "f32", &d, 1, &err);
-            fw = vq_fwd_create(m, n, &err);
+            fw = vq_fwd_create(m, n, n + 64, &err);
             CHECKF(kv && fw, "%s", err.msg);
             fed = 0;
         } else if (!strncmp(p, "stats ", 6) && pos >= 0) {
@@ -104,7 +104,7 @@ static long vq_t_check_logits(const vq_model *m, const char *path, const vq_t_lo
             }
             vq_kv_dims d = vq_model_kv_dims(m, n + 64);
             vq_kv *gk = vq_kv_create_str("f16", &d, 1, &err);
-            vq_fwd *gf = vq_fwd_create(m, n, &err);
+            vq_fwd *gf = vq_fwd_create(m, n, n + 64, &err);
             CHECKF(gk && gf && vq_forward(m, gf, gk, ids, n, 0, lg, 1, &err) == VQ_OK, "%s", err.msg);
             int compared = 0;
             for (int j = 0; gk && gf && j < k && j < 64; j++) {

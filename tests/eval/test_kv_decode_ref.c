@@ -73,7 +73,7 @@ static int arm_open(arm *a, const vq_model *m, const char *spec, int ref, const 
     a->cap = NULL;
     if (!a->kv) { *why = err.msg; return 0; }
     vq_kv_set_ref_attend(a->kv, ref);
-    a->f = vq_fwd_create(m, 7, &err);
+    a->f = vq_fwd_create(m, 7, N_CTX, &err);
     a->logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
     CHECKF(a->f && a->logits, "fwd: %s", err.msg);
     return a->f && a->logits;

@@ -148,10 +148,13 @@ static void check_arch(void) {
     arch_refused_t("llama", NULL, NULL, 0, "blk.0.ffn_up_exps.weight", VQ_ERR_UNSUPPORTED, "mixture-of-experts",
                    "blk.0.ffn_up_exps.weight");
     arch_refused_t("qwen2", NULL, NULL, 0, "blk.3.ffn_gate_inp.weight", VQ_ERR_UNSUPPORTED, "mixture-of-experts", NULL);
-    /* Phi-3 longrope (rope factor tensors, or the scaling type), Gemma 2 without sliding layers */
-    arch_refused_t("phi3", NULL, NULL, 0, "rope_factors_long.weight", VQ_ERR_UNSUPPORTED, "longrope",
-                   "rope_factors_long.weight");
-    arch_refused_t("phi3", NULL, NULL, 0, "rope_factors_short.weight", VQ_ERR_UNSUPPORTED, "longrope", NULL);
+    /* Phi-3 longrope needs both factor tables (one alone is refused before any tensor is looked
+     * for); the scaling type 'longrope' (no converter writes it) stays refused; Gemma 2 without
+     * sliding layers */
+    arch_refused_t("phi3", NULL, NULL, 0, "rope_factors_long.weight", VQ_ERR_FORMAT, "longrope needs both",
+                   "only rope_factors_long.weight");
+    arch_refused_t("phi3", NULL, NULL, 0, "rope_factors_short.weight", VQ_ERR_FORMAT, "longrope needs both",
+                   "only rope_factors_short.weight");
     arch_refused("phi3", "phi3.rope.scaling.type", "longrope", 0, VQ_ERR_UNSUPPORTED, "longrope", NULL);
     arch_refused("gemma2", "gemma2.attention.sliding_window", NULL, 0, VQ_ERR_UNSUPPORTED, "sliding_window = 0", NULL);
 }

@@ -27,7 +27,9 @@ gemma3-27b-tiny-62l gemma3-27b-tiny --layers 62
 gemma2-2b-tiny gemma2-2b-tiny
 gemma2-2b-tiny-cap5 gemma2-2b-tiny --attn-softcap 5
 gemma2-27b-tiny-46l-f32 gemma2-27b-tiny --layers 46 --type f32
-phi3-mini-tiny phi3-mini-tiny'
+phi3-mini-tiny phi3-mini-tiny
+phi3-mini-128k-tiny phi3-mini-128k-tiny
+phi3-mini-128k-tiny-long phi3-mini-128k-tiny --longrope 256'
 echo "$ALL" | while read -r NAME PRESET ARGS; do
     if [ $# -gt 0 ]; then
         case " $* " in *" $NAME "*) ;; *) continue ;; esac

@@ -83,6 +83,67 @@ vq_status vq_cuda_attn_decode(const vq_cuda_kv_format *f, const vq_cuda_seq *seq
                               int max_coded, const float *q, float *out, void *workspace,
                               size_t workspace_bytes, void *stream, vq_err *err);
 
+/* ---- forward-pass ops (ops.cu): the CUDA row of the backend contract (docs/cuda.md) ----
+ * Decode: one token's activations, float32, device pointers, asynchronous on `stream` (a
+ * cudaStream_t or NULL); launch errors are returned, run errors show at the next sync. Each op
+ * computes what the CPU kernel of the same name in kernels/kernels.h computes, with float32
+ * rounding in another order (the test derives the bound).
+ * Weights stay in the GGUF file's block bytes, uploaded as they are: W is rows x cols in
+ * `type` (ggml numbering: F32 0, F16 1, BF16 30, Q8_0 8, Q4_0 2, Q4_1 3, Q4_K 12, Q6_K 14),
+ * rows contiguous, every row starting at an even byte offset. */
+int       vq_cuda_matvec_supported(uint32_t type, int cols);   /* 1: a kernel reads (type, cols) */
+size_t    vq_cuda_weight_bytes(uint32_t type, int64_t rows, int64_t cols);   /* 0: unsupported */
+/* y[r] = sum_c W[r, c] x[c], r < rows */
+vq_status vq_cuda_matvec(uint32_t type, const void *W, int rows, int cols, const float *x, float *y,
+                         void *stream, vq_err *err);
+/* out[c] = W[row, c] (the embedding lookup) */
+vq_status vq_cuda_get_row(uint32_t type, const void *W, int cols, int row, float *out, void *stream,
+                          vq_err *err);
+/* per row of dim values: out = w * (x / sqrt(mean(x^2) + eps)); out may be x */
+vq_status vq_cuda_rmsnorm(float *out, const float *x, const float *w, int n_rows, int dim, float eps,
+                          void *stream, vq_err *err);
+/* vq_rope's meaning: n_heads heads of head_dim, the first rot_dim dims turned at position pos by
+ * pos * inv_freq[i] (device, rot_dim/2 values: base, rope_freqs and scaling folded in at load),
+ * cos/sin times mscale; neox: pairs (i, i + rot_dim/2), else (2i, 2i+1) */
+vq_status vq_cuda_rope(float *x, int n_heads, int head_dim, int rot_dim, int pos, const float *inv_freq,
+                       float mscale, int neox, void *stream, vq_err *err);
+/* gate = silu(gate) * up (gelu 0), or gelu_tanh(gate) * up (gelu 1) */
+vq_status vq_cuda_glu(float *gate, const float *up, int n, int gelu, void *stream, vq_err *err);
+vq_status vq_cuda_add(float *y, const float *x, int n, void *stream, vq_err *err);     /* y += x */
+vq_status vq_cuda_scale(float *y, float a, int n, void *stream, vq_err *err);          /* y *= a */
+vq_status vq_cuda_softcap(float *y, float cap, int n, void *stream, vq_err *err);      /* cap tanh(y / cap) */
+/* one row (n_kv_heads x head_dim floats, device) as fp16, rounded to nearest even (the CPU f16
+ * codec's bytes), at row `row` of each head's array: head h at dst + h * head_stride bytes */
+vq_status vq_cuda_kv_put_f16(void *dst, size_t head_stride, int n_kv_heads, int head_dim, int row,
+                             const float *src, void *stream, vq_err *err);
+/* *out (device int) = the index of the largest x (the smallest such index; greedy sampling) */
+vq_status vq_cuda_argmax(const float *x, int n, int *out, void *stream, vq_err *err);
+
+/* ---- the CUDA row of the backend contract (cuda_row.cu; backend/ops.h) ----
+ * vq_ops_cuda's context is a vq_cuda_row: the device copies of the model's buffers (mirrored
+ * once each, as they are, from the mapped file: vq_model_tensors hands them over) and its
+ * pointer map. Decode only: one token per forward call (max_batch 1). Its store is a
+ * vq_cuda_kvs: per layer and KV head, f16 rows [max_ctx][head_dim] for K and for V (the CPU f16
+ * codec's bytes), attention by vq_cuda_attn_decode; positions appended in order from 0.
+ * Refusals (VQ_ERR_ARG, at create): head_dim other than 64/128, more than 8 query heads per KV
+ * head, attention soft-capping; (at vq_fwd_create_ops): a matrix whose type has no matvec. */
+struct vq_ops;
+extern const struct vq_ops vq_ops_cuda;
+typedef struct vq_cuda_row vq_cuda_row;
+vq_cuda_row *vq_cuda_row_create(vq_err *err);
+/* a buffer of the model the pass reads: copied to the device once (fits vq_model_tensor_fn when
+ * wrapped); a pointer inside it then maps to the copy */
+vq_status vq_cuda_row_mirror(vq_cuda_row *r, const void *host, size_t bytes, vq_err *err);
+size_t    vq_cuda_row_bytes(const vq_cuda_row *r);   /* device bytes of the mirrored buffers */
+void      vq_cuda_row_destroy(vq_cuda_row *r);
+typedef struct vq_cuda_kvs vq_cuda_kvs;
+/* span: per layer attention span (0: all), copied; NULL: all unbounded */
+vq_cuda_kvs *vq_cuda_kvs_create(int n_layers, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+                                const int *span, float softcap, vq_err *err);
+void   vq_cuda_kvs_destroy(vq_cuda_kvs *s);
+void   vq_cuda_kvs_clear(vq_cuda_kvs *s);
+size_t vq_cuda_kvs_bytes(const vq_cuda_kvs *s);
+
 /* Runtime helpers for C callers (tests, tools): device count (0 when there is no device or no
  * driver), allocation, copies, synchronisation; errors carry CUDA's message. */
 int       vq_cuda_device_count(void);
