@@ -189,6 +189,12 @@ VQ_API int         vq_kv_spec_evicts(const vq_kv_spec *s);        /* 1: some lay
  * (the policy's other keys at their defaults); policy NULL: no eviction (and no demote=). */
 VQ_API vq_kv_spec *vq_kv_spec_with_layers(const vq_kv_spec *base, const char *overrides, vq_err *err);
 VQ_API vq_kv_spec *vq_kv_spec_with_eviction(const vq_kv_spec *s, const char *policy, int budget, vq_err *err);
+/* The per-layer override giving layers[0..n) the spec s, written as after a spec's '@' (what
+ * --kv-layers and vq_kv_spec_with_layers take): "3,7,12=" and s's text as given. s must have no
+ * overrides of its own; s NULL writes the placeholder "SPEC" (a template to fill in). Returns the
+ * length needed (buf NUL-terminated when cap > 0), or 0 for no layers, a negative layer or an s
+ * with overrides. */
+VQ_API size_t vq_kv_spec_layers_text(const vq_kv_spec *s, const int *layers, int n, char *buf, size_t cap);
 /* Bytes a session's cache holds when every layer holds n_ctx rows (exact: the cache's own
  * accounting for those rows, codes + metadata + full-precision window + codec state). */
 VQ_API vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_ctx, size_t *bytes,

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define VQ_LAB_STORE   /* vq_bench_rss_fill: the forward and a cache apart (lab_tap.h says why) */
 #include "lab/eval.h"
 
 /* VmHWM is reset by writing "5" to clear_refs (Linux >= 4.0); returns 0 when that is refused. */
@@ -120,37 +119,34 @@ vq_status vq_bench_rss_fill(const vq_model *m, const vq_kv_spec *spec, const int
     int max_ctx = ctxs[n_ctxs - 1];
     if (n_tok < max_ctx) return vq_err_set(err, VQ_ERR_RANGE, "bench rss: %ld text tokens, need %d", n_tok, max_ctx);
     batch = VQ_MAX(1, batch);
-    vq_fwd *f = vq_fwd_create(m, batch, max_ctx, err);
-    float *logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));
-    if (!f || !logits) { vq_fwd_destroy(f); free(logits); return err->code ? err->code : vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); }
+    vq_fwd *f = vq_lab_fwd_create(m, batch, max_ctx, err);
+    float *logits = malloc((size_t)vq_model_n_vocab(m) * sizeof(float));
+    if (!f || !logits) { vq_lab_fwd_free(f); free(logits); return err->code ? err->code : vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); }
     vq_status s = VQ_OK;
     /* Warm-up: one forward with logits through a tiny cache of the same spec, so every weight
      * page (tied embeddings included) and the codec's code are resident before the baseline. */
     {
-        vq_kv_dims d = vq_model_kv_dims(m, 16);
-        vq_kv *w = vq_kv_create(spec, &d, seed, err);
+        vq_kv *w = vq_lab_kv_for_model(m, spec, 16, seed, err);
         if (!w) s = err->code;
-        else s = vq_forward(m, f, w, tok, VQ_MIN(8, batch), 0, logits, 1, err);
-        vq_kv_destroy(w);
+        else s = vq_lab_forward(m, f, w, tok, VQ_MIN(8, batch), 0, logits, 0, err);
+        vq_lab_kv_free(w);
     }
     vq_kv *kv = NULL;
     if (!s) {
         malloc_trim(0);   /* freed warm-up memory goes back to the OS: the cache must fault in its own */
         res->rss_base = vq_rss_bytes();
-        vq_kv_dims d = vq_model_kv_dims(m, max_ctx);
-        kv = vq_kv_create(spec, &d, seed, err);
+        kv = vq_lab_kv_for_model(m, spec, max_ctx, seed, err);
         if (!kv) s = err->code;
-        else res->kv_bytes_empty = vq_kv_bytes(kv);
+        else res->kv_bytes_empty = vq_lab_kv_bytes(kv);
     }
     double t0 = vq_now_s();
     for (int i = 0, c = 0; !s && c < n_ctxs;) {
         int nb = VQ_MIN(batch, ctxs[c] - i);
-        vq_kv_evict_begin(kv, i, nb);   /* an evicting spec: a step after each chunk (a prompt) */
-        s = vq_forward(m, f, kv, tok + i, nb, i, NULL, 1, err);
-        if (!s) vq_kv_evict_end(kv, i, nb);
+        /* an evicting spec: a step after each chunk (a prompt) */
+        s = vq_lab_forward(m, f, kv, tok + i, nb, i, NULL, 1, err);
         i += nb;
         if (!s && i == ctxs[c]) {
-            out[c] = (vq_bench_rss_point){ ctxs[c], vq_kv_bytes(kv), vq_kv_bits_per_elem(kv), vq_rss_bytes(), 0 };
+            out[c] = (vq_bench_rss_point){ ctxs[c], vq_lab_kv_bytes(kv), vq_lab_kv_bits(kv), vq_rss_bytes(), 0 };
             malloc_trim(0);
             out[c].rss_trim = vq_rss_bytes();
             c++;
@@ -158,8 +154,8 @@ vq_status vq_bench_rss_fill(const vq_model *m, const vq_kv_spec *spec, const int
     }
     res->fill_s = vq_now_s() - t0;
     if (!s) { malloc_trim(0); res->rss_end_trim = vq_rss_bytes(); }
-    vq_kv_destroy(kv);
+    vq_lab_kv_free(kv);
     free(logits);
-    vq_fwd_destroy(f);
+    vq_lab_fwd_free(f);
     return s;
 }

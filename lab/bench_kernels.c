@@ -1,5 +1,5 @@
 /* bench_kernels.c: decode-attention (one step, GQA group of 3) and encode speed per KV codec,
- * measured through the real store (vq_kv_append / vq_kv_attend), arms interleaved per repeat,
+ * measured through the real store (the door's vq_lab_kv_append / _attend), arms interleaved per repeat,
  * inputs rotated over a pool of caches whose bytes exceed the LLC, with a memcpy ceiling. */
 #include <math.h>
 #include <stdio.h>
@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#define VQ_LAB_STORE   /* the store and the codec table themselves (lab_tap.h says why) */
 #include "lab/vqlab.h"
 #include "session/lab_tap.h"
 #include "lab/bench_kernels.h"
@@ -40,7 +39,9 @@ static int has_spec(char **s, int n, const char *x) {
 
 /* f16 first (the baseline), then the given specs, or every table row plus the extras. */
 static vq_status make_specs(const vq_bk_params *p, vq_bk_result *r, vq_err *err) {
-    int cap = 2 + (p->n_specs ? p->n_specs : vq_codec_count() + (int)VQ_ARRAY_LEN(bk_extras));
+    int n_codecs = 0;
+    while (vq_codec_name(n_codecs)) n_codecs++;
+    int cap = 2 + (p->n_specs ? p->n_specs : n_codecs + (int)VQ_ARRAY_LEN(bk_extras));
     char **s = calloc((size_t)cap, sizeof *s);
     if (!s) return vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory");
     int n = 0;
@@ -55,8 +56,8 @@ static vq_status make_specs(const vq_bk_params *p, vq_bk_result *r, vq_err *err)
     if (p->n_specs) {
         for (int i = 0; i < p->n_specs; i++) if (!has_spec(s, n, p->specs[i])) s[n++] = strdup(p->specs[i]);
     } else {
-        for (int i = 0; i < vq_codec_count(); i++)   /* rows needing calib=FILE only when asked for */
-            if (!vq_codec_at(i)->needs_calib && !has_spec(s, n, vq_codec_at(i)->name)) s[n++] = strdup(vq_codec_at(i)->name);
+        for (int i = 0; i < n_codecs; i++)   /* rows needing calib=FILE only when asked for */
+            if (!vq_lab_codec_needs_calib(i) && !has_spec(s, n, vq_codec_name(i))) s[n++] = strdup(vq_codec_name(i));
         for (size_t i = 0; i < VQ_ARRAY_LEN(bk_extras); i++)
             if (!has_spec(s, n, bk_extras[i])) s[n++] = strdup(bk_extras[i]);
     }
@@ -101,8 +102,10 @@ static vq_status split_config(const vq_bk_params *p, vq_bk_arm *arms, bk_pool *p
     if (!kb || !vb || !np) { s = vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory"); goto out; }
     for (int a = 0; a < na && !s; a++) {
         if (!arms[a].ok) continue;
-        const vq_codec_state *sk = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_K);
-        const vq_codec_state *sv = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_V);
+        vq_lab_codec hk, hv;
+        vq_lab_kv_codec(pools[a].kv[0], 0, 0, &hk);
+        vq_lab_kv_codec(pools[a].kv[0], 0, 1, &hv);
+        const vq_lab_codec *sk = &hk, *sv = &hv;
         size_t per = (size_t)(N / sk->rows_per_block) * sk->block_bytes + (size_t)(N / sv->rows_per_block) * sv->block_bytes;
         np[a] = (int)VQ_MIN(BK_MAX_POOL, VQ_MAX((size_t)p->reps, (p->pool_bytes + per - 1) / VQ_MAX(per, 1)));
         kb[a] = vq_aligned_alloc((size_t)np[a] * (N / sk->rows_per_block) * sk->block_bytes + 64);
@@ -113,8 +116,8 @@ static vq_status split_config(const vq_bk_params *p, vq_bk_arm *arms, bk_pool *p
             size_t off = (size_t)((i * 7919L) % N) * d;
             int nbk = N / sk->rows_per_block, nbv = N / sv->rows_per_block;
             uint8_t *kp = kb[a] + (size_t)i * nbk * sk->block_bytes, *vp = vb[a] + (size_t)i * nbv * sv->block_bytes;
-            for (int b = 0; b < nbk; b++) sk->codec->encode(sk, K + off + (size_t)b * sk->rows_per_block * d, kp + (size_t)b * sk->block_bytes);
-            for (int b = 0; b < nbv; b++) sv->codec->encode(sv, V + off + (size_t)b * sv->rows_per_block * d, vp + (size_t)b * sv->block_bytes);
+            for (int b = 0; b < nbk; b++) sk->encode(sk->st, K + off + (size_t)b * sk->rows_per_block * d, kp + (size_t)b * sk->block_bytes);
+            for (int b = 0; b < nbv; b++) sv->encode(sv->st, V + off + (size_t)b * sv->rows_per_block * d, vp + (size_t)b * sv->block_bytes);
         }
     }
     if (s) goto out;
@@ -122,8 +125,10 @@ static vq_status split_config(const vq_bk_params *p, vq_bk_arm *arms, bk_pool *p
     int maxrows = CH, maxacc = d;
     for (int a = 0; a < na; a++) {
         if (!arms[a].ok) continue;
-        const vq_codec_state *sk = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_K);
-        const vq_codec_state *sv = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_V);
+        vq_lab_codec hk, hv;
+        vq_lab_kv_codec(pools[a].kv[0], 0, 0, &hk);
+        vq_lab_kv_codec(pools[a].kv[0], 0, 1, &hv);
+        const vq_lab_codec *sk = &hk, *sv = &hv;
         maxrows = VQ_MAX(maxrows, VQ_MAX(sk->rows_per_block, sv->rows_per_block));
         maxacc = VQ_MAX(maxacc, sv->acc_floats);
     }
@@ -134,8 +139,10 @@ static vq_status split_config(const vq_bk_params *p, vq_bk_arm *arms, bk_pool *p
     for (int rep = 0; rep < p->reps; rep++)
         for (int a = 0; a < na; a++) {
             if (!arms[a].ok) continue;
-            const vq_codec_state *sk = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_K);
-            const vq_codec_state *sv = vq_kv_codec_state(pools[a].kv[0], 0, VQ_SIDE_V);
+            vq_lab_codec hk, hv;
+            vq_lab_kv_codec(pools[a].kv[0], 0, 0, &hk);
+            vq_lab_kv_codec(pools[a].kv[0], 0, 1, &hv);
+            const vq_lab_codec *sk = &hk, *sv = &hv;
             int ck = VQ_MAX(1, CH / sk->rows_per_block), cv = VQ_MAX(1, CH / sv->rows_per_block);
             int nbk = N / sk->rows_per_block, nbv = N / sv->rows_per_block;
             size_t qsb = (sk->qstate_bytes + 63) & ~(size_t)63;
@@ -149,14 +156,14 @@ static vq_status split_config(const vq_bk_params *p, vq_bk_arm *arms, bk_pool *p
                 const float *q = Q + (size_t)((i + rep) % BK_NQ) * G * d;
                 const uint8_t *kp = kb[a] + (size_t)i * nbk * sk->block_bytes, *vp = vb[a] + (size_t)i * nbv * sv->block_bytes;
                 double t0 = cpu_s();
-                for (int h = 0; h < G; h++) sk->codec->prep_query(sk, q + h * d, qs + h * qsb);
+                for (int h = 0; h < G; h++) sk->prep_query(sk->st, q + h * d, qs + h * qsb);
                 for (int b = 0; b < nbk; b += ck)
-                    sk->codec->score(sk, G, qp, kp + (size_t)b * sk->block_bytes, VQ_MIN(ck, nbk - b), scores);
+                    sk->score(sk->st, G, qp, kp + (size_t)b * sk->block_bytes, VQ_MIN(ck, nbk - b), scores);
                 double t1 = cpu_s();
                 memset(acc, 0, sizeof(float) * G * (sv->acc_floats + 16));
                 for (int b = 0; b < nbv; b += cv)
-                    sv->codec->accumulate(sv, G, w, vp + (size_t)b * sv->block_bytes, VQ_MIN(cv, nbv - b), accp);
-                for (int h = 0; h < G; h++) sv->codec->finish(sv, accp[h], o + h * d);
+                    sv->accumulate(sv->st, G, w, vp + (size_t)b * sv->block_bytes, VQ_MIN(cv, nbv - b), accp);
+                for (int h = 0; h < G; h++) sv->finish(sv->st, accp[h], o + h * d);
                 double t2 = cpu_s();
                 ts += t1 - t0;
                 tv += t2 - t1;
@@ -176,9 +183,13 @@ out:
 /* One (N, d): build every arm's pool (interleaved, appends timed), time one decode step per
  * cache per repeat (arms interleaved), then optionally the split. */
 /* A cache for arm a: from the parsed spec when the caller gave them, else from the text. */
-static vq_kv *arm_kv(const vq_bk_params *p, const vq_bk_arm *arms, int a, const vq_kv_dims *dims, vq_err *err) {
-    return p->parsed ? vq_kv_create(p->parsed[a], dims, p->seed + a, err)
-                     : vq_kv_create_str(arms[a].spec, dims, p->seed + a, err);
+static vq_kv *arm_kv(const vq_bk_params *p, const vq_bk_arm *arms, int a, int N, int d, vq_err *err) {
+    /* one cache layer of one KV head serving a GQA group of VQ_BK_GROUP queries */
+    if (p->parsed) return vq_lab_kv_create(p->parsed[a], 1, VQ_BK_GROUP, 1, d, N, 0.0f, p->seed + a, err);
+    vq_kv_spec *s = vq_kv_spec_parse(arms[a].spec, err);
+    vq_kv *kv = s ? vq_lab_kv_create(s, 1, VQ_BK_GROUP, 1, d, N, 0.0f, p->seed + a, err) : NULL;
+    vq_kv_spec_free(s);
+    return kv;
 }
 
 static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int N, int d,
@@ -194,28 +205,30 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
     vq_rng_seed(&rng, p->seed ^ ((uint64_t)N << 20) ^ (uint64_t)d);
     for (size_t i = 0; i < 2 * (size_t)N * d; i++) { K[i] = (float)vq_rng_gauss(&rng); V[i] = (float)vq_rng_gauss(&rng); }
     for (int i = 0; i < BK_NQ * G * d; i++) Q[i] = (float)vq_rng_gauss(&rng);
-    vq_kv_dims dims = { 1, G, 1, d, N, NULL, 0, 0 };
     /* first cache of each arm: its bytes size the pool */
     int maxp = 0;
     for (int a = 0; a < na; a++) {
         vq_err e; vq_err_clear(&e);
-        vq_kv *kv = arm_kv(p, arms, a, &dims, &e);
-        if (kv && vq_kv_append(kv, 0, 0, N, K, V, &e) != VQ_OK) { vq_kv_destroy(kv); kv = NULL; }
+        vq_kv *kv = arm_kv(p, arms, a, N, d, &e);
+        if (kv && vq_lab_kv_append(kv, 0, 0, N, K, V, &e) != VQ_OK) { vq_lab_kv_free(kv); kv = NULL; }
         if (!kv) { arms[a].ok = 0; snprintf(arms[a].why, sizeof arms[a].why, "%.250s", e.msg); continue; }
         arms[a].ok = 1;
-        arms[a].kv_bytes = vq_kv_bytes(kv);
-        arms[a].bits = vq_kv_bits_per_elem(kv);
+        arms[a].kv_bytes = vq_lab_kv_bytes(kv);
+        arms[a].bits = vq_lab_kv_bits(kv);
         {
-            const vq_codec_state *sk = vq_kv_codec_state(kv, 0, VQ_SIDE_K), *sv = vq_kv_codec_state(kv, 0, VQ_SIDE_V);
+            vq_lab_codec hk, hv;
+            vq_lab_kv_codec(kv, 0, 0, &hk);
+            vq_lab_kv_codec(kv, 0, 1, &hv);
+            const vq_lab_codec *sk = &hk, *sv = &hv;
             arms[a].code_bits = 4.0 * ((double)sk->block_bytes / sk->rows_per_block +
                                        (double)sv->block_bytes / sv->rows_per_block) / d;
         }
-        snprintf(arms[a].norm, sizeof arms[a].norm, "%s", vq_kv_spec_str(kv));
+        snprintf(arms[a].norm, sizeof arms[a].norm, "%s", vq_lab_kv_spec_text(kv));
         size_t pb = arms[a].kv_bytes;
         arms[a].pool = (int)VQ_MIN(BK_MAX_POOL, VQ_MAX((size_t)p->reps, (p->pool_bytes + pb - 1) / pb));
         pools[a].kv = calloc((size_t)arms[a].pool, sizeof(vq_kv *));
-        if (!pools[a].kv) { vq_kv_destroy(kv); s = vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory"); goto out; }
-        vq_kv_destroy(kv);
+        if (!pools[a].kv) { vq_lab_kv_free(kv); s = vq_err_set(err, VQ_ERR_NOMEM, "bench-kernels: out of memory"); goto out; }
+        vq_lab_kv_free(kv);
         maxp = VQ_MAX(maxp, arms[a].pool);
     }
     if (cb) { char m[128]; snprintf(m, sizeof m, "N=%d d=%d: building pools (up to %d caches per arm)", N, d, maxp); cb(m, user); }
@@ -224,10 +237,10 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
         for (int a = 0; a < na; a++) {
             if (!arms[a].ok) continue;
             size_t off = (size_t)((i * 7919L) % N) * d;
-            vq_kv *kv = arm_kv(p, arms, a, &dims, err);
+            vq_kv *kv = arm_kv(p, arms, a, N, d, err);
             if (!kv) { s = err->code; break; }
             double t0 = cpu_s();
-            s = vq_kv_append(kv, 0, 0, N, K + off, V + off, err);
+            s = vq_lab_kv_append(kv, 0, 0, N, K + off, V + off, err);
             double t1 = cpu_s();
             pools[a].kv[pools[a].n++] = kv;
             if (s) break;
@@ -247,8 +260,8 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
         i += p->reps;
         size_t off = (size_t)((i * 7919L) % N) * d;
         vq_err e; vq_err_clear(&e);
-        vq_kv *kv = arm_kv(p, arms, a, &dims, &e);
-        if (kv && vq_kv_append(kv, 0, 0, N, K + off, V + off, &e) != VQ_OK) { vq_kv_destroy(kv); kv = NULL; }
+        vq_kv *kv = arm_kv(p, arms, a, N, d, &e);
+        if (kv && vq_lab_kv_append(kv, 0, 0, N, K + off, V + off, &e) != VQ_OK) { vq_lab_kv_free(kv); kv = NULL; }
         pools[a].kv[i] = kv;
         if (!kv) {
             #pragma omp critical(vq_bk_fail)
@@ -258,7 +271,7 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
     for (int a = 0; a < na; a++)   /* count the contiguous built prefix (all of it unless a failure) */
         while (arms[a].ok && pools[a].n < arms[a].pool && pools[a].kv[pools[a].n]) pools[a].n++;
     for (int a = 0; a < na; a++)   /* a failure leaves gaps: free what lies past the prefix */
-        for (int i = pools[a].n + 1; arms[a].ok && i < arms[a].pool; i++) vq_kv_destroy(pools[a].kv[i]);
+        for (int i = pools[a].n + 1; arms[a].ok && i < arms[a].pool; i++) vq_lab_kv_free(pools[a].kv[i]);
     if (!s && fail) { *err = ferr; s = ferr.code ? ferr.code : VQ_ERR_NOMEM; }
     if (s) goto out;
     for (int a = 0; a < na; a++)
@@ -271,7 +284,7 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
             int pos = N;
             double w0 = vq_now_s(), t0 = cpu_s();
             for (int i = 0; i < pools[a].n && !s; i++)
-                s = vq_kv_attend(pools[a].kv[i], 0, 1, &pos, Q + (size_t)((i + rep) % BK_NQ) * G * d, O, err);
+                s = vq_lab_kv_attend(pools[a].kv[i], 0, 1, &pos, Q + (size_t)((i + rep) % BK_NQ) * G * d, O, err);
             double t1 = cpu_s(), w1 = vq_now_s();
             if (s) break;
             arms[a].attend_s[rep] = ((p->threads == 1 ? t1 - t0 : w1 - w0)) / pools[a].n;
@@ -280,13 +293,13 @@ static vq_status run_config(const vq_bk_params *p, vq_bk_arm *arms, int na, int 
     if (s) goto out;
     if (p->split) {
         for (int a = 0; a < na; a++)   /* free the store pools but the first (its codec states) */
-            for (; pools[a].n > 1; pools[a].n--) vq_kv_destroy(pools[a].kv[pools[a].n - 1]);
+            for (; pools[a].n > 1; pools[a].n--) vq_lab_kv_free(pools[a].kv[pools[a].n - 1]);
         if (cb) { char m[128]; snprintf(m, sizeof m, "N=%d d=%d: score/accumulate apart", N, d); cb(m, user); }
         s = split_config(p, arms, pools, na, N, d, K, V, Q, err);
     }
 out:
     for (int a = 0; pools && a < na; a++) {
-        for (int i = 0; i < pools[a].n; i++) vq_kv_destroy(pools[a].kv[i]);
+        for (int i = 0; i < pools[a].n; i++) vq_lab_kv_free(pools[a].kv[i]);
         free(pools[a].kv);
     }
     free(pools); free(K); free(V); free(Q); free(O); free(enc_t); free(enc_rows);
@@ -305,8 +318,8 @@ vq_status vq_bench_kernels(const vq_bk_params *p, vq_bk_result *r, vq_bk_progres
     r->threads = p->threads;
     r->pool_bytes = p->pool_bytes;
     r->copy_bytes = VQ_MAX(p->pool_bytes, (size_t)64 << 20);
-    vq_cpu_describe(r->machine, sizeof r->machine);
-    snprintf(r->isa, sizeof r->isa, "%s", vq_isa_name(vq_kernels_isa()));
+    vq_cpu_description(r->machine, sizeof r->machine);
+    snprintf(r->isa, sizeof r->isa, "%s", vq_kernels_isa_name());
     r->load1_before = load1();
     r->n_arms = p->n_ns * p->n_dims * r->n_specs;
     r->arms = calloc((size_t)r->n_arms, sizeof *r->arms);

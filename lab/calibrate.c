@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define VQ_LAB_STORE   /* the calibration file's struct (lab_tap.h says why) */
 #include "lab/vqlab.h"
 #include "session/lab_tap.h"
 
@@ -112,7 +111,7 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     a.rows = calloc((size_t)a.L, sizeof(uint64_t));
     a.qq = calloc((size_t)a.L * a.Hk * a.d * a.d, sizeof(double));
     a.tmp = calloc(3 * (size_t)a.d, sizeof(double));
-    vq_calib cal;
+    vq_lab_calib cal;   /* its arrays are ours (vq_lab_calib_free frees them) */
     memset(&cal, 0, sizeof cal);
     vq_session *ss = NULL;
     vq_kv_spec *f32 = NULL;
@@ -144,7 +143,20 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     cal.rope_dim = det.rope_dim; cal.rope_neox = det.rope_neox;
     cal.config_hash = vq_calibrate_model_hash(m, cal.model, sizeof cal.model);
     cal.n_tokens = a.rows[0];
-    if ((s = vq_calib_alloc(&cal, err))) goto done;
+    {
+        const size_t hk = (size_t)a.L * a.Hk * a.d, hq = (size_t)a.L * a.Hq * a.d;
+        cal.pair_energy = calloc(hk / 2, sizeof(float));
+        cal.k_mean = calloc(hk, sizeof(float));
+        cal.k_sq = calloc(hk, sizeof(float));
+        cal.v_sq = calloc(hk, sizeof(float));
+        cal.q_filter = calloc(hk, sizeof(float));
+        cal.q_mean = calloc(hq, sizeof(float));
+        cal.q_sq = calloc(hq, sizeof(float));
+        if (!cal.pair_energy || !cal.k_mean || !cal.k_sq || !cal.v_sq || !cal.q_filter || !cal.q_mean || !cal.q_sq) {
+            s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
+            goto done;
+        }
+    }
     const int G = a.Hq / a.Hk, np = a.d / 2;
     for (int l = 0; l < a.L; l++) {
         const double inv = a.rows[l] ? 1.0 / (double)a.rows[l] : 0.0;
@@ -161,7 +173,7 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
         }
         for (int h = 0; h < a.Hk; h++)
             for (int p = 0; p < np; p++) {
-                int c0 = vq_calib_pair_ch(&cal, p, 0), c1 = vq_calib_pair_ch(&cal, p, 1);
+                int c0 = vq_lab_calib_pair_ch(&cal, p, 0), c1 = vq_lab_calib_pair_ch(&cal, p, 1);
                 size_t ko = ((size_t)l * a.Hk + h) * a.d;
                 double ke = (a.k2[ko + c0] + a.k2[ko + c1]) * inv, qe = 0;
                 for (int g = 0; g < G; g++) {
@@ -178,15 +190,16 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
                      cal.q_filter + ((size_t)l * a.Hk + h) * a.d, a.tmp + a.d);
         }
     }
-    s = vq_calib_write(&cal, out_path, err);
+    size_t file_bytes = 0;
+    s = vq_lab_calib_write(&cal, out_path, &file_bytes, err);
     if (!s && info) {
         info->n_tokens = (long)a.rows[0];
         info->n_windows = n_win;
-        info->file_bytes = vq_calib_file_bytes(&cal);
+        info->file_bytes = file_bytes;
         info->config_hash = cal.config_hash;
     }
 done:
-    vq_calib_free(&cal);
+    vq_lab_calib_free(&cal);
     vq_session_free(ss);
     vq_kv_spec_free(f32);
     free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows); free(a.qq); free(a.tmp);
@@ -196,14 +209,14 @@ done:
 /* ---------------- per-layer ranking (vq_calib_layers_read) ---------------- */
 vq_status vq_calib_layers_read(const char *path, vq_calib_layers *out, vq_err *err) {
     memset(out, 0, sizeof *out);
-    vq_calib c;
-    vq_status s = vq_calib_read(path, &c, err);
+    vq_lab_calib c;
+    vq_status s = vq_lab_calib_read(path, &c, err);
     if (s) return s;
     const int L = c.n_layers, H = c.n_kv_heads, np = c.head_dim / 2;
     out->energy = calloc((size_t)L, sizeof(double));
     out->rank = malloc(sizeof(int) * (size_t)L);
     if (!out->energy || !out->rank) {
-        vq_calib_free(&c);
+        vq_lab_calib_free(&c);
         vq_calib_layers_free(out);
         return vq_err_set(err, VQ_ERR_NOMEM, "calibration '%s': out of memory", path);
     }
@@ -222,7 +235,7 @@ vq_status vq_calib_layers_read(const char *path, vq_calib_layers *out, vq_err *e
         while (j > 0 && out->energy[out->rank[j - 1]] < out->energy[o]) { out->rank[j] = out->rank[j - 1]; j--; }
         out->rank[j] = o;
     }
-    vq_calib_free(&c);
+    vq_lab_calib_free(&c);
     return VQ_OK;
 }
 

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define VQ_LAB_STORE   /* a layer's store replayed and read back (lab_tap.h says why) */
 #include "lab/vqlab.h"
 #include "session/lab_tap.h"
 #include "lab/kv_fidelity.h"
@@ -70,13 +69,13 @@ vq_kvfid_capture *vq_kvfid_capture_run(const vq_model *m, const int *tok, int n,
     int *pos = malloc(sizeof(int) * (size_t)n);
     if (!s && !pos) s = vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory");
     for (int i = 0; !s && i < n; i++) pos[i] = i;
-    vq_kv_dims d1 = { 1, c->n_heads, c->n_kv, c->hd, n, NULL, 0, c->softcap };   /* unbounded: kv-fidelity measures full causal attention */
+    /* unbounded: kv-fidelity measures full causal attention */
     for (int l = 0; l < c->n_layers && !s; l++) {
-        vq_kv *r = vq_kv_create_str("f32", &d1, 1, err);
+        vq_kv *r = vq_lab_kv_create(f32, 1, c->n_heads, c->n_kv, c->hd, n, c->softcap, 1, err);
         if (!r) { s = err->code; break; }
-        s = vq_kv_append(r, 0, 0, n, c->k[l], c->v[l], err);
-        if (!s) s = vq_kv_attend(r, 0, n, pos, c->q[l], c->o[l], err);
-        vq_kv_destroy(r);
+        s = vq_lab_kv_append(r, 0, 0, n, c->k[l], c->v[l], err);
+        if (!s) s = vq_lab_kv_attend(r, 0, n, pos, c->q[l], c->o[l], err);
+        vq_lab_kv_free(r);
     }
     free(pos);
     vq_session_free(ss);
@@ -99,8 +98,8 @@ static double kl_one(const float *q, const float *K, const float *khat, size_t w
                      int t, double *sc) {
     double *s = sc, *sh = sc + t + 1, mx = -INFINITY, mh = -INFINITY, scale = 1.0 / sqrt((double)d);
     for (int j = 0; j <= t; j++) {
-        s[j] = vq_dot_f32(q, K + j * w + off, d) * scale;
-        sh[j] = vq_dot_f32(q, khat + j * w + off, d) * scale;
+        s[j] = vq_lab_dot_f32(q, K + j * w + off, d) * scale;
+        sh[j] = vq_lab_dot_f32(q, khat + j * w + off, d) * scale;
         mx = fmax(mx, s[j]);
         mh = fmax(mh, sh[j]);
     }
@@ -117,10 +116,10 @@ static double kl_one(const float *q, const float *K, const float *khat, size_t w
 /* Decoded rows of the cache put back in position order (rows at positions >= n are ignored). */
 static vq_status read_by_pos(vq_kv *kv, int layer, const vq_kvfid_capture *c, float *kr, float *vr,
                              int32_t *pos, float *kh, float *vh, vq_err *err) {
-    vq_status s = vq_kv_read(kv, layer, kr, vr, pos, err);
+    vq_status s = vq_lab_kv_read(kv, layer, kr, vr, pos, err);
     if (s) return s;
     size_t w = (size_t)c->n_kv * c->hd;
-    int rows = vq_kv_rows(kv, layer);
+    int rows = vq_lab_kv_rows(kv, layer);
     for (int i = 0; i < rows; i++) {
         if (pos[i] < 0 || pos[i] >= c->n) continue;
         memcpy(kh + (size_t)pos[i] * w, kr + (size_t)i * w, w * sizeof(float));
@@ -133,19 +132,17 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *
                             vq_kvfid_result *r, vq_err *err) {
     const int n = c->n, d = c->hd, nh = c->n_heads, H = c->n_kv, G = nh / H;
     const size_t w = (size_t)H * d, wq = (size_t)nh * d;
-    vq_kv_dims dims = { 1, nh, H, d, n, NULL, 0, c->softcap };
     vq_err e; vq_err_clear(&e);
-    vq_kv *kv = vq_kv_create(spec, &dims, seed + 1000003ull * (uint64_t)l, &e);
+    vq_kv *kv = vq_lab_kv_create(spec, 1, nh, H, d, n, c->softcap, seed + 1000003ull * (uint64_t)l, &e);
     int cl = 0;          /* the cache layer the rows go to */
     size_t fixed0 = 0;   /* a whole-model cache: the other layers' share of its fixed bytes */
     if (!kv) {   /* a spec with calib=FILE (or per-layer overrides) needs the model's layer count: a
                   * cache of every layer, only layer l filled */
-        vq_kv_dims all = { c->n_layers, nh, H, d, n, NULL, 0, c->softcap };
         vq_err e2; vq_err_clear(&e2);
-        kv = vq_kv_create(spec, &all, seed + 1000003ull * (uint64_t)l, &e2);
+        kv = vq_lab_kv_create(spec, c->n_layers, nh, H, d, n, c->softcap, seed + 1000003ull * (uint64_t)l, &e2);
         if (kv) {
             cl = l;
-            fixed0 = vq_kv_bytes(kv) / (size_t)c->n_layers * (size_t)(c->n_layers - 1);
+            fixed0 = vq_lab_kv_bytes(kv) / (size_t)c->n_layers * (size_t)(c->n_layers - 1);
         }
     }
     if (!kv) {   /* unusable here (e.g. head_dim): reported, not fatal */
@@ -153,9 +150,13 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *
         snprintf(r->why, sizeof r->why, "%.250s", e.msg);
         return VQ_OK;
     }
-    const vq_codec_state *sk = vq_kv_codec_state(kv, cl, VQ_SIDE_K), *sv = vq_kv_codec_state(kv, cl, VQ_SIDE_V);
+    vq_lab_codec ck, cv;   /* the codes' geometry, K and V */
+    vq_lab_kv_codec(kv, cl, 0, &ck);
+    vq_lab_kv_codec(kv, cl, 1, &cv);
+    const int rk = ck.rows_per_block, rv = cv.rows_per_block;
+    const size_t bk = ck.block_bytes, bv = cv.block_bytes;
     /* keys a query sees change after it ran only when rows wait in a window or a multi-row block */
-    int dynamic = vq_kv_window_rows(kv) > 0 || sk->rows_per_block > 1 || sv->rows_per_block > 1;
+    int dynamic = vq_lab_kv_window_rows(kv) > 0 || rk > 1 || rv > 1;
     float *kr = malloc(sizeof(float) * n * w), *vr = malloc(sizeof(float) * n * w);
     float *kh = calloc((size_t)n * w, sizeof(float)), *vh = calloc((size_t)n * w, sizeof(float));
     float *oh = malloc(sizeof(float) * n * wq);
@@ -164,8 +165,8 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *
     vq_status s = (kr && vr && kh && vh && oh && pos && sc && klq) ? VQ_OK : vq_err_set(err, VQ_ERR_NOMEM, "kv-fidelity: out of memory");
     const float *Q = c->q[l], *K = c->k[l], *V = c->v[l];
     for (int t = 0; t < n && !s; t++) {
-        s = vq_kv_append(kv, cl, t, 1, K + t * w, V + t * w, err);
-        if (!s) s = vq_kv_attend(kv, cl, 1, &t, Q + t * wq, oh + t * wq, err);
+        s = vq_lab_kv_append(kv, cl, t, 1, K + t * w, V + t * w, err);
+        if (!s) s = vq_lab_kv_attend(kv, cl, 1, &t, Q + t * wq, oh + t * wq, err);
         if (!s && dynamic) {
             s = read_by_pos(kv, cl, c, kr, vr, pos, kh, vh, err);
             #pragma omp parallel for schedule(static)
@@ -203,14 +204,14 @@ static vq_status eval_layer(const vq_kvfid_capture *c, int l, const vq_kv_spec *
         L->kl = kl / ((double)n * nh);
         L->rel_err = re / ((double)n * nh);
         if (l == 0) {
-            r->bytes = vq_kv_bytes(kv) - fixed0;
-            r->bits = cl || fixed0 ? (double)r->bytes * 8.0 / ((double)n * H * d * 2) : vq_kv_bits_per_elem(kv);
-            r->code_bits = 4.0 * ((double)sk->block_bytes / sk->rows_per_block + (double)sv->block_bytes / sv->rows_per_block) / d;
-            snprintf(r->norm, sizeof r->norm, "%s", vq_kv_spec_str(kv));
+            r->bytes = vq_lab_kv_bytes(kv) - fixed0;
+            r->bits = cl || fixed0 ? (double)r->bytes * 8.0 / ((double)n * H * d * 2) : vq_lab_kv_bits(kv);
+            r->code_bits = 4.0 * ((double)bk / rk + (double)bv / rv) / d;
+            snprintf(r->norm, sizeof r->norm, "%s", vq_lab_kv_spec_text(kv));
         }
     }
     free(kr); free(vr); free(kh); free(vh); free(oh); free(pos); free(sc); free(klq);
-    vq_kv_destroy(kv);
+    vq_lab_kv_free(kv);
     return s;
 }
 
@@ -272,9 +273,9 @@ int vq_kvfid_default_specs(char (*out)[96], int cap) {
     int n = 0;
     const char *first = "f32";
     if (n < cap) snprintf(out[n++], 96, "%s", first);
-    for (int i = 0; i < vq_codec_count() && n < cap; i++) {
-        const char *nm = vq_codec_at(i)->name;
-        if (strcmp(nm, first) && !vq_codec_at(i)->needs_calib) snprintf(out[n++], 96, "%s", nm);
+    for (int i = 0; vq_codec_name(i) && n < cap; i++) {
+        const char *nm = vq_codec_name(i);
+        if (strcmp(nm, first) && !vq_lab_codec_needs_calib(i)) snprintf(out[n++], 96, "%s", nm);
     }
     for (size_t i = 0; i < VQ_ARRAY_LEN(kf_extras) && n < cap; i++) snprintf(out[n++], 96, "%s", kf_extras[i]);
     return n;

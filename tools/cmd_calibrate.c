@@ -112,12 +112,12 @@ int cmd_calib_layers(int argc, char **argv) {
     }
     if (!file) die("calib-layers: a calibration FILE is required (one of `veloxquant calibrate`)");
     vq_err err;
+    vq_kv_spec *ks = NULL;
     if (spec) {   /* checked like any --kv (a per-layer override's spec is a full spec) */
-        vq_kv_spec *ks = vq_kv_spec_parse(spec, &err);
+        ks = vq_kv_spec_parse(spec, &err);
         if (!ks) die("calib-layers: --spec: %s", err.msg);
-        int n_ovr = vq_kv_spec_n_overrides(ks);
-        vq_kv_spec_free(ks);
-        if (n_ovr) die("calib-layers: --spec '%s' holds a per-layer override of its own ('@'): give one spec", spec);
+        if (vq_kv_spec_n_overrides(ks))
+            die("calib-layers: --spec '%s' holds a per-layer override of its own ('@'): give one spec", spec);
     }
     vq_calib_layers cl;
     if (vq_calib_layers_read(file, &cl, &err)) die("%s", err.msg);
@@ -130,11 +130,12 @@ int cmd_calib_layers(int argc, char **argv) {
     if (!sel) die("calib-layers: out of memory");
     memcpy(sel, cl.rank, sizeof(int) * (size_t)top);
     qsort(sel, (size_t)top, sizeof(int), cmp_int);
-    size_t vcap = (size_t)top * 6 + (spec ? strlen(spec) : 4) + 8, vn = 0;
+    /* the --kv-layers value, composed by the spec API (no spec text is pasted here) */
+    const size_t vcap = vq_kv_spec_layers_text(ks, sel, (int)top, NULL, 0) + 1;
     char *val = malloc(vcap);
-    if (!val) die("calib-layers: out of memory");
-    for (long i = 0; i < top; i++) vn += (size_t)snprintf(val + vn, vcap - vn, "%s%d", i ? "," : "", sel[i]);
-    snprintf(val + vn, vcap - vn, "=%s", spec ? spec : "SPEC");
+    if (!val || vcap < 2) die("calib-layers: out of memory");
+    vq_kv_spec_layers_text(ks, sel, (int)top, val, vcap);
+    vq_kv_spec_free(ks);
     int *rank_of = malloc(sizeof(int) * (size_t)L);
     if (!rank_of) die("calib-layers: out of memory");
     for (int r = 0; r < L; r++) rank_of[cl.rank[r]] = r + 1;

@@ -81,6 +81,32 @@ def test_generate_matches_complete_and_stop_strings(model):
                     assert x not in text
 
 
+def test_generate_steps_the_c_generator(model, monkeypatch):
+    """generate() is one vq_generator_step per token (the C generator of which vq_session_generate is
+    a loop) and never re-enters vq_session_generate; its text is complete()'s."""
+    from veloxquant import _lib
+    calls = {"generate": 0, "step": 0}
+    real_gen, real_step = _lib.vq_session_generate, _lib.vq_generator_step
+
+    def gen(*a):
+        calls["generate"] += 1
+        return real_gen(*a)
+
+    def step(*a):
+        calls["step"] += 1
+        return real_step(*a)
+
+    monkeypatch.setattr(_lib, "vq_session_generate", gen)
+    monkeypatch.setattr(_lib, "vq_generator_step", step)
+    with model.session(n_ctx=256) as a:
+        g = a.generate(PROMPT, max_tokens=12, temperature=0, stop="zzz")
+        text = "".join(g)
+        assert calls == {"generate": 0, "step": 12} and g.n_generated == 12 and g.stop_reason == "length"
+    monkeypatch.undo()
+    with model.session(n_ctx=256) as b:
+        assert b.complete(PROMPT, max_tokens=12, temperature=0, stop="zzz").text == text
+
+
 def test_stop_reasons_and_continuation(model):
     with model.session(n_ctx=24) as s:
         gen = s.generate(PROMPT, max_tokens=0, temperature=0)   # until the context is full

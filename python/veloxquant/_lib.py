@@ -87,6 +87,11 @@ class vq_generate_result(Structure):
                 ("t_decode_s", c_double), ("stop", c_int)]
 
 
+class vq_gen_step(Structure):
+    # text as a void pointer: exactly n_text bytes (ctypes.string_at), no NUL needed
+    _fields_ = [("token", c_int), ("text", c_void_p), ("n_text", c_size_t), ("stop", c_int)]
+
+
 # int (*vq_text_cb)(const char *bytes, size_t n, void *user); bytes as a void pointer so that
 # ctypes does not stop at a NUL (string_at copies exactly n bytes)
 vq_text_cb = ctypes.CFUNCTYPE(c_int, c_void_p, c_size_t, c_void_p)
@@ -166,6 +171,10 @@ vq_generate_default_params = _fn("vq_generate_default_params", vq_generate_param
 vq_session_generate = _fn("vq_session_generate", c_int, c_void_p, P_int, c_int, c_void_p,
                           POINTER(vq_generate_params), vq_text_cb, c_void_p, POINTER(vq_generate_result),
                           P_err)
+# the generator (Session.generate steps it one token per iteration)
+vq_generator_create = _fn("vq_generator_create", c_void_p, c_void_p, c_void_p, POINTER(vq_generate_params), P_err)
+vq_generator_free = _fn("vq_generator_free", None, c_void_p)
+vq_generator_step = _fn("vq_generator_step", c_int, c_void_p, POINTER(vq_gen_step), P_err)
 
 # state files
 vq_session_save = _fn("vq_session_save", c_int, c_void_p, c_char_p, P_err)
@@ -188,5 +197,5 @@ STRUCTS = {
     "vq_err": vq_err, "vq_model_params": vq_model_params, "vq_model_info": vq_model_info,
     "vq_chat_message": vq_chat_message, "vq_sampler_params": vq_sampler_params,
     "vq_session_params": vq_session_params, "vq_generate_params": vq_generate_params,
-    "vq_generate_result": vq_generate_result,
+    "vq_generate_result": vq_generate_result, "vq_gen_step": vq_gen_step,
 }

@@ -27,7 +27,7 @@ from typing import Iterator, Mapping, Sequence, Union
 import numpy as np
 
 from . import _lib
-from .errors import raise_for
+from .errors import ArgumentError, RangeError, raise_for
 
 CLI_KV_SEED = 0x5EED  # the seed `veloxquant generate/perplexity` give the codecs' rotations
 
@@ -616,9 +616,9 @@ class Session:
         reproducible on any machine. stop: strings that end generation (not printed). Every
         generated token stays in the session, so a later call continues the conversation.
 
-        Lazy: one token per step, each step one ``vq_session_generate`` call with n_predict=1
-        (the C API's generation loop: sampling, end-of-turn, context checks); stop strings are
-        matched here on the bytes exactly as the C loop matches them.
+        Lazy: one token per step, each step one ``vq_generator_step`` (the C API's generator, of
+        which ``vq_session_generate`` is a loop: sampling, end-of-turn, context checks, stop
+        strings, held-back bytes), so the text equals complete()'s.
         """
         ids = self._prompt_ids(prompt, messages, add_bos)
         return Generation(self, ids, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -748,18 +748,6 @@ class Completion:
         return n / self.t_decode_s if n > 0 and self.t_decode_s > 0 else 0.0
 
 
-def _holdback(text: bytearray, stops: list[bytes]) -> int:
-    """Bytes at the end of text that could begin a stop string (vq_session_generate's holdback)."""
-    best = 0
-    n = len(text)
-    for s in stops:
-        for k in range(min(len(s) - 1, n), best, -1):
-            if text[n - k:] == s[:k]:
-                best = k
-                break
-    return best
-
-
 class Generation(Iterator[str]):
     """An iterator of generated text pieces (str). After it ends: ``stop_reason`` ("length",
     "eog", "stop", "context"; "cancelled" when closed early, "error" after an exception), ``n_prompt``, ``n_generated``, ``text`` (everything yielded),
@@ -777,11 +765,9 @@ class Generation(Iterator[str]):
         self.text = ""
         self.t_prefill_s = 0.0
         self.t_decode_s = 0.0
-        self._stops = _stop_list(stop)
-        self._gp, self._keep = _gen_params(1, [], show_special)
-        if not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0:
-            raise ValueError(f"max_tokens must be an int >= 0 (0: until the context is full), got {max_tokens!r}")
-        self._max = int(max_tokens)
+        self._gen = None
+        self._t_decode0 = 0.0
+        self._gp, self._keep = _gen_params(max_tokens, _stop_list(stop), show_special)
         self._sampler = _Sampler(session.model, temperature, top_p, top_k, min_p, seed)
         self._prompt = prompt
         self._it = self._run()
@@ -795,7 +781,7 @@ class Generation(Iterator[str]):
     def close(self) -> None:
         """Stop generating (the tokens made so far stay in the session)."""
         self._it.close()
-        self._sampler.close()
+        self._free()
 
     def __enter__(self) -> "Generation":
         return self
@@ -805,91 +791,68 @@ class Generation(Iterator[str]):
 
     def __del__(self) -> None:
         try:
-            self._sampler.close()
+            self._free()
         except Exception:
             pass
 
+    def _start(self, h) -> None:
+        """vq_session_generate's checks and prefill, then the generator (session h in use)."""
+        p = self._prompt
+        held, n_ctx = _lib.vq_session_pos(h), _lib.vq_session_n_ctx(h)
+        if p.size == 0 and held == 0:
+            raise ArgumentError("vq_session_generate: no prompt and nothing decoded yet")
+        if held + p.size >= n_ctx:
+            raise RangeError(f"the prompt is {p.size} tokens and the session holds {held}, but the context holds "
+                             f"{n_ctx} (raise -c, or shorten the prompt)")
+        err = _lib.vq_err()
+        gen = _lib.vq_generator_create(h, self._sampler.h, ctypes.byref(self._gp), ctypes.byref(err))
+        if not gen:
+            raise_for(err)
+        self._gen = gen
+        t0 = time.perf_counter()
+        # the prompt (n = 0: the pending token a previous generation left, if any)
+        st = _lib.vq_session_decode(h, _int_ptr(p), p.size, None, 0, ctypes.byref(err))
+        if st:
+            raise_for(err, st)
+        self.n_prompt = int(p.size)
+        self._t_decode0 = time.perf_counter()
+        self.t_prefill_s = self._t_decode0 - t0
+
     def _run(self) -> Iterator[str]:
         s = self.session
-        pieces: list[bytes] = []
-
-        def on_text(ptr, n, _user):
-            pieces.append(ctypes.string_at(ptr, n))
-            return 0
-
-        cb = _lib.vq_text_cb(on_text)
-        res = _lib.vq_generate_result()
         err = _lib.vq_err()
+        step = _lib.vq_gen_step()
         utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        text = bytearray()
-        emitted = 0
         out: list[str] = []
         version = None
-        t_first_end = 0.0
         why = None
         try:
             while True:
-                if self._max and self.n_generated >= self._max:
-                    why = "length"
-                    break
-                pieces.clear()
                 with s._use() as h:
                     if version is not None and s._version != version + 1:
                         raise RuntimeError("the session was used between two steps of this Generation")
                     s.model._threads_here()
-                    first = version is None
-                    if not first and _lib.vq_session_pos(h) >= s.n_ctx:
-                        # the context is full: run the last sampled token (as the C loop does) and stop
+                    if version is None:
+                        self._start(h)
+                    # one vq_generator_step: the pending token runs, one is sampled and taken; its
+                    # text, stop strings and limits are the C generator's (vq_session_generate's loop)
+                    st = _lib.vq_generator_step(self._gen, ctypes.byref(step), ctypes.byref(err))
+                    if not st and step.stop == _STOP_CONTEXT:
+                        # every generated token ends up in the cache: the last one runs now
                         st = _lib.vq_session_decode(h, None, 0, None, 0, ctypes.byref(err))
-                        why = "context"
-                    else:
-                        p = self._prompt if first else _EMPTY
-                        st = _lib.vq_session_generate(h, _int_ptr(p), p.size, self._sampler.h,
-                                                      ctypes.byref(self._gp), cb, None, ctypes.byref(res),
-                                                      ctypes.byref(err))
                     version = s._version
                 if st:
                     raise_for(err, st)
-                if why:
-                    break
-                if first:
-                    self.n_prompt = res.n_prompt
-                    self.t_prefill_s = res.t_prefill_s
-                    t_first_end = time.perf_counter() - res.t_decode_s
-                self.n_generated += res.n_gen
-                old = len(text)
-                for b in pieces:
-                    text += b
-                reason = _stop_name(res.stop)
-                # a stop string that now appears: emit up to it and stop (the C loop's rule)
-                cut = len(text)
-                for x in self._stops:
-                    j = text.find(x, max(0, old - len(x) + 1))
-                    if j >= 0 and j < cut:
-                        cut = j
-                if cut < len(text):
-                    chunk = utf8.decode(bytes(text[emitted:cut]), final=True)
-                    emitted = cut
-                    why = "stop"
-                    if chunk:
-                        out.append(chunk)
-                        yield chunk
-                    break
-                safe = len(text) - _holdback(text, self._stops)
-                if safe > emitted:
-                    chunk = utf8.decode(bytes(text[emitted:safe]))
-                    emitted = safe
-                    if chunk:
-                        out.append(chunk)
-                        yield chunk
-                if reason != "length":   # eog (or a C-side stop): the C loop ended the generation
-                    why = reason
-                    break
-            if why != "stop":
-                chunk = utf8.decode(bytes(text[emitted:]), final=True)
+                if step.token >= 0:
+                    self.n_generated += 1
+                done = step.stop != _STOP_NONE
+                chunk = utf8.decode(ctypes.string_at(step.text, step.n_text) if step.n_text else b"", final=done)
                 if chunk:
                     out.append(chunk)
                     yield chunk
+                if done:
+                    why = _stop_name(step.stop)
+                    break
         except GeneratorExit:
             why = why or "cancelled"
             raise
@@ -899,9 +862,16 @@ class Generation(Iterator[str]):
         finally:
             self.stop_reason = why
             self.text = "".join(out)
-            if t_first_end:
-                self.t_decode_s = time.perf_counter() - t_first_end
-            self._sampler.close()
+            if self._t_decode0:
+                self.t_decode_s = time.perf_counter() - self._t_decode0
+            self._free()
+
+    def _free(self) -> None:
+        # the generator borrows the sampler: freed first
+        if self._gen:
+            _lib.vq_generator_free(self._gen)
+            self._gen = None
+        self._sampler.close()
 
     @property
     def decode_tokens_per_second(self) -> float:
@@ -911,7 +881,7 @@ class Generation(Iterator[str]):
         return n / self.t_decode_s if n > 0 and self.t_decode_s > 0 else 0.0
 
 
-_EMPTY = np.zeros(0, dtype=np.int32)
+_STOP_NONE, _STOP_CONTEXT = _lib.VQ_STOP_NONE, _lib.VQ_STOP_CONTEXT
 
 
 @dataclass

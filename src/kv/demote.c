@@ -1,10 +1,13 @@
-/* demote.c: demote mode of token eviction. A spec part demote=CODEC[:params] (with evict=) gives
+/* demote.c: demote mode of token eviction, the "demote" row of the fate table (kv_policy.h: what a
+ * step does with the rows it evicts; the other row, "drop", loses them). A spec part
+ * demote=CODEC[:params] (with evict=) gives
  * each evicting group a tier: a second group of the same layers, coded with that codec. An
  * eviction step decodes the blocks it would drop and appends their rows to the tier at their true
  * positions instead of losing them (mixed-precision KV: MiKV, ZipCache); attention then covers
- * both tiers (kv_attend.c merges the two passes exactly). Here: the tier's creation (the router
- * calls it once the group is made), the re-coding (the eviction step, evict.c, calls it before the
- * store drops the rows), its truncation and the cache-level calls. The spec's check of the codec
+ * both tiers (kv_attend.c merges the two passes exactly). Here: the row's hooks, the tier's
+ * creation (attach: the router calls it once the group is made), the re-coding (take: the
+ * eviction step, evict.c, calls it through g->dm.fate before the store drops the rows), its
+ * truncation, and the cache-level calls. The spec's check of the codec
  * and the tier's normalized text are the parser's (kv_spec.c). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +22,7 @@ static size_t dm_buf_bytes(const vq_kvg *g) {
     return (2 * rpb * w + rpb * g->d) * sizeof(float) + rpb * sizeof(int32_t) + (size_t)g->dims.max_ctx;
 }
 
-vq_status vq_demote_attach(vq_kvg *g, const vq_kv_parsed *sp0, const char *spec, uint64_t seed, vq_err *err) {
+static vq_status demote_attach(vq_kvg *g, const vq_kv_parsed *sp0, const char *spec, uint64_t seed, vq_err *err) {
     vq_kv_parsed *t = calloc(1, sizeof *t), *sp = malloc(sizeof *sp);
     if (!t || !sp) {
         free(t);
@@ -52,7 +55,7 @@ vq_status vq_demote_attach(vq_kvg *g, const vq_kv_parsed *sp0, const char *spec,
         return rc;
     }
     T->n_layers_all = g->n_layers_all;
-    T->dm.is_tier = 1;   /* its attention slots also carry its output to the main pass */
+    T->is_tier = 1;   /* its attention slots also carry its output to the main pass */
     vq_aligned_free(T->scratch);
     vq_aligned_free(T->slot_busy);
     T->dm.bytes = dm_buf_bytes(g);
@@ -119,7 +122,7 @@ static void span_drop(vq_kvg *T, int local, int64_t lim, unsigned char *flag) {
     TL->ring_lo = VQ_MAX(TL->ring_lo, top + 1);
 }
 
-void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop) {
+static void demote_rows(vq_kvg *g, int local, const unsigned char *drop) {
     vq_kvg *T = g->dm.tier;
     const vq_kv_layer *L = &g->layers[local];
     const int rpb = g->rpb_store, nb = L->n_coded / rpb, d = g->d;
@@ -158,7 +161,7 @@ void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop) {
 
 /* Truncate the tier of a group layer to positions < n (see vq_kvg_truncate): a tier block holding
  * a row at or past n goes whole, and the bound drops to the smallest position below n it held. */
-int vq_demote_truncate(vq_kvg *g, int local, int n, int dry) {
+static int demote_truncate(vq_kvg *g, int local, int n, int dry) {
     vq_kvg *T = g->dm.tier;
     vq_kv_layer *TL = &T->layers[local];
     const int span = g->layers[local].span, rpb = T->rpb_store;
@@ -191,6 +194,19 @@ int vq_demote_truncate(vq_kvg *g, int local, int n, int dry) {
     if (n == 0) TL->ring_lo = 0;
     return bound;
 }
+
+/* ---- the fate table (kv_policy.h: what a step does with the rows it evicts) ---- */
+static const vq_kv_fate FATES[] = {
+    {"drop", "evicted rows are lost (the store frees their pages)", NULL, NULL, NULL},
+    {"demote", "demote=CODEC[:params]: evicted rows are re-coded into a second tier at their true "
+     "positions; attention covers both tiers", demote_attach, demote_rows, demote_truncate},
+};
+
+const vq_kv_fate *vq_kv_fate_at(int i) {
+    return i >= 0 && i < (int)VQ_ARRAY_LEN(FATES) ? &FATES[i] : NULL;
+}
+
+const vq_kv_fate *vq_kv_fate_of(const vq_kv_parsed *sp) { return &FATES[sp && sp->dm.codec ? 1 : 0]; }
 
 /* ---- the cache-level calls ---- */
 static const vq_kvg *tier_of(const vq_kv *kv, int layer) {

@@ -1,12 +1,14 @@
 /* evict.c: the eviction step, on top of any codec, and the cache-level eviction calls. A step
  * asks the group's policy row (kv_policy.c) for one score per row, picks the candidate blocks
  * (coded blocks with no protected row: sinks, recent rows; the window and sink=S rows are never
- * candidates), asks the allocator row (heads=shared | heads=ada) which of them stay, then has the
- * demoted tier take (demote=, demote.c) and the store drop (kv.c) the rest. The policy's scores
+ * candidates), asks the allocator row (heads=shared | heads=ada) which of them stay, then hands the
+ * rest to the group's fate row (drop | demote: g->dm.fate, kv_policy.h) and has the store drop
+ * (kv.c) them. The policy's scores
  * come from the store's observers (appended rows in kv.c, attention in kv_attend.c).
  * Rows keep their true positions: nothing is renumbered, so kept keys keep their rotary phase
  * and the next row is appended at its true position (the session's, never the row count).
- * Calls go one way: the router -> here -> demote.c -> the store -> the tables (docs/eviction.md). */
+ * Calls go one way: the router -> here -> the store -> the tables; the fate row only through its
+ * pointer (docs/eviction.md). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +21,10 @@ static int32_t pos_at(const vq_kvg *g, const vq_kv_layer *L, int c) {
     return ((const int32_t *)(const void *)L->pages[c / g->P])[c % g->P];
 }
 
-/* a step's drop set of one local layer: re-coded into the demoted tier first (demote=), then
- * dropped from the store */
+/* a step's drop set of one local layer: handed to the group's fate row first (demote= re-codes
+ * the rows into its tier; drop: nothing), then dropped from the store */
 static int drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
-    if (g->dm.tier) vq_demote_rows(g, local, drop);
+    if (g->dm.fate && g->dm.fate->take) g->dm.fate->take(g, local, drop);
     return vq_kvg_drop_rows(g, local, drop);
 }
 

@@ -282,7 +282,7 @@ vq_status vq_kvg_scratch_init(vq_kvg *kv) {
     kv->ev.nv = QCHUNK * kv->G;
     /* blocks one pass meets: the pages, then the window and the sink in chunks of P rows */
     kv->ev.nblk = kv->page_cap + (kv->win_cap + kv->P - 1) / kv->P + (kv->S + kv->P - 1) / kv->P + 2;
-    kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G)) + (kv->dm.is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
+    kv->slot_bytes = al64(task_bytes(kv, QCHUNK * kv->G)) + (kv->is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
     kv->scratch = vq_aligned_alloc((size_t)kv->n_slots * kv->slot_bytes);
     kv->slot_busy = vq_aligned_alloc((size_t)kv->n_slots * sizeof(int));
     return kv->scratch && kv->slot_busy ? VQ_OK : VQ_ERR_NOMEM;
@@ -336,7 +336,7 @@ static void run_task(const task *t, uint8_t *mem, float *raw) {
     const int wc = L->win_count, sc = L->sink_count, smax = kv->P;
     const size_t qsb = al64(VQ_MAX(sk->qstate_bytes, 1));
     const int acc_stride = (int)(al64((size_t)sv->acc_floats * sizeof(float)) / sizeof(float));
-    uint8_t *p = mem + (kv->dm.is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
+    uint8_t *p = mem + (kv->is_tier ? vq_kvg_tier_out_bytes(kv) : 0);
     uint8_t *qst = p; p += nv * qsb;
     const void **qptr = (const void **)(void *)p; p += al64(nv * sizeof(void *));
     float **accptr = (float **)(void *)p; p += al64(nv * sizeof(void *));

@@ -1,8 +1,8 @@
 /* kv_impl.h: the KV store's private layout, shared by the files of src/kv: kv_policy.c (the policy
  * tables, kv_policy.h), kv_spec.c (spec parsing), kv_attend.c (attention from codes), kv.c
- * (create, append, compaction, accounting), demote.c, evict.c, adakv.c, kv_layers.c (the router)
- * and kv_state.c, in that order of calls: a file calls only files before it (lib/kv_files). Not a
- * public header.
+ * (create, append, compaction, accounting), demote.c and evict.c (side by side: the step reaches
+ * the demoted tier through the fate row's hooks), adakv.c, kv_layers.c (the router) and kv_state.c,
+ * in that order of calls: a file calls only files before it (lib/kv_files). Not a public header.
  * A cache (struct vq_kv) routes each layer to a group (struct vq_kvg): one group per codec
  * config, so per-layer overrides ("base@0,-1=f16") get their own page layout. */
 #ifndef VQ_KV_IMPL_H
@@ -147,6 +147,7 @@ typedef struct vq_kvg {
     uint8_t *scratch;      /* attention scratch: n_slots slots of slot_bytes (kv_attend.c) */
     size_t slot_bytes;
     int n_slots;
+    int is_tier;           /* a demoted tier (demote.c): each attention slot starts with its output */
     int *slot_busy;        /* per slot: taken (atomic flag) */
     vq_kv_layer *layers;
     int n_layers_all;      /* the cache's layer count (pyramidkv's schedule) */
@@ -173,12 +174,14 @@ typedef struct vq_kvg {
         float *tmp;        /* step scratch: 2 x cap floats (row scores, pooling) */
         vq_ada_cand *cand; /* step scratch: vh x cap candidate blocks of a cache layer's heads */
     } ev;
-    /* demote mode (demote.c): the tier an eviction step re-codes the rows it drops into: a group
-     * of the same layers (its own codec, window 0 as a staging ring for partial blocks, no sink,
-     * no policy) whose rows hold their true positions, in no particular order */
+    /* the fate of the rows a step evicts (a row of kv_policy.h's fate table: drop | demote; the
+     * router sets it from the spec, NULL in a demoted tier) and, for demote (demote.c), the tier
+     * an eviction step re-codes the rows it drops into: a group of the same layers (its own codec,
+     * window 0 as a staging ring for partial blocks, no sink, no policy) whose rows hold their
+     * true positions, in no particular order */
     struct vq_kvg_dm {
+        const vq_kv_fate *fate;
         struct vq_kvg *tier;   /* NULL: rows evicted are dropped */
-        int is_tier;           /* this group is a tier: each attention slot starts with its output */
         float *buf;            /* (tier) a main store block decoded: K, V (rpb x H x d each), a row */
         size_t bytes;          /* (tier) buf's size (vq_kv_scratch_bytes counts it) */
         long rows;             /* (tier) rows demoted into it so far, all layers */
@@ -232,13 +235,8 @@ void vq_kvg_free_spares(vq_kvg *g, vq_kv_layer *L);   /* before anything else fr
  * dropped), the pages compacted and the empty ones freed. Returns rows dropped. */
 size_t vq_kvg_obs_bytes(const vq_kvg *g, int rows);
 int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop);
-/* demote.c: the tier of a group whose spec has demote= (made by the router after vq_kvg_create;
- * re-prints the group's normalized spec from the tier's codec states); the rows a drop set would
- * remove, re-coded into the tier at their positions (the eviction step calls it before
- * vq_kvg_drop_rows); truncate of the tier (returns the bound as vq_kvg_truncate does). */
-vq_status vq_demote_attach(vq_kvg *g, const vq_kv_parsed *sp, const char *spec, uint64_t seed, vq_err *err);
-void vq_demote_rows(vq_kvg *g, int local, const unsigned char *drop);
-int vq_demote_truncate(vq_kvg *g, int local, int n, int dry);
+/* demote.c: the fate table's rows (kv_policy.h: vq_kv_fate_at / vq_kv_fate_of); the router and
+ * the eviction step reach the demoted tier only through g->ev.fate's hooks. */
 /* kv_spec.c: demote='s normalized text "codec:params" from the tier codec's two states */
 void vq_kv_demote_print(vq_kv_demote *dm, const vq_codec_state *sk, const vq_codec_state *sv);
 /* kv_attend.c: bytes at the head of a tier's attention slot (its output, handed to the main pass) */

@@ -64,8 +64,10 @@ static vq_kvg *make_group(const vq_kv_clause *cl, const vq_kv_dims *D, const int
     vq_kv_parsed sp = cl->sp;
     sp.cache_layers = D->n_layers;   /* calib=FILE is checked against the whole cache */
     vq_kvg *g = cnt ? vq_kvg_create(&sp, cl->norm, &gd, gl, seed, err) : NULL;
-    /* demote=: the group's second tier (its layers, the tier's codec), made once the group is */
-    if (g && sp.dm.codec && vq_demote_attach(g, &sp, cl->norm, seed, err)) {
+    /* the fate of evicted rows (a row of kv_policy.h's fate table): demote= makes the group's second
+     * tier (its layers, the tier's codec) once the group is */
+    if (g) g->dm.fate = vq_kv_fate_of(&sp);
+    if (g && g->dm.fate->attach && g->dm.fate->attach(g, &sp, cl->norm, seed, err)) {
         vq_kvg_destroy(g);
         g = NULL;
     }
@@ -295,14 +297,16 @@ int vq_kv_truncate(vq_kv *kv, int n) {
         for (int l = 0; l < kv->dims.n_layers; l++) {
             for (int h = 0; h < GROUP(kv, l)->vh; h++)   /* heads=ada: every KV head of the layer */
                 m = VQ_MIN(m, vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l) + h, keep, 1));
-            if (GROUP(kv, l)->dm.tier) m = VQ_MIN(m, vq_demote_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 1));
+            const vq_kv_fate *f = GROUP(kv, l)->dm.fate;   /* demote=: its tier's rows too */
+            if (f && f->truncate) m = VQ_MIN(m, f->truncate(GROUP(kv, l), LOCAL(kv, l), keep, 1));
         }
         if (m == keep) break;
         keep = m;
     }
     for (int l = 0; l < kv->dims.n_layers; l++) {
         for (int h = 0; h < GROUP(kv, l)->vh; h++) vq_kvg_truncate(GROUP(kv, l), LOCAL(kv, l) + h, keep, 0);
-        if (GROUP(kv, l)->dm.tier) vq_demote_truncate(GROUP(kv, l), LOCAL(kv, l), keep, 0);
+        const vq_kv_fate *f = GROUP(kv, l)->dm.fate;
+        if (f && f->truncate) f->truncate(GROUP(kv, l), LOCAL(kv, l), keep, 0);
     }
     return keep;
 }

@@ -28,11 +28,28 @@
  *                          (NULL: B); min_budget(ev): the smallest factor of budget any layer gets.
  *   allocate               select(c, n, H, prot, rpb, B, floor, kept): given a cache layer's
  *                          candidate blocks (each of one KV head, scored), the rows each head keeps
- *                          whatever happens (prot) and the budget B per head, marks c[i].keep. */
+ *                          whatever happens (prot) and the budget B per head, marks c[i].keep.
+ *
+ * THE FATE OF EVICTED ROWS (a third table, vq_kv_fate: rows "drop" and "demote", demote.c). A
+ * fate row says what a step does with the rows the allocator did not keep. Unlike the hooks above
+ * it acts on the group it is given (its second tier: the store's calls are its tools), so its
+ * rows live above the store (demote.c) and the router and the step reach them only through the
+ * group's row pointer (g->dm.fate; lib/kv_files ranks demote.c and evict.c side by side: neither
+ * calls the other). Same contract shape:
+ *   observe appended rows  none (a fate does not score rows)
+ *   observe attention      none (demote's tier is attended with the main rows by kv_attend.c,
+ *                          whose softmax the policy then observes over both tiers)
+ *   step                   take(g, local, drop): local layer `local`'s rows flagged in drop[]
+ *                          (whole coded blocks) are about to be dropped by the store: demote
+ *                          re-codes them into its tier at their true positions; NULL (drop): lost.
+ *   life                   attach(g, sp, spec, seed, err): made with the group (the tier);
+ *                          truncate(g, local, n, dry): the fate's rows at positions >= n go,
+ *                          returns the bound as vq_kvg_truncate does (NULL: nothing held). */
 #ifndef VQ_KV_POLICY_H
 #define VQ_KV_POLICY_H
 #include <stddef.h>
 #include <stdint.h>
+#include "veloxquant.h"   /* vq_status, vq_err */
 
 /* Every eviction key, in the order they print; the parser (kv_spec.c) reads the declarations
  * (vq_pol_keys[]) and checks a key against the row it is given with. */
@@ -107,6 +124,17 @@ typedef struct vq_kv_alloc {
     int (*select)(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows);
 } vq_kv_alloc;
 
+struct vq_kvg;
+struct vq_kv_parsed;
+typedef struct vq_kv_fate {
+    const char *name;
+    const char *help;
+    vq_status (*attach)(struct vq_kvg *g, const struct vq_kv_parsed *sp, const char *spec, uint64_t seed,
+                        vq_err *err);
+    void (*take)(struct vq_kvg *g, int local, const unsigned char *drop);
+    int (*truncate)(struct vq_kvg *g, int local, int n, int dry);
+} vq_kv_fate;
+
 /* The tables (kv_policy.c), NULL-terminated walks by index */
 const vq_kv_policy *vq_kv_policy_at(int i);
 const vq_kv_policy *vq_kv_policy_find(const char *name);
@@ -114,4 +142,8 @@ const vq_kv_alloc *vq_kv_alloc_at(int i);
 const vq_kv_alloc *vq_kv_alloc_find(const char *name);
 /* AdaKV's allocator (the heads=ada row's select; tests call it directly) */
 int vq_ada_alloc(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows);
+/* The fate table (demote.c, above the store): walk by index; the row a parsed spec asks for
+ * (demote=CODEC: "demote", else "drop") */
+const vq_kv_fate *vq_kv_fate_at(int i);
+const vq_kv_fate *vq_kv_fate_of(const struct vq_kv_parsed *sp);
 #endif

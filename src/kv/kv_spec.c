@@ -1004,6 +1004,29 @@ vq_kv_spec *vq_kv_spec_with_layers(const vq_kv_spec *base, const char *overrides
     return s;
 }
 
+size_t vq_kv_spec_layers_text(const vq_kv_spec *s, const int *layers, int n, char *buf, size_t cap) {
+    if (cap) buf[0] = 0;
+    if (!layers || n < 1 || (s && s->n > 1)) return 0;
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        if (layers[i] < 0) {
+            if (cap) buf[0] = 0;
+            return 0;
+        }
+        char t[16];
+        const int w = snprintf(t, sizeof t, "%s%d", i ? "," : "", layers[i]);
+        if (o + (size_t)w < cap) memcpy(buf + o, t, (size_t)w + 1);
+        o += (size_t)w;
+    }
+    const char *spec = s ? s->given : "SPEC";
+    const size_t ls = strlen(spec);
+    if (o + 1 + ls < cap) {
+        buf[o] = '=';
+        memcpy(buf + o + 1, spec, ls + 1);
+    } else if (cap) buf[VQ_MIN(o, cap - 1)] = 0;
+    return o + 1 + ls;
+}
+
 vq_kv_spec *vq_kv_spec_with_eviction(const vq_kv_spec *s, const char *policy, int budget, vq_err *err) {
     vq_err_clear(err);
     if (!s || (policy && (!policy[0] || strpbrk(policy, ",;@=:") || budget < 1))) {

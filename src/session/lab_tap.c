@@ -1,7 +1,14 @@
 /* lab_tap.c: the functions of the lab's door (session/lab_tap.h): a forward tap on a session, a
- * decode that leaves the eviction step undone, the policy's scores, the model's config hash. */
+ * decode that leaves the eviction step undone, the policy's scores, the model's config hash, a
+ * cache and a forward apart from any session (by opaque handle), the dot kernel, the codec rows'
+ * calibration need. */
+#include <stdio.h>
+#include <string.h>
 #include "session/lab_tap.h"
 #include "session/session_impl.h"
+#include "codec/codec.h"
+#include "codec/calib.h"
+#include "kernels/kernels.h"
 
 void vq_lab_session_set_tap(vq_session *s, vq_lab_tap tap, void *user) {
     if (s) vq_fwd_set_tap(s->f, tap, user);
@@ -28,3 +35,134 @@ vq_status vq_lab_session_evict_scores(const vq_session *s, int layer, float *sco
 
 uint64_t vq_lab_model_config_hash(const vq_model *m) { return m ? vq_model_config_hash(m, NULL, 0) : 0; }
 float vq_lab_model_attn_softcap(const vq_model *m) { return m ? m->cfg.attn_softcap : 0.0f; }
+
+/* ---- a cache apart from any session, a forward apart from it ---- */
+vq_kv *vq_lab_kv_create(const vq_kv_spec *spec, int n_layers, int n_heads, int n_kv_heads, int head_dim,
+                        int max_ctx, float softcap, uint64_t seed, vq_err *err) {
+    const vq_kv_dims d = {n_layers, n_heads, n_kv_heads, head_dim, max_ctx, NULL, 0, softcap};
+    return vq_kv_create(spec, &d, seed, err);
+}
+
+vq_kv *vq_lab_kv_for_model(const vq_model *m, const vq_kv_spec *spec, int max_ctx, uint64_t seed, vq_err *err) {
+    if (!m) { vq_err_set(err, VQ_ERR_ARG, "vq_lab_kv_for_model: no model"); return NULL; }
+    const vq_kv_dims d = vq_model_kv_dims(m, max_ctx);
+    return vq_kv_create(spec, &d, seed, err);
+}
+
+void vq_lab_kv_free(vq_kv *kv) { vq_kv_destroy(kv); }
+vq_status vq_lab_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, const float *v, vq_err *err) {
+    return vq_kv_append(kv, layer, pos0, n, k, v, err);
+}
+vq_status vq_lab_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q, float *out,
+                           vq_err *err) {
+    return vq_kv_attend(kv, layer, n_q, q_pos, q, out, err);
+}
+vq_status vq_lab_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err) {
+    return vq_kv_read(kv, layer, k, v, pos, err);
+}
+int vq_lab_kv_rows(const vq_kv *kv, int layer) { return vq_kv_rows(kv, layer); }
+int vq_lab_kv_window_rows(const vq_kv *kv) { return vq_kv_window_rows(kv); }
+size_t vq_lab_kv_bytes(const vq_kv *kv) { return vq_kv_bytes(kv); }
+double vq_lab_kv_bits(const vq_kv *kv) { return vq_kv_bits_per_elem(kv); }
+const char *vq_lab_kv_spec_text(const vq_kv *kv) { return vq_kv_spec_str(kv); }
+
+int vq_lab_kv_codec(const vq_kv *kv, int layer, int side, vq_lab_codec *out) {
+    const vq_codec_state *st = kv && (side == 0 || side == 1) ? vq_kv_codec_state(kv, layer, side ? VQ_SIDE_V : VQ_SIDE_K)
+                                                              : NULL;   /* NULL for a bad layer */
+    memset(out, 0, sizeof *out);
+    if (!st) return -1;
+    *out = (vq_lab_codec){.st = st, .rows_per_block = st->rows_per_block, .acc_floats = st->acc_floats,
+                          .block_bytes = st->block_bytes, .qstate_bytes = st->qstate_bytes,
+                          .encode = st->codec->encode, .prep_query = st->codec->prep_query,
+                          .score = st->codec->score, .accumulate = st->codec->accumulate,
+                          .finish = st->codec->finish};
+    return 0;
+}
+
+vq_fwd *vq_lab_fwd_create(const vq_model *m, int max_batch, int n_ctx, vq_err *err) {
+    return vq_fwd_create(m, max_batch, n_ctx, err);
+}
+void vq_lab_fwd_free(vq_fwd *f) { vq_fwd_destroy(f); }
+
+vq_status vq_lab_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens, int n, int pos0,
+                         float *logits, int evict, vq_err *err) {
+    if (evict) vq_kv_evict_begin(kv, pos0, n);
+    vq_status s = vq_forward(m, f, kv, tokens, n, pos0, logits, 1, err);
+    if (!s && evict) vq_kv_evict_end(kv, pos0, n);
+    return s;
+}
+
+float vq_lab_dot_f32(const float *a, const float *b, int n) { return vq_dot_f32(a, b, n); }
+
+int vq_lab_codec_needs_calib(int i) {
+    const vq_codec *c = i >= 0 && i < vq_codec_count() ? vq_codec_at(i) : NULL;
+    return c ? c->needs_calib != 0 : 0;
+}
+
+/* ---- the calibration file ---- */
+static void to_calib(const vq_lab_calib *c, vq_calib *o) {
+    memset(o, 0, sizeof *o);
+    snprintf(o->model, sizeof o->model, "%s", c->model);
+    o->config_hash = c->config_hash;
+    o->n_layers = c->n_layers;
+    o->n_heads = c->n_heads;
+    o->n_kv_heads = c->n_kv_heads;
+    o->head_dim = c->head_dim;
+    o->rope_dim = c->rope_dim;
+    o->rope_neox = c->rope_neox;
+    o->n_tokens = c->n_tokens;
+    o->pair_energy = c->pair_energy;
+    o->k_mean = c->k_mean;
+    o->k_sq = c->k_sq;
+    o->v_sq = c->v_sq;
+    o->q_mean = c->q_mean;
+    o->q_sq = c->q_sq;
+    o->q_filter = c->q_filter;
+}
+
+vq_status vq_lab_calib_write(const vq_lab_calib *c, const char *path, size_t *file_bytes, vq_err *err) {
+    if (!c || !path) return vq_err_set(err, VQ_ERR_ARG, "vq_lab_calib_write: no calibration or path");
+    vq_calib o;   /* the caller's arrays, borrowed */
+    to_calib(c, &o);
+    vq_status s = vq_calib_write(&o, path, err);
+    if (!s && file_bytes) *file_bytes = vq_calib_file_bytes(&o);
+    return s;
+}
+
+vq_status vq_lab_calib_read(const char *path, vq_lab_calib *out, vq_err *err) {
+    memset(out, 0, sizeof *out);
+    vq_calib c;
+    vq_status s = vq_calib_read(path, &c, err);
+    if (s) return s;
+    /* the arrays move to out (vq_lab_calib_free frees them as vq_calib_free would) */
+    snprintf(out->model, sizeof out->model, "%s", c.model);
+    out->config_hash = c.config_hash;
+    out->n_layers = c.n_layers;
+    out->n_heads = c.n_heads;
+    out->n_kv_heads = c.n_kv_heads;
+    out->head_dim = c.head_dim;
+    out->rope_dim = c.rope_dim;
+    out->rope_neox = c.rope_neox;
+    out->n_tokens = c.n_tokens;
+    out->pair_energy = c.pair_energy;
+    out->k_mean = c.k_mean;
+    out->k_sq = c.k_sq;
+    out->v_sq = c.v_sq;
+    out->q_mean = c.q_mean;
+    out->q_sq = c.q_sq;
+    out->q_filter = c.q_filter;
+    return VQ_OK;
+}
+
+void vq_lab_calib_free(vq_lab_calib *c) {
+    if (!c) return;
+    vq_calib o;
+    to_calib(c, &o);
+    vq_calib_free(&o);
+    memset(c, 0, sizeof *c);
+}
+
+int vq_lab_calib_pair_ch(const vq_lab_calib *c, int p, int which) {
+    vq_calib o = {.head_dim = c->head_dim, .rope_neox = c->rope_neox};
+    return vq_calib_pair_ch(&o, p, which);
+}

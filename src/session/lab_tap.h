@@ -1,7 +1,11 @@
 /* lab_tap.h: the lab's one door into the product (lab/ may include veloxquant.h, its own headers
- * and this, nothing else: tests/lib/check_layers.sh). Each function exists because the public
- * session API cannot say it; the lab drives models through public sessions otherwise. Built into
- * the library's archive, never exported by libveloxquant.so (no VQ_API). */
+ * and this, nothing else; this header includes only veloxquant.h and core/core.h, and every lab
+ * object uses only the public header's, this door's, core's and the lab's own symbols:
+ * tests/lib/check_layers.sh and check_lab_links.sh). Each function exists because the public
+ * session API cannot say it; the lab drives models through public sessions otherwise, and what it
+ * needs below a session (a cache or a forward apart, a codec's hooks, the calibration file) it
+ * reaches here through opaque handles and plain structs, never a product struct. Built into the
+ * library's archive, never exported by libveloxquant.so (no VQ_API). */
 #ifndef VQ_LAB_TAP_H
 #define VQ_LAB_TAP_H
 #include "veloxquant.h"
@@ -40,18 +44,77 @@ uint64_t vq_lab_model_config_hash(const vq_model *m);
  * (vq_kv_dims.softcap), so kv-fidelity's replay caches need it to attend as the model does. */
 float vq_lab_model_attn_softcap(const vq_model *m);
 
-#ifdef VQ_LAB_STORE
-/* Not yet behind functions of this door (issue 31, step 3): the files that define VQ_LAB_STORE
- * (lab/kv_fidelity.c, lab/bench_kernels.c, lab/calibrate.c, lab/bench.c) work below the session:
- * bench's resident-memory fill (vq_bench_rss_fill) makes the forward's scratch before its RSS
- * baseline and the cache after it, which one session (both at once) cannot; kv-fidelity
- * replays captured rows through one layer's store and reads them back decoded; bench-kernels
- * times the store's append/attend and, with --split, the codec table's score and accumulate on
- * encoded blocks; calibrate fills and writes the calibration file's struct. */
-#include "model/model.h"   /* bench's resident-memory fill: scratch before the baseline, the cache after */
-#include "kv/kv.h"
-#include "codec/codec.h"
-#include "codec/calib.h"
-#include "kernels/kernels.h"
-#endif
+/* ---- A cache apart from any session, and a forward apart from it ----
+ * kv-fidelity replays captured rows through one layer's store and reads them back decoded;
+ * bench's resident-memory fill makes the forward's scratch before its RSS baseline and the cache
+ * after it, which one session (both at once) cannot. The store's own calls by handle (kv/kv.h
+ * holds their contracts); the handles are opaque here. */
+typedef struct vq_kv vq_kv;
+typedef struct vq_fwd vq_fwd;
+/* a cache of n_layers layers (every one unbounded), made as a session makes its own */
+vq_kv *vq_lab_kv_create(const vq_kv_spec *spec, int n_layers, int n_heads, int n_kv_heads, int head_dim,
+                        int max_ctx, float softcap, uint64_t seed, vq_err *err);
+/* a cache of max_ctx positions shaped for the model (its layers, heads, spans, soft-cap) */
+vq_kv *vq_lab_kv_for_model(const vq_model *m, const vq_kv_spec *spec, int max_ctx, uint64_t seed, vq_err *err);
+void vq_lab_kv_free(vq_kv *kv);
+vq_status vq_lab_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, const float *v, vq_err *err);
+vq_status vq_lab_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q, float *out,
+                           vq_err *err);
+vq_status vq_lab_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err);
+int vq_lab_kv_rows(const vq_kv *kv, int layer);
+int vq_lab_kv_window_rows(const vq_kv *kv);
+size_t vq_lab_kv_bytes(const vq_kv *kv);
+double vq_lab_kv_bits(const vq_kv *kv);
+const char *vq_lab_kv_spec_text(const vq_kv *kv);
+/* The codec serving (layer, side: 0 K, 1 V; KV head 0) of a cache: its code geometry and the codec
+ * table's hooks on blocks (codec/codec.h holds their contract), for bench-kernels --split, which
+ * times score and accumulate on encoded blocks apart from the store. The state is opaque here and
+ * lives as long as the cache. Returns 0, or -1 (no cache, a bad layer or side). */
+typedef struct vq_codec_state vq_codec_state;
+typedef struct vq_lab_codec {
+    const vq_codec_state *st;
+    int rows_per_block, acc_floats;
+    size_t block_bytes, qstate_bytes;
+    void (*encode)(const vq_codec_state *st, const float *x, uint8_t *block);
+    void (*prep_query)(const vq_codec_state *st, const float *q, void *qstate);
+    void (*score)(const vq_codec_state *st, int n_q, const void *const *qstates, const uint8_t *blocks,
+                  int n_blocks, float *scores);
+    void (*accumulate)(const vq_codec_state *st, int n_q, const float *w, const uint8_t *blocks, int n_blocks,
+                       float *const *acc);
+    void (*finish)(const vq_codec_state *st, const float *acc, float *out);
+} vq_lab_codec;
+int vq_lab_kv_codec(const vq_kv *kv, int layer, int side, vq_lab_codec *out);
+/* the forward's scratch for batches of up to max_batch tokens at positions below n_ctx (the
+ * context picks phi3 longrope's factors, as a session's does) */
+vq_fwd *vq_lab_fwd_create(const vq_model *m, int max_batch, int n_ctx, vq_err *err);
+void vq_lab_fwd_free(vq_fwd *f);
+/* n tokens at positions pos0.. through the model into kv; logits (may be NULL): the last token's;
+ * evict: as a session's prompt, the eviction step of an evicting spec after the chunk */
+vq_status vq_lab_forward(const vq_model *m, vq_fwd *f, vq_kv *kv, const int *tokens, int n, int pos0,
+                         float *logits, int evict, vq_err *err);
+/* the product's float dot product kernel (kv-fidelity scores with it, as the cache does) */
+float vq_lab_dot_f32(const float *a, const float *b, int n);
+/* the codec table's row i (vq_codec_name(i)): 1 when it needs calib=FILE */
+int vq_lab_codec_needs_calib(int i);
+
+/* ---- The calibration file (docs/calibration-format.md) ----
+ * calibrate fills the statistics, calib-layers reads them back. The arrays are the caller's when
+ * it writes (sizes by the dims: [L][Hkv][d/2] pair_energy; [L][Hkv][d] k_mean, k_sq, v_sq,
+ * q_filter; [L][Hq][d] q_mean, q_sq) and the door's when it reads (vq_lab_calib_free). */
+typedef struct vq_lab_calib {
+    char model[64];             /* the model's name (NUL terminated) */
+    uint64_t config_hash;       /* vq_lab_model_config_hash */
+    int n_layers, n_heads, n_kv_heads, head_dim;
+    int rope_dim, rope_neox;    /* dims rotated per head; pair layout (vq_model_details) */
+    uint64_t n_tokens;
+    float *pair_energy, *k_mean, *k_sq, *v_sq, *q_mean, *q_sq, *q_filter;
+} vq_lab_calib;
+/* written atomically (as every calibration file); file_bytes (may be NULL): its size */
+vq_status vq_lab_calib_write(const vq_lab_calib *c, const char *path, size_t *file_bytes, vq_err *err);
+/* read and checked (VQ_ERR_IO / VQ_ERR_FORMAT naming the path or the field) */
+vq_status vq_lab_calib_read(const char *path, vq_lab_calib *out, vq_err *err);
+void vq_lab_calib_free(vq_lab_calib *c);
+/* Channel of RoPE pair p (which: 0 or 1) under the file's pair layout */
+int vq_lab_calib_pair_ch(const vq_lab_calib *c, int p, int which);
+
 #endif

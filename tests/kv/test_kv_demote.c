@@ -11,10 +11,12 @@
  * the observer's scores are the softmax weights over both tiers; eviction steps keep every
  * position in one tier or the other; truncate keeps what lies below the position it returns; a
  * sliding-window layer's tier frees what no query can see; saving is refused; heads=ada with
- * demote= is refused (not built). */
+ * demote= is refused (not built); demote is the "demote" row of the fate table (kv_policy.h) and
+ * each group carries the row its clause asked for. */
 #include "kv_ref.h"
 #include "../calib_fixture.h"
 #include "kv/kv.h"
+#include "kv/kv_impl.h"
 
 static vq_kv_dims D = {.n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .max_ctx = 700};
 #define W ((size_t)D.n_kv_heads * D.head_dim)
@@ -435,6 +437,30 @@ static void span_layer(const float *K, const float *V, const float *Q, int N) {
 
 static int null_writer(void *u, const void *b, size_t n) { (void)u; (void)b; (void)n; return 0; }
 
+/* demote is a row of the fate table (kv_policy.h): "drop" has no hooks, "demote" all three; a
+ * parsed spec with demote= asks for it, one without for drop; a cache's groups carry the row their
+ * clause asked for, and the step reaches the tier only through it */
+static void fate_table(void) {
+    int n = 0;
+    for (const vq_kv_fate *f; (f = vq_kv_fate_at(n)); n++) CHECKF(f->name && f->help, "fate row %d unnamed", n);
+    CHECKF(n == 2, "fate table: %d rows", n);
+    const vq_kv_fate *drop = vq_kv_fate_at(0), *dem = vq_kv_fate_at(1);
+    CHECK(drop && !strcmp(drop->name, "drop") && !drop->attach && !drop->take && !drop->truncate);
+    CHECK(dem && !strcmp(dem->name, "demote") && dem->attach && dem->take && dem->truncate);
+    CHECK(!vq_kv_fate_at(-1) && !vq_kv_fate_at(2));
+    vq_kv_parsed p;
+    vq_err err;
+    CHECK(vq_kv_part_parse("f16;evict=h2o,budget=8;demote=q8_0", &p, &err) == VQ_OK && vq_kv_fate_of(&p) == dem);
+    CHECK(vq_kv_part_parse("f16;evict=h2o,budget=8", &p, &err) == VQ_OK && vq_kv_fate_of(&p) == drop);
+    vq_kv *kv = make("f16;evict=h2o,budget=8;demote=q8_0@1=f16;evict=h2o,budget=8");
+    CHECK(kv != NULL);
+    if (kv) {
+        CHECK(kv->g[kv->lg[0]]->dm.fate == dem && kv->g[kv->lg[1]]->dm.fate == drop);
+        CHECK(kv->g[kv->lg[0]]->dm.tier && !kv->g[kv->lg[0]]->dm.tier->dm.fate && !kv->g[kv->lg[1]]->dm.tier);
+        vq_kv_destroy(kv);
+    }
+}
+
 int main(void) {
     uint64_t seed = test_seed();
     vq_rng r;
@@ -450,6 +476,7 @@ int main(void) {
     snprintf(g_kxspec, sizeof g_kxspec, "q8_0:layout=rows;evict=tova,budget=150,sinks=4,recent=16,every=4;"
              "demote=turboquant_mse:k=4,v=4;kmean=1,kscale=0.25;calib=%s", cal);
     parsing();
+    fate_table();
     big_budget(K, V, Q, N);
     known_set(&r, K, V, Q, N);
     observer(K, V, Q, N);

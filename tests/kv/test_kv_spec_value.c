@@ -1,7 +1,7 @@
 /* test_kv_spec_value.c: specs made from specs by the parser (veloxquant.h), so that no code
  * outside src/kv/ cuts or composes spec text: vq_kv_spec_with_layers (the CLI's --kv-layers) and
  * vq_kv_spec_with_eviction (evict-corr's truth), with the queries beside them (given, n_overrides,
- * evicts). Each result equals the spec parsed from the text one would have written by hand, and
+ * evicts), and vq_kv_spec_layers_text (calib-layers' --kv-layers value). Each result equals the spec parsed from the text one would have written by hand, and
  * bad input gets a message naming it. */
 #include "../vq_test.h"
 #include "veloxquant.h"
@@ -113,6 +113,29 @@ int main(void) {
         CHECK(vq_kv_spec_n_overrides(NULL) == 0 && !vq_kv_spec_evicts(NULL) && !strcmp(vq_kv_spec_given(NULL), ""));
         vq_kv_spec_free(s);
         vq_kv_spec_free(f);
+    }
+    {   /* vq_kv_spec_layers_text: calib-layers' --kv-layers value, composed by the parser's side */
+        vq_err err;
+        char buf[256];
+        const int lay[3] = {1, 4, 7}, neg[2] = {0, -1};
+        vq_kv_spec *q = P("k=q8_0;v=q4_0;window=8"), *o = P("q4_0@0=f16");
+        const size_t need = vq_kv_spec_layers_text(q, lay, 3, NULL, 0);
+        CHECKF(need == strlen("1,4,7=k=q8_0;v=q4_0;window=8"), "layers_text: needs %zu", need);
+        CHECK(vq_kv_spec_layers_text(q, lay, 3, buf, sizeof buf) == need && !strcmp(buf, "1,4,7=k=q8_0;v=q4_0;window=8"));
+        CHECK(vq_kv_spec_layers_text(q, lay, 3, buf, 6) == need && strlen(buf) < 6);   /* cut, terminated */
+        CHECK(vq_kv_spec_layers_text(NULL, lay, 2, buf, sizeof buf) == 8 && !strcmp(buf, "1,4=SPEC"));
+        CHECK(vq_kv_spec_layers_text(q, lay, 0, buf, sizeof buf) == 0 && !buf[0]);
+        CHECK(vq_kv_spec_layers_text(q, neg, 2, buf, sizeof buf) == 0 && !buf[0]);
+        CHECK(vq_kv_spec_layers_text(o, lay, 3, buf, sizeof buf) == 0);   /* a spec with overrides */
+        /* the value is one vq_kv_spec_with_layers takes, and builds what the hand-written spec does */
+        vq_kv_spec_layers_text(q, lay, 3, buf, sizeof buf);
+        vq_kv_spec *b = P("f16"), *w = vq_kv_spec_with_layers(b, buf, &err), *h = P("f16@1,4,7=k=q8_0;v=q4_0;window=8");
+        CHECKF(w && vq_kv_spec_equal(w, h), "with_layers(f16, '%s'): %s", buf, w ? vq_kv_spec_text(w) : err.msg);
+        vq_kv_spec_free(q);
+        vq_kv_spec_free(o);
+        vq_kv_spec_free(b);
+        vq_kv_spec_free(w);
+        vq_kv_spec_free(h);
     }
     return vq_t_done();
 }

@@ -2,8 +2,8 @@
 # check_lab_links.sh: the lab's door, enforced on the objects. Every vq_ symbol an object of the
 # lab's archive uses must be the lab's own, a function of the public header (veloxquant.h), a
 # function of the door (src/session/lab_tap.h) or of the bottom floor the door brings (core's
-# archive). The objects of lab files that open the door's store part (#define VQ_LAB_STORE) are
-# listed instead: what they reach below the session is named in lab_tap.h and docs/architecture.md.
+# archive), with no exception: what the lab needs below a session (a cache or a forward apart, a
+# codec's hooks, the calibration file) is a function of the door (docs/architecture.md).
 #   usage: check_lab_links.sh LIBVQ_LAB.a include/veloxquant.h src/session/lab_tap.h LIBVQ_CORE.a LAB_DIR
 set -u
 lab_ar=$1 header=$2 door=$3 core_ar=$4 lab_dir=$5
@@ -20,7 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
     nm -g --defined-only "$lab_ar" 2>/dev/null | awk 'NF == 3 { print $3 }'
 } | sort -u >"$tmp/ok"
 [ "$(grep -c . "$tmp/ok")" -gt 0 ] || { echo "check_lab_links: no allowed symbols found" >&2; exit 2; }
-fail=0 n_obj=0 n_used=0 store=""
+fail=0 n_obj=0 n_used=0
 nm -A -u "$lab_ar" 2>/dev/null | awk '$2 == "U" && $3 ~ /^vq_/ { n = split($1, p, ":"); print p[n - 1], $3 }' |
     sort -u >"$tmp/use"
 for o in $(nm -A -g --defined-only "$lab_ar" 2>/dev/null | awk -F: '{ print $2 }' | sort -u) $(cut -d' ' -f1 "$tmp/use" | sort -u); do
@@ -28,8 +28,6 @@ for o in $(nm -A -g --defined-only "$lab_ar" 2>/dev/null | awk -F: '{ print $2 }
 done | sort -u >"$tmp/objs"
 while read -r o; do
     n_obj=$((n_obj + 1))
-    src="$lab_dir/${o%.o}"
-    if [ -r "$src" ] && grep -q '^#define VQ_LAB_STORE' "$src"; then store+=" ${o%.o}"; continue; fi
     while read -r obj s; do
         [ "$obj" = "$o" ] || continue
         n_used=$((n_used + 1))
@@ -39,7 +37,6 @@ while read -r o; do
         fail=1
     done <"$tmp/use"
 done <"$tmp/objs"
-echo "check_lab_links: $n_obj lab objects, $n_used uses of vq_ symbols checked; the door's store part" \
-     "open in:${store:- none}"
+echo "check_lab_links: $n_obj lab objects, $n_used uses of vq_ symbols checked"
 [ $fail -eq 0 ] && echo "check_lab_links: OK"
 exit $fail

@@ -9,7 +9,9 @@
 #   CHECK_TOOLS: ON/1 = tools/ may include only "veloxquant.h" and "lab/vqlab.h" (and its own files)
 #   and fails otherwise; OFF/0 = the same check only reports (VQ_CHECK_TOOLS_INCLUDES).
 # lab/ (the measuring harness, not part of the library) may include "veloxquant.h", its own files
-# and the one door the session layer offers it, "session/lab_tap.h"; nothing else of src/.
+# and the one door the session layer offers it, "session/lab_tap.h"; nothing else of src/. The
+# door itself is narrow: it includes only "veloxquant.h" and "core/core.h", so no product struct
+# (model, cache, codec, calibration) reaches the lab through it.
 set -u
 src_dir=$1 check_tools=$2
 shift 2
@@ -78,16 +80,28 @@ if [ -d "$src_dir/server" ]; then
     done < <(find "$src_dir/server" -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' \) | sort)
 fi
 
-# lab/: a client of the public header with one door into the product (session/lab_tap.h, which the
-# session layer must offer); the files that open the door's store part (VQ_LAB_STORE) are listed
-n_lab=0 lab_store=""
+# lab/: a client of the public header with one narrow door into the product (session/lab_tap.h,
+# which the session layer must offer, and which includes only the public header and core's)
+n_lab=0 n_door=0
 if [ -d "$src_dir/lab" ]; then
     [[ "${hdrs[session]:-}" == *" lab_tap.h "* ]] ||
         { echo "check_layers: the session layer does not offer lab_tap.h (VQ_HEADERS_session)" >&2; fail=1; }
+    door="$src_dir/src/session/lab_tap.h"
+    if [ -r "$door" ]; then
+        while read -r line inc; do
+            n_door=$((n_door + 1))
+            [ "$inc" = "veloxquant.h" ] || [ "$inc" = "core/core.h" ] && continue
+            violation "src/session/lab_tap.h" "$line" "$inc" "the lab's door may include only \"veloxquant.h\" and \"core/core.h\""
+        done < <(includes "$door")
+    fi
     while IFS= read -r f; do
         rel=${f#"$src_dir"/}
         n_lab=$((n_lab + 1))
-        grep -q '^#define VQ_LAB_STORE' "$f" && lab_store+=" ${rel#lab/}"
+        if grep -q '^#define VQ_LAB_STORE' "$f"; then
+            echo "check_layers: $rel: defines VQ_LAB_STORE: the door has no store part (lab/ reaches the" \
+                 "product only through lab_tap.h's functions)" >&2
+            fail=1
+        fi
         while read -r line inc; do
             [ "$inc" = "veloxquant.h" ] && continue
             [ "$inc" = "session/lab_tap.h" ] && continue
@@ -122,7 +136,7 @@ if [ -d "$src_dir/tools" ]; then
 fi
 
 echo "check_layers: $n_files files, $n_inc quoted includes in src/ checked against ${#layers[@]} layers;" \
-     "$n_server files in server/; $n_lab files in lab/ (the door's store part open in:${lab_store:- none});" \
+     "$n_server files in server/; $n_lab files in lab/ (the door includes $n_door headers);" \
      "$n_tools includes in tools/ beyond \"veloxquant.h\" and \"lab/vqlab.h\""
 [ $fail -eq 0 ] && echo "check_layers: OK"
 exit $fail

@@ -7,7 +7,8 @@ sockets. Each case starts the server on a free loopback port (--port 0: it print
         4xx JSON error or a clean close, the server still serving); slot save/restore/erase
   python test_serve.py BIN holes     stories260K: issue 31's holes, each a check that failed before
         its fix: specs past 255 characters (the default's whole text, prefix reuse only between equal
-        specs), a slow-header flood (a per-client cap and a deadline keep /health served), calib=
+        specs), a slow-header flood (a per-client cap and a deadline keep /health served), a slow
+        body (cut at the deadline), a ninth connection from one address (refused), calib=
         confined to --calib-dir with one message for every refusal, slot files under a directory
         name, of an evicting cache, with a NUL; a chunked body then a half-close is answered
   python test_serve.py BIN smollm2   SmolLM2 (models/): a streamed chat equals `generate --chat
@@ -567,6 +568,45 @@ def case_holes(binary):
         stop.set()
         for s in many:
             s.close()
+        print("a slow body: headers whole, then one body byte a second: cut at --header-timeout 2")
+        sb = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        sb.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: 400\r\n\r\n{")
+        stop = threading.Event()
+
+        def drip_body():
+            while not stop.is_set():
+                try:
+                    sb.sendall(b" ")
+                except OSError:
+                    return
+                stop.wait(1.0)
+        th = threading.Thread(target=drip_body, daemon=True)
+        t0 = time.time()
+        th.start()
+        shut = closed_by_server(sb, 8)
+        dt = time.time() - t0
+        stop.set()
+        th.join()
+        sb.close()
+        check(shut and dt < 2 + 2.5, f"a body arriving one byte a second is closed after the deadline ({dt:.2f} s)")
+        print("the per-client cap (--max-conns-per-client 8): a ninth connection from one address is refused")
+        idle = []
+        for _ in range(8):
+            c = socket.socket()
+            c.bind(("127.0.0.3", 0))
+            c.connect(("127.0.0.1", srv.port))
+            idle.append(c)
+        time.sleep(0.3)
+        ninth = socket.socket()
+        ninth.bind(("127.0.0.3", 0))
+        ninth.connect(("127.0.0.1", srv.port))
+        check(closed_by_server(ninth, 1.5), "the ninth connection from 127.0.0.3 is closed at once")
+        check(not closed_by_server(idle[0], 0.3), "the first eight stay open (until their deadline)")
+        st, _ = srv.request("GET", "/health", timeout=5)
+        check(st == 200, "another address is served meanwhile")
+        for c in idle + [ninth]:
+            c.close()
         st, body = srv.request("POST", "/v1/completions", {"prompt": p, "max_tokens": 4})
         check(st == 200, "completions still served after the floods")
     finally:
