@@ -40,6 +40,22 @@ uint64_t vq_lab_model_config_hash(const vq_model *m);
  * (vq_kv_dims.softcap), so kv-fidelity's replay caches need it to attend as the model does. */
 float vq_lab_model_attn_softcap(const vq_model *m);
 
+/* Bench's fast fill (`bench --fill P`, docs/benchmarks.md "Fast fill"): appends rows to dst's cache
+ * at its next positions dst..depth-1, row p a copy of src's decoded row (p mod R) in position order
+ * (R: the rows src's cache holds; a real prefill of P tokens gives R = P), through the store's
+ * append, so every codec encodes and accounts them as it would; dst's tokens repeat src's the same
+ * way and its position becomes depth (decode continues there). The rows do not belong to their
+ * positions: speed and bytes only, never quality. src and dst share the model and the layer
+ * specs' dims; src may be dst (then R is its rows before the call). Refused: a spec that evicts
+ * (its scores would be made up), a pending token in either, depth past dst's n_ctx. */
+vq_status vq_lab_session_fill_repeat(vq_session *dst, const vq_session *src, int depth, vq_err *err);
+/* The same below the session, for bench's resident-memory fill (which holds caches, not sessions:
+ * VQ_LAB_STORE below): positions from..to-1 of dst from src's rows, at most chunk rows per append
+ * (dst's dims.max_append or less). */
+struct vq_kv;
+vq_status vq_lab_kv_fill_repeat(const vq_model *m, struct vq_kv *dst, int from, int to, const struct vq_kv *src,
+                                int chunk, vq_err *err);
+
 #ifdef VQ_LAB_STORE
 /* Not yet behind functions of this door (issue 31, step 3): the files that define VQ_LAB_STORE
  * (lab/kv_fidelity.c, lab/bench_kernels.c, lab/calibrate.c, lab/bench.c) work below the session:
