@@ -28,6 +28,7 @@ typedef struct vq_bench_sample {
     size_t peak_rss;                      /* VmHWM over this sample alone (reset before it), 0 if
                                              the kernel does not allow the reset */
     double load1;                         /* 1-minute load average when the sample started */
+    double decode_cpu_s;                  /* process CPU seconds over the timed decode (all threads) */
     double fill_s;                        /* fast fill: seconds to repeat the rows to ctx (then
                                              prefill_s and prefill_tps are 0) */
 } vq_bench_sample;

@@ -32,7 +32,7 @@ vq_status vq_bench_throughput(const vq_model *m, const vq_tput_params *p, vq_tpu
                                    .prefill_tps = a->prefill_tps, .decode_tps = a->decode_tps,
                                    .prefill_s = a->prefill_s, .decode_s = a->decode_s, .kv_bytes = a->kv_bytes,
                                    .rss_delta = a->rss_delta, .peak_rss = a->peak_rss, .load1 = a->load1,
-                                   .fill_s = a->fill_s };
+                                   .fill_s = a->fill_s, .decode_cpu_s = a->decode_cpu_s };
     }
     free(smp);
     return s;

@@ -92,6 +92,7 @@ typedef struct vq_tput_sample {
                                       cache, and the scratch as the run touched it) */
     size_t peak_rss;               /* VmHWM over this sample alone; 0 when the reset is refused */
     double load1;                  /* 1-minute load average when the sample started */
+    double decode_cpu_s;           /* process CPU seconds of the timed decode, every thread */
     double fill_s;                 /* fast fill: seconds to fill to ctx (prefill_* are then 0) */
 } vq_tput_sample;
 vq_status vq_bench_throughput(const vq_model *m, const vq_tput_params *p, vq_tput_sample *out,

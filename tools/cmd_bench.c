@@ -79,6 +79,8 @@ typedef struct report_in {
 /* Everything the table and the JSON summary show for one (ctx, arm). */
 typedef struct cell {
     stat3 dec, pre;                   /* pre: prefill tok/s, or with --fill the fill's seconds */
+    stat3 cpu;                        /* decode CPU ms per token (every thread) */
+    double cpu_vs;                    /* baseline's CPU median / this arm's (> 1: cheaper) */
     size_t kv_bytes, peak_rss;
     double vs_med, vs_lo, vs_hi;      /* ratio of decode medians to the baseline, [min/max, max/min] */
     double noise;                     /* baseline's (max - min) / median at this ctx */
@@ -87,7 +89,7 @@ typedef struct cell {
 
 static void cell_fill(const report_in *in, int c, int a, double bw, cell *o) {
     const vq_tput_params *p = in->p;
-    double *d = malloc((size_t)p->reps * sizeof(double) * 2), *q = d ? d + p->reps : NULL;
+    double *d = malloc((size_t)p->reps * sizeof(double) * 3), *q = d ? d + p->reps : NULL, *u = d ? q + p->reps : NULL;
     memset(o, 0, sizeof *o);
     if (!d) die("out of memory");
     int n = 0;
@@ -95,12 +97,14 @@ static void cell_fill(const report_in *in, int c, int a, double bw, cell *o) {
     for (long k = 0; k < ns; k++) {
         const vq_tput_sample *s = &in->samples[k];
         if (s->ctx_index != c || s->spec_index != a) continue;
-        d[n] = s->decode_tps; q[n] = p->fill ? s->fill_s : s->prefill_tps; n++;
+        d[n] = s->decode_tps; q[n] = p->fill ? s->fill_s : s->prefill_tps;
+        u[n] = 1e3 * s->decode_cpu_s / p->n_gen; n++;
         o->kv_bytes = s->kv_bytes;
         if (s->peak_rss > o->peak_rss) o->peak_rss = s->peak_rss;
     }
     o->dec = stats(d, n);
     o->pre = stats(q, n);
+    o->cpu = stats(u, n);
     o->bytes_per_tok = (double)o->kv_bytes + (double)in->model_bytes;
     o->max_tps = bw * 1e9 / o->bytes_per_tok;
     o->frac = o->dec.med / o->max_tps;
@@ -128,6 +132,7 @@ static int report(FILE *f, const report_in *in, int as_json) {
             o->vs_med = b->dec.med > 0 ? o->dec.med / b->dec.med : 0;
             o->vs_lo = b->dec.max > 0 ? o->dec.min / b->dec.max : 0;
             o->vs_hi = b->dec.min > 0 ? o->dec.max / b->dec.min : 0;
+            o->cpu_vs = o->cpu.med > 0 ? b->cpu.med / o->cpu.med : 0;
         }
     }
     double lmin = 1e30, lmax = -1;
@@ -193,6 +198,7 @@ static int report(FILE *f, const report_in *in, int as_json) {
             json_knum(&j, "decode_tps", "%.3f", s->decode_tps);
             json_knum(&j, "prefill_s", "%.6f", s->prefill_s);
             json_knum(&j, "decode_s", "%.6f", s->decode_s);
+            json_knum(&j, "decode_cpu_s", "%.6f", s->decode_cpu_s);
             if (p->fill) json_knum(&j, "fill_s", "%.6f", s->fill_s);
             json_kuint(&j, "kv_bytes", s->kv_bytes);
             json_kint(&j, "rss_delta", s->rss_delta);
@@ -227,6 +233,13 @@ static int report(FILE *f, const report_in *in, int as_json) {
                 json_knum(&j, "lo", "%.4f", o->vs_lo);
                 json_knum(&j, "hi", "%.4f", o->vs_hi);
                 json_obj_end(&j);
+                json_key(&j, "decode_cpu_ms_per_token");
+                json_obj(&j);
+                json_knum(&j, "median", "%.3f", o->cpu.med);
+                json_knum(&j, "min", "%.3f", o->cpu.min);
+                json_knum(&j, "max", "%.3f", o->cpu.max);
+                json_obj_end(&j);
+                json_knum(&j, "cpu_vs_baseline", "%.4f", o->cpu_vs);
                 json_knum(&j, "noise_floor", "%.4f", o->noise);
                 json_kuint(&j, "kv_bytes", o->kv_bytes);
                 json_knum(&j, "bytes_per_token", "%.0f", o->bytes_per_tok);
@@ -248,22 +261,24 @@ static int report(FILE *f, const report_in *in, int as_json) {
         if (p->fill)
             fprintf(f, "fast fill: cache contents repeat a real %d-token prefill; speed and bytes do not depend on "
                        "the values; quality is not measured\n", p->fill);
-        fprintf(f, "%-26s %5s | %-25s | %-22s | %6s | %-19s | %8s %5s | %9s %8s\n", "kv", "ctx",
+        fprintf(f, "%-26s %5s | %-25s | %-22s | %6s | %-19s | %8s %5s | %9s %8s | %8s %7s\n", "kv", "ctx",
                 "decode tok/s med [min,max]", "vs baseline [lo,hi]", "noise",
-                p->fill ? "fill s med [min,max]" : "prefill tok/s med", "limit", "frac", "kv MB", "peak MB");
+                p->fill ? "fill s med [min,max]" : "prefill tok/s med", "limit", "frac", "kv MB", "peak MB",
+                "cpu ms/t", "cpu vs");
         for (int c = 0; c < p->n_ctxs; c++)
             for (int a = 0; a < p->n_specs; a++) {
                 const cell *o = &cells[c * p->n_specs + a];
                 fprintf(f, p->fill ? "%-26s %5d | %7.2f [%6.2f,%7.2f] | %5.3fx [%5.3f,%5.3f] | %5.1f%% | %7.1f [%4.1f,%4.1f] | "
-                                   "%8.2f %4.0f%% | %9.2f %8.1f\n"
+                                   "%8.2f %4.0f%% | %9.2f %8.1f | %8.1f %6.3fx\n"
                                  : "%-26s %5d | %7.1f [%6.1f,%7.1f] | %5.3fx [%5.3f,%5.3f] | %5.1f%% | %7.1f [%4.0f,%4.0f] | "
-                           "%8.1f %4.0f%% | %9.2f %8.1f\n",
+                           "%8.1f %4.0f%% | %9.2f %8.1f | %8.1f %6.3fx\n",
                         in->labels[a], p->ctxs[c], o->dec.med, o->dec.min, o->dec.max, o->vs_med, o->vs_lo, o->vs_hi,
                         100 * o->noise, o->pre.med, o->pre.min, o->pre.max, o->max_tps, 100 * o->frac,
-                        o->kv_bytes / 1048576.0, o->peak_rss / 1048576.0);
+                        o->kv_bytes / 1048576.0, o->peak_rss / 1048576.0, o->cpu.med, o->cpu_vs);
             }
         fprintf(f, "baseline %s; noise = baseline's (max-min)/median at that ctx: a ratio inside 1 +- noise is no "
-                   "result. peak = VmHWM over each arm's own runs; whole run %.1f MB (the bandwidth buffer not included)\n",
+                   "result. peak = VmHWM over each arm's own runs; whole run %.1f MB (the bandwidth buffer not included). cpu ms/t = "
+                   "process CPU time per decode token, all threads (median); cpu vs = baseline's / this arm's (> 1: cheaper)\n",
                 in->labels[base], in->peak_rss / 1048576.0);
         rc = fflush(f) || ferror(f) ? -1 : 0;
     }
