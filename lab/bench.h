@@ -11,6 +11,10 @@ typedef struct vq_bench_params {
     int reps, n_gen, batch;
     const int *text; long n_text;         /* real token ids to prefill with (rotated per repeat) */
     uint64_t kv_seed;
+    int fill;                             /* > 0: fast fill (docs/benchmarks.md): per arm, one session
+                                             prefills text[0..fill) for real, once; every sample's cache
+                                             repeats its rows to ctx (vq_lab_session_fill_repeat), no
+                                             prefill is timed. 0: each sample prefills ctx real tokens */
 } vq_bench_params;
 
 typedef struct vq_bench_sample {
@@ -24,6 +28,9 @@ typedef struct vq_bench_sample {
     size_t peak_rss;                      /* VmHWM over this sample alone (reset before it), 0 if
                                              the kernel does not allow the reset */
     double load1;                         /* 1-minute load average when the sample started */
+    double decode_cpu_s;                  /* process CPU seconds over the timed decode (all threads) */
+    double fill_s;                        /* fast fill: seconds to repeat the rows to ctx (then
+                                             prefill_s and prefill_tps are 0) */
 } vq_bench_sample;
 
 /* Runs reps x ctxs x specs, interleaved (rep outermost, arms innermost), filling out[] in run
@@ -52,12 +59,17 @@ typedef struct vq_bench_rss_result {
                                  the codec's code paged in), scratch made, malloc_trim: no cache */
     size_t rss_end_trim;      /* after the last point and malloc_trim(0) (allocator slack dropped) */
     size_t kv_bytes_empty;    /* the cache created, no rows yet (page tables, window, codec state) */
-    double fill_s;            /* seconds to prefill to the largest ctx */
+    double fill_s;            /* seconds to prefill (or fast-fill) to the largest ctx */
+    double prefill_s;         /* fast fill: seconds of the real prefill of the source cache */
 } vq_bench_rss_result;
 /* Prefill tok[0 .. max(ctxs)) in chunks of `batch` through a cache of `spec`, reading the RSS at
- * each ctx of ctxs (ascending); out[n_ctxs]. Call it once per process, before any other cache. */
+ * each ctx of ctxs (ascending); out[n_ctxs]. Call it once per process, before any other cache.
+ * fill > 0 (fast fill): a source cache of the same spec prefills tok[0 .. fill) for real before
+ * the RSS baseline (so it is in the baseline, not in a delta), and the measured cache is filled
+ * from its rows repeated (vq_lab_kv_fill_repeat): the same bytes as a real prefill, not the same
+ * values. */
 vq_status vq_bench_rss_fill(const vq_model *m, const vq_kv_spec *spec, const int *tok, long n_tok,
-                            const int *ctxs, int n_ctxs, int batch, uint64_t seed,
+                            const int *ctxs, int n_ctxs, int batch, int fill, uint64_t seed,
                             vq_bench_rss_point *out, vq_bench_rss_result *res, vq_err *err);
 
 #endif

@@ -24,14 +24,15 @@ vq_status vq_bench_throughput(const vq_model *m, const vq_tput_params *p, vq_tpu
     if (!smp) return vq_err_set(err, VQ_ERR_NOMEM, "bench: out of memory for %zu samples", ns);
     vq_bench_params bp = { .ctxs = p->ctxs, .n_ctxs = p->n_ctxs, .specs = p->specs, .n_specs = p->n_specs,
                            .reps = p->reps, .n_gen = p->n_gen, .batch = p->batch, .text = p->text,
-                           .n_text = p->n_text, .kv_seed = p->kv_seed };
+                           .n_text = p->n_text, .kv_seed = p->kv_seed, .fill = p->fill };
     vq_status s = vq_bench_run(m, &bp, smp, cb, user, err);
     for (size_t k = 0; k < ns; k++) {
         const vq_bench_sample *a = &smp[k];
         out[k] = (vq_tput_sample){ .ctx_index = a->ctx_index, .spec_index = a->spec_index, .rep = a->rep,
                                    .prefill_tps = a->prefill_tps, .decode_tps = a->decode_tps,
                                    .prefill_s = a->prefill_s, .decode_s = a->decode_s, .kv_bytes = a->kv_bytes,
-                                   .rss_delta = a->rss_delta, .peak_rss = a->peak_rss, .load1 = a->load1 };
+                                   .rss_delta = a->rss_delta, .peak_rss = a->peak_rss, .load1 = a->load1,
+                                   .fill_s = a->fill_s, .decode_cpu_s = a->decode_cpu_s };
     }
     free(smp);
     return s;
@@ -46,7 +47,7 @@ vq_status vq_bench_read_bandwidth(size_t bytes, int reps, double *gbps, vq_err *
 }
 
 vq_status vq_bench_rss(const vq_model *m, const vq_kv_spec *spec, const int *tok, long n_tok,
-                       const int *ctxs, int n_ctxs, int batch, uint64_t seed,
+                       const int *ctxs, int n_ctxs, int batch, int fill, uint64_t seed,
                        vq_rss_point *out, vq_rss_result *res, vq_err *err) {
     vq_err_clear(err);
     if (!m || !spec || !out || !res || n_ctxs < 1)
@@ -54,10 +55,10 @@ vq_status vq_bench_rss(const vq_model *m, const vq_kv_spec *spec, const int *tok
     vq_bench_rss_point *pts = calloc((size_t)n_ctxs, sizeof *pts);
     if (!pts) return vq_err_set(err, VQ_ERR_NOMEM, "bench rss: out of memory");
     vq_bench_rss_result rr;
-    vq_status s = vq_bench_rss_fill(m, spec, tok, n_tok, ctxs, n_ctxs, batch, seed, pts, &rr, err);
+    vq_status s = vq_bench_rss_fill(m, spec, tok, n_tok, ctxs, n_ctxs, batch, fill, seed, pts, &rr, err);
     for (int c = 0; c < n_ctxs; c++)
         out[c] = (vq_rss_point){ pts[c].ctx, pts[c].kv_bytes, pts[c].kv_bits, pts[c].rss, pts[c].rss_trim };
-    *res = (vq_rss_result){ rr.rss_base, rr.rss_end_trim, rr.kv_bytes_empty, rr.fill_s };
+    *res = (vq_rss_result){ rr.rss_base, rr.rss_end_trim, rr.kv_bytes_empty, rr.fill_s, rr.prefill_s };
     free(pts);
     return s;
 }

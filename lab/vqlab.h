@@ -79,6 +79,9 @@ typedef struct vq_tput_params {
     int reps, n_gen, batch;
     const int *text; long n_text;  /* real token ids to prefill with */
     uint64_t kv_seed;
+    int fill;                      /* > 0: fast fill: each arm prefills text[0..fill) once, every
+                                      sample's cache repeats those rows to ctx (speed and bytes
+                                      only; no prefill timed); 0: a real prefill of ctx tokens */
 } vq_tput_params;
 typedef struct vq_tput_sample {
     int ctx_index, spec_index, rep;
@@ -89,6 +92,8 @@ typedef struct vq_tput_sample {
                                       cache, and the scratch as the run touched it) */
     size_t peak_rss;               /* VmHWM over this sample alone; 0 when the reset is refused */
     double load1;                  /* 1-minute load average when the sample started */
+    double decode_cpu_s;           /* process CPU seconds of the timed decode, every thread */
+    double fill_s;                 /* fast fill: seconds to fill to ctx (prefill_* are then 0) */
 } vq_tput_sample;
 vq_status vq_bench_throughput(const vq_model *m, const vq_tput_params *p, vq_tput_sample *out,
                               vq_progress_cb cb, void *user, vq_err *err);
@@ -107,10 +112,14 @@ typedef struct vq_rss_result {
     size_t rss_base;               /* model loaded and warmed, scratch made, no cache */
     size_t rss_end_trim;
     size_t kv_bytes_empty;         /* the cache made, no rows yet */
-    double fill_s;
+    double fill_s;                 /* seconds to fill to the largest ctx */
+    double prefill_s;              /* fill > 0: the source cache's real prefill of fill tokens */
 } vq_rss_result;
+/* fill > 0: the cache repeats the rows of a real fill-token prefill (made before the baseline in
+ * a source cache of the same spec) instead of prefilling every ctx token: same bytes, not the
+ * same values. */
 vq_status vq_bench_rss(const vq_model *m, const vq_kv_spec *spec, const int *tok, long n_tok,
-                       const int *ctxs, int n_ctxs, int batch, uint64_t seed,
+                       const int *ctxs, int n_ctxs, int batch, int fill, uint64_t seed,
                        vq_rss_point *out, vq_rss_result *res, vq_err *err);
 
 /* Token eviction's score fidelity (docs/eviction.md): per spec (each with evict=POLICY and a

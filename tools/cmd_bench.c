@@ -39,6 +39,13 @@ static const char *bench_help =
     "      --rss-only        honest memory: ONE --kv arm per process; load the model, warm it, read\n"
     "                        RSS, prefill real text through the cache reading RSS at each --ctx\n"
     "                        (default 8192); prints accounted bytes and measured RSS delta\n"
+    "      --fill[=P]        fast fill for long contexts (P default 512): each arm prefills P real\n"
+    "                        tokens once, and every cache is filled to --ctx by appending those rows\n"
+    "                        again (decoded, through the store, at increasing true positions, so\n"
+    "                        every codec encodes and counts them as it would); no prefill is timed.\n"
+    "                        Cache contents repeat a real P-token prefill; speed and bytes do not\n"
+    "                        depend on the values; quality is not measured. Not for evicting specs.\n"
+    "                        With --rss-only the source cache is made before the RSS baseline\n"
     "      --list-codecs     print the codec names of the table, one per line\n";
 
 /* ---- the throughput report ---- */
@@ -71,7 +78,9 @@ typedef struct report_in {
 
 /* Everything the table and the JSON summary show for one (ctx, arm). */
 typedef struct cell {
-    stat3 dec, pre;
+    stat3 dec, pre;                   /* pre: prefill tok/s, or with --fill the fill's seconds */
+    stat3 cpu;                        /* decode CPU ms per token (every thread) */
+    double cpu_vs;                    /* baseline's CPU median / this arm's (> 1: cheaper) */
     size_t kv_bytes, peak_rss;
     double vs_med, vs_lo, vs_hi;      /* ratio of decode medians to the baseline, [min/max, max/min] */
     double noise;                     /* baseline's (max - min) / median at this ctx */
@@ -80,7 +89,7 @@ typedef struct cell {
 
 static void cell_fill(const report_in *in, int c, int a, double bw, cell *o) {
     const vq_tput_params *p = in->p;
-    double *d = malloc((size_t)p->reps * sizeof(double) * 2), *q = d ? d + p->reps : NULL;
+    double *d = malloc((size_t)p->reps * sizeof(double) * 3), *q = d ? d + p->reps : NULL, *u = d ? q + p->reps : NULL;
     memset(o, 0, sizeof *o);
     if (!d) die("out of memory");
     int n = 0;
@@ -88,12 +97,14 @@ static void cell_fill(const report_in *in, int c, int a, double bw, cell *o) {
     for (long k = 0; k < ns; k++) {
         const vq_tput_sample *s = &in->samples[k];
         if (s->ctx_index != c || s->spec_index != a) continue;
-        d[n] = s->decode_tps; q[n] = s->prefill_tps; n++;
+        d[n] = s->decode_tps; q[n] = p->fill ? s->fill_s : s->prefill_tps;
+        u[n] = 1e3 * s->decode_cpu_s / p->n_gen; n++;
         o->kv_bytes = s->kv_bytes;
         if (s->peak_rss > o->peak_rss) o->peak_rss = s->peak_rss;
     }
     o->dec = stats(d, n);
     o->pre = stats(q, n);
+    o->cpu = stats(u, n);
     o->bytes_per_tok = (double)o->kv_bytes + (double)in->model_bytes;
     o->max_tps = bw * 1e9 / o->bytes_per_tok;
     o->frac = o->dec.med / o->max_tps;
@@ -121,6 +132,7 @@ static int report(FILE *f, const report_in *in, int as_json) {
             o->vs_med = b->dec.med > 0 ? o->dec.med / b->dec.med : 0;
             o->vs_lo = b->dec.max > 0 ? o->dec.min / b->dec.max : 0;
             o->vs_hi = b->dec.min > 0 ? o->dec.max / b->dec.min : 0;
+            o->cpu_vs = o->cpu.med > 0 ? b->cpu.med / o->cpu.med : 0;
         }
     }
     double lmin = 1e30, lmax = -1;
@@ -146,6 +158,10 @@ static int report(FILE *f, const report_in *in, int as_json) {
         json_kint(&j, "gen", p->n_gen);
         json_kint(&j, "batch", p->batch);
         json_kint(&j, "reps", p->reps);
+        json_kint(&j, "fill", p->fill);
+        if (p->fill)
+            json_kstr(&j, "fill_note", "cache contents repeat a real fill-token prefill; speed and bytes do not depend "
+                                       "on the values; quality is not measured");
         json_kstr(&j, "baseline", in->labels[base]);
         json_knum(&j, "load1_min", "%.2f", lmin);
         json_knum(&j, "load1_max", "%.2f", lmax);
@@ -182,6 +198,8 @@ static int report(FILE *f, const report_in *in, int as_json) {
             json_knum(&j, "decode_tps", "%.3f", s->decode_tps);
             json_knum(&j, "prefill_s", "%.6f", s->prefill_s);
             json_knum(&j, "decode_s", "%.6f", s->decode_s);
+            json_knum(&j, "decode_cpu_s", "%.6f", s->decode_cpu_s);
+            if (p->fill) json_knum(&j, "fill_s", "%.6f", s->fill_s);
             json_kuint(&j, "kv_bytes", s->kv_bytes);
             json_kint(&j, "rss_delta", s->rss_delta);
             json_kuint(&j, "peak_rss", s->peak_rss);
@@ -199,7 +217,8 @@ static int report(FILE *f, const report_in *in, int as_json) {
                 json_obj(&j);
                 json_kstr(&j, "kv", in->labels[a]);
                 json_kint(&j, "ctx", p->ctxs[c]);
-                const struct { const char *k; stat3 s; } ts[2] = { { "decode_tps", o->dec }, { "prefill_tps", o->pre } };
+                const struct { const char *k; stat3 s; } ts[2] = { { "decode_tps", o->dec },
+                                                                   { p->fill ? "fill_s" : "prefill_tps", o->pre } };
                 for (int t = 0; t < 2; t++) {
                     json_key(&j, ts[t].k);
                     json_obj(&j);
@@ -214,6 +233,13 @@ static int report(FILE *f, const report_in *in, int as_json) {
                 json_knum(&j, "lo", "%.4f", o->vs_lo);
                 json_knum(&j, "hi", "%.4f", o->vs_hi);
                 json_obj_end(&j);
+                json_key(&j, "decode_cpu_ms_per_token");
+                json_obj(&j);
+                json_knum(&j, "median", "%.3f", o->cpu.med);
+                json_knum(&j, "min", "%.3f", o->cpu.min);
+                json_knum(&j, "max", "%.3f", o->cpu.max);
+                json_obj_end(&j);
+                json_knum(&j, "cpu_vs_baseline", "%.4f", o->cpu_vs);
                 json_knum(&j, "noise_floor", "%.4f", o->noise);
                 json_kuint(&j, "kv_bytes", o->kv_bytes);
                 json_knum(&j, "bytes_per_token", "%.0f", o->bytes_per_tok);
@@ -232,20 +258,27 @@ static int report(FILE *f, const report_in *in, int as_json) {
         fprintf(f, "read bandwidth %.2f GB/s median [%.2f, %.2f] over %d passes of %.0f MiB; physical limit = "
                    "bandwidth / (KV bytes held + model file bytes) per decode token\n",
                 bw.med, bw.min, bw.max, in->n_bw, in->bw_bytes / 1048576.0);
-        fprintf(f, "%-26s %5s | %-25s | %-22s | %6s | %-19s | %8s %5s | %9s %8s\n", "kv", "ctx",
-                "decode tok/s med [min,max]", "vs baseline [lo,hi]", "noise", "prefill tok/s med",
-                "limit", "frac", "kv MB", "peak MB");
+        if (p->fill)
+            fprintf(f, "fast fill: cache contents repeat a real %d-token prefill; speed and bytes do not depend on "
+                       "the values; quality is not measured\n", p->fill);
+        fprintf(f, "%-26s %5s | %-25s | %-22s | %6s | %-19s | %8s %5s | %9s %8s | %8s %7s\n", "kv", "ctx",
+                "decode tok/s med [min,max]", "vs baseline [lo,hi]", "noise",
+                p->fill ? "fill s med [min,max]" : "prefill tok/s med", "limit", "frac", "kv MB", "peak MB",
+                "cpu ms/t", "cpu vs");
         for (int c = 0; c < p->n_ctxs; c++)
             for (int a = 0; a < p->n_specs; a++) {
                 const cell *o = &cells[c * p->n_specs + a];
-                fprintf(f, "%-26s %5d | %7.1f [%6.1f,%7.1f] | %5.3fx [%5.3f,%5.3f] | %5.1f%% | %7.1f [%4.0f,%4.0f] | "
-                           "%8.1f %4.0f%% | %9.2f %8.1f\n",
+                fprintf(f, p->fill ? "%-26s %5d | %7.2f [%6.2f,%7.2f] | %5.3fx [%5.3f,%5.3f] | %5.1f%% | %7.1f [%4.1f,%4.1f] | "
+                                   "%8.2f %4.0f%% | %9.2f %8.1f | %8.1f %6.3fx\n"
+                                 : "%-26s %5d | %7.1f [%6.1f,%7.1f] | %5.3fx [%5.3f,%5.3f] | %5.1f%% | %7.1f [%4.0f,%4.0f] | "
+                           "%8.1f %4.0f%% | %9.2f %8.1f | %8.1f %6.3fx\n",
                         in->labels[a], p->ctxs[c], o->dec.med, o->dec.min, o->dec.max, o->vs_med, o->vs_lo, o->vs_hi,
                         100 * o->noise, o->pre.med, o->pre.min, o->pre.max, o->max_tps, 100 * o->frac,
-                        o->kv_bytes / 1048576.0, o->peak_rss / 1048576.0);
+                        o->kv_bytes / 1048576.0, o->peak_rss / 1048576.0, o->cpu.med, o->cpu_vs);
             }
         fprintf(f, "baseline %s; noise = baseline's (max-min)/median at that ctx: a ratio inside 1 +- noise is no "
-                   "result. peak = VmHWM over each arm's own runs; whole run %.1f MB (the bandwidth buffer not included)\n",
+                   "result. peak = VmHWM over each arm's own runs; whole run %.1f MB (the bandwidth buffer not included). cpu ms/t = "
+                   "process CPU time per decode token, all threads (median); cpu vs = baseline's / this arm's (> 1: cheaper)\n",
                 in->labels[base], in->peak_rss / 1048576.0);
         rc = fflush(f) || ferror(f) ? -1 : 0;
     }
@@ -255,7 +288,7 @@ static int report(FILE *f, const report_in *in, int as_json) {
 }
 
 /* ---- --rss-only ---- */
-static void rss_report(const opts *o, const char *cmdline, const char *machine, const char *model_path,
+static void rss_report(const opts *o, int o_fill, const char *cmdline, const char *machine, const char *model_path,
                        const vq_rss_point *pts, int n, const vq_rss_result *rr) {
     if (o->json) {
         json j;
@@ -271,6 +304,8 @@ static void rss_report(const opts *o, const char *cmdline, const char *machine, 
         json_kuint(&j, "rss_end_trim", rr->rss_end_trim);
         json_kuint(&j, "kv_bytes_empty", rr->kv_bytes_empty);
         json_knum(&j, "fill_s", "%.3f", rr->fill_s);
+        json_kint(&j, "fill", o_fill);
+        if (o_fill) json_knum(&j, "source_prefill_s", "%.3f", rr->prefill_s);
         json_kuint(&j, "peak_rss", vq_rss_peak_bytes());
         json_key(&j, "points");
         json_arr(&j);
@@ -292,6 +327,9 @@ static void rss_report(const opts *o, const char *cmdline, const char *machine, 
     }
     printf("kv %s: base RSS %.2f MB (model loaded and warmed, no cache); fill %.1f s\n", o->kv_list[0],
            rr->rss_base / 1048576.0, rr->fill_s);
+    if (o_fill)
+        printf("fast fill: cache contents repeat a real %d-token prefill (%.1f s, its source cache in the base); "
+               "bytes do not depend on the values\n", o_fill, rr->prefill_s);
     printf("%6s %14s %14s %8s %16s %9s\n", "ctx", "kv bytes", "rss delta", "ratio", "delta after trim", "bits/el");
     for (int c = 0; c < n; c++) {
         long d = (long)pts[c].rss - (long)rr->rss_base, dt = (long)pts[c].rss_trim - (long)rr->rss_base;
@@ -304,7 +342,7 @@ int cmd_bench(int argc, char **argv) {
     opts o;
     opts_init(&o, argv[1]);
     o.file = DEFAULT_TEXT;
-    int rss_only = 0, bw_reps = 5, reps = 5, n_gen = 32;
+    int rss_only = 0, bw_reps = 5, reps = 5, n_gen = 32, fill = 0;
     long bw_mb = 1024;
     const char *json_file = NULL, *ctx_list = NULL;
     for (int i = 2; i < argc; i++) {
@@ -324,6 +362,8 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--bw-reps")) { bw_reps = (int)parse_long(a, v, 1, 1000); i++; }
         else if (!strcmp(a, "--json-file")) { if (!v) die("%s needs a file", a); json_file = v; i++; }
         else if (!strcmp(a, "--rss-only")) rss_only = 1;
+        else if (!strcmp(a, "--fill")) fill = 512;
+        else if (!strncmp(a, "--fill=", 7)) fill = (int)parse_long("--fill", a + 7, 1, 1 << 20);
         else die("bench: unknown option '%s' (see veloxquant bench --help)", a);
     }
     if (!ctx_list) ctx_list = rss_only ? "8192" : "1024,4096,8192";
@@ -349,8 +389,9 @@ int cmd_bench(int argc, char **argv) {
     if (rss_only) {
         vq_rss_point pts[16];
         vq_rss_result rr;
-        if (vq_bench_rss(m, specs[0], tok, n_tok, ctxs, n_ctxs, o.batch, 0x5eed, pts, &rr, &err)) die("%s", err.msg);
-        rss_report(&o, cmdline, machine, vq_model_path(m), pts, n_ctxs, &rr);
+        if (vq_bench_rss(m, specs[0], tok, n_tok, ctxs, n_ctxs, o.batch, fill, 0x5eed, pts, &rr, &err))
+            die("%s", err.msg);
+        rss_report(&o, fill, cmdline, machine, vq_model_path(m), pts, n_ctxs, &rr);
         free(tok);
         free_specs(specs, o.n_kv);
         vq_model_free(m);
@@ -359,7 +400,7 @@ int cmd_bench(int argc, char **argv) {
     }
     vq_tput_params bp = { .ctxs = ctxs, .n_ctxs = n_ctxs, .specs = (const vq_kv_spec *const *)specs, .n_specs = o.n_kv,
                           .reps = reps, .n_gen = n_gen, .batch = o.batch, .text = tok, .n_text = n_tok,
-                          .kv_seed = 0x5eed };
+                          .kv_seed = 0x5eed, .fill = fill };
     size_t ns = (size_t)reps * n_ctxs * o.n_kv, bw_bytes = (size_t)bw_mb << 20;
     vq_tput_sample *smp = calloc(ns, sizeof *smp);
     double *bw = calloc(2 * (size_t)bw_reps, sizeof(double));

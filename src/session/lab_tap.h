@@ -117,4 +117,19 @@ void vq_lab_calib_free(vq_lab_calib *c);
 /* Channel of RoPE pair p (which: 0 or 1) under the file's pair layout */
 int vq_lab_calib_pair_ch(const vq_lab_calib *c, int p, int which);
 
+/* Bench's fast fill (`bench --fill P`, docs/benchmarks.md "Fast fill"): appends rows to dst's cache
+ * at its next positions dst..depth-1, row p a copy of src's decoded row (p mod R) in position order
+ * (R: the rows src's cache holds; a real prefill of P tokens gives R = P), through the store's
+ * append, so every codec encodes and accounts them as it would; dst's tokens repeat src's the same
+ * way and its position becomes depth (decode continues there). The rows do not belong to their
+ * positions: speed and bytes only, never quality. src and dst share the model and the layer
+ * specs' dims; src may be dst (then R is its rows before the call). Refused: a spec that evicts
+ * (its scores would be made up), a pending token in either, depth past dst's n_ctx. */
+vq_status vq_lab_session_fill_repeat(vq_session *dst, const vq_session *src, int depth, vq_err *err);
+/* The same below the session, for bench's resident-memory fill (which holds caches by handle, not
+ * sessions): positions from..to-1 of dst from src's rows, at most chunk rows per append (dst's
+ * dims.max_append or less). */
+vq_status vq_lab_kv_fill_repeat(const vq_model *m, vq_kv *dst, int from, int to, const vq_kv *src, int chunk,
+                                vq_err *err);
+
 #endif

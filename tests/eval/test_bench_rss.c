@@ -34,7 +34,7 @@ static arm_out run_child(const char *model, const char *text_path, const char *s
         vq_bench_rss_result rr;
         int ctx = CTX;
         vq_kv_spec *ps = n >= CTX ? vq_kv_spec_parse(spec, &err) : NULL;
-        if (ps && vq_bench_rss_fill(m, ps, tok, n, &ctx, 1, 64, 0x5eed, &pt, &rr, &err) == VQ_OK) {
+        if (ps && vq_bench_rss_fill(m, ps, tok, n, &ctx, 1, 64, 0, 0x5eed, &pt, &rr, &err) == VQ_OK) {
             c.ok = 1;
             c.kv_bytes = pt.kv_bytes;
             c.delta = (long)pt.rss - (long)rr.rss_base;

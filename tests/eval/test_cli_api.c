@@ -65,7 +65,7 @@ int main(void) {
     /* resident memory fill */
     vq_rss_point pts[2];
     vq_rss_result rr;
-    CHECKF(vq_bench_rss(m, f16, tok, n, ctxs, 2, 8, 1, pts, &rr, &err) == VQ_OK, "%s", err.msg);
+    CHECKF(vq_bench_rss(m, f16, tok, n, ctxs, 2, 8, 0, 1, pts, &rr, &err) == VQ_OK, "%s", err.msg);
     CHECK(pts[0].ctx == 8 && pts[1].ctx == 16 && pts[1].kv_bytes >= pts[0].kv_bytes && rr.rss_base > 0);
 
     /* kv fidelity: f32 is exact */
