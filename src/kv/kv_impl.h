@@ -29,6 +29,7 @@ struct vq_evict_cfg {
     int sinks, recent, every;     /* first positions kept, last positions kept, decode steps per step */
     int obs, pool;                /* snapkv/pyramidkv: observed prompt queries, max-pool width */
     double slope, tau;            /* pyramidkv budget slope; keyformer Gumbel temperature */
+    int chunk;                    /* chunkkv: rows per chunk (positions c*chunk .. c*chunk+chunk-1) */
     unsigned seen;                /* keys given (parser bookkeeping, bit VQ_PK_*) */
     double floor;                 /* heads=ada: each head keeps at least floor * budget rows */
     unsigned ada_seen;            /* heads= / floor= given (parser bookkeeping, bit VQ_AK_*) */

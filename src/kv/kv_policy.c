@@ -23,6 +23,7 @@ const vq_pol_key vq_pol_keys[VQ_PK_N] = {
     [VQ_PK_POOL] = {"pool", 'o', 1, 1025, 7, "an odd number 1..1025"},
     [VQ_PK_SLOPE] = {"slope", 'r', 0.0, 1.0, 0.5, "0..1"},
     [VQ_PK_TAU] = {"tau", 'r', 1e-3, 1e3, 1.0, "0.001..1000"},
+    [VQ_PK_CHUNK] = {"chunk", 'i', 1, 1 << 16, 10, "1..65536"},
 };
 const vq_pol_key vq_alloc_keys[VQ_AK_N] = {
     [VQ_AK_HEADS] = {"heads", 'a', 0, 0, NAN, ""},
@@ -118,6 +119,23 @@ static void rows_softmax(const vq_pol_view *v, float *rs) {   /* per KV head: so
     }
 }
 
+/* chunkkv (Liu et al., arXiv 2502.00299): the rows of a chunk (positions c*C .. c*C+C-1, C =
+ * chunk=) share one score, the sum over the chunk's held rows of the rows' summed attention
+ * (snapkv's observation), so a step keeps or drops whole chunks (only the chunk at the budget's
+ * edge can be cut). Rows come in position order (coded rows, then the window), so a chunk's rows
+ * are one run. */
+static void rows_chunk(const vq_pol_view *v, float *rs) {
+    const int C = v->ev->chunk;
+    rows_sum(v, rs);
+    for (int i = 0; i < v->nr;) {
+        const int32_t c = v->pos[i] / C;
+        int j = i;
+        double s = 0;
+        while (j < v->nr && v->pos[j] / C == c) s += rs[j++];
+        for (; i < j; i++) rs[i] = (float)s;
+    }
+}
+
 /* pyramidkv: budget * (1 + slope * (1 - 2 l / (L - 1))), more rows low */
 static double budget_pyramid(const vq_evict_cfg *ev, double B, int l, int Lc) {
     return Lc > 1 ? floor(B * (1.0 + ev->slope * (1.0 - 2.0 * l / (Lc - 1))) + 0.5) : B;
@@ -144,6 +162,9 @@ static const vq_kv_policy POLICIES[] = {
     {"keyformer", VQ_POL_ATTN, K(TAU), VQ_POL_CAL_NONE,
      "accumulated softmax((logit + Gumbel noise) / tau) (seeded by the cache seed)", NULL, reweight_gumbel, rows_sum,
      NULL, NULL},
+    {"chunkkv", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POS, K(OBS) | K(CHUNK), VQ_POL_CAL_NONE,
+     "snapkv's attention (last obs prompt queries) summed over chunks of chunk consecutive positions; "
+     "a step keeps or drops whole chunks (ChunkKV)", NULL, NULL, rows_chunk, NULL, NULL},
     {"expected_attention", 0, 0, VQ_POL_CAL_QSTATS,
      "sum over KV heads of the softmax over rows of log sum_g E[exp(q_g . k / sqrt(d))], q_g ~ "
      "N(mean, diag var) of query head g from calib=FILE (kvpress's expected attention, stationary)",

@@ -23,7 +23,8 @@
  *                          VQ_POL_WINDOWED: the last obs prompt queries, cleared after each step.
  *   step                   row_scores(v, rs): the per-head scores (v->sc, H x cap) of the nr rows
  *                          a layer holds (coded rows, then the window) -> one score per row,
- *                          higher kept; VQ_POL_POOL: max-pooled over pool rows by the step;
+ *                          higher kept (v->ev: the row's keys, e.g. chunkkv's chunk=);
+ *                          VQ_POL_POOL: max-pooled over pool rows by the step;
  *                          budget(ev, B, l, L): the rows layer l of L keeps, from the budget B
  *                          (NULL: B); min_budget(ev): the smallest factor of budget any layer gets.
  *   allocate               select(c, n, H, prot, rpb, B, floor, kept): given a cache layer's
@@ -38,7 +39,7 @@
  * (vq_pol_keys[]) and checks a key against the row it is given with. */
 enum {
     VQ_PK_EVICT, VQ_PK_BUDGET, VQ_PK_SINKS, VQ_PK_RECENT, VQ_PK_EVERY,   /* every row */
-    VQ_PK_OBS, VQ_PK_POOL, VQ_PK_SLOPE, VQ_PK_TAU,                        /* rows that declare them */
+    VQ_PK_OBS, VQ_PK_POOL, VQ_PK_SLOPE, VQ_PK_TAU, VQ_PK_CHUNK,           /* rows that declare them */
     VQ_PK_N
 };
 /* the allocator keys (heads=shared|ada, floor=F) */
@@ -71,15 +72,16 @@ typedef struct vq_pol_attn {
     double tau;      /* keyformer's temperature */
 } vq_pol_attn;
 
+typedef struct vq_evict_cfg vq_evict_cfg;
+
 /* a layer's rows as a step (or vq_kv_evict_scores) sees them */
 typedef struct vq_pol_view {
     const float *sc;      /* per-head scores: [h * cap + storage index] (the store keeps H x max_ctx) */
     size_t cap;
     int H, nr;            /* KV heads, rows (coded rows, then the window) */
     const int32_t *pos;   /* the rows' positions (VQ_POL_POS rows only) */
+    const vq_evict_cfg *ev;   /* the policy's keys (chunkkv's chunk=) */
 } vq_pol_view;
-
-typedef struct vq_evict_cfg vq_evict_cfg;
 
 typedef struct vq_kv_policy {
     const char *name;
