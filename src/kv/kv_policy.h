@@ -39,7 +39,7 @@
  * (vq_pol_keys[]) and checks a key against the row it is given with. */
 enum {
     VQ_PK_EVICT, VQ_PK_BUDGET, VQ_PK_SINKS, VQ_PK_RECENT, VQ_PK_EVERY,   /* every row */
-    VQ_PK_OBS, VQ_PK_POOL, VQ_PK_SLOPE, VQ_PK_TAU, VQ_PK_CHUNK,           /* rows that declare them */
+    VQ_PK_OBS, VQ_PK_POOL, VQ_PK_SLOPE, VQ_PK_TAU, VQ_PK_CHUNK, VQ_PK_SQUEEZE,   /* rows that declare them */
     VQ_PK_N
 };
 /* the allocator keys (heads=shared|ada, floor=F) */
@@ -63,7 +63,9 @@ enum {
     VQ_POL_POOL = 8,       /* scores max-pooled over neighbouring rows (the step) */
     VQ_POL_POS = 16,       /* row_scores reads the rows' positions (v->pos) */
 };
-enum { VQ_POL_CAL_NONE, VQ_POL_CAL_FILTER, VQ_POL_CAL_QSTATS };   /* what calib=FILE must give */
+/* what calib=FILE must give: nothing, the Q-Filters, the query statistics, the layers' attention
+ * cosines (squeeze: the store turns them into per-layer budget factors, vq_squeeze_factors) */
+enum { VQ_POL_CAL_NONE, VQ_POL_CAL_FILTER, VQ_POL_CAL_QSTATS, VQ_POL_CAL_LAYERS };
 
 /* one query's attention as the store observed it, for reweight */
 typedef struct vq_pol_attn {
@@ -114,6 +116,12 @@ const vq_kv_policy *vq_kv_policy_at(int i);
 const vq_kv_policy *vq_kv_policy_find(const char *name);
 const vq_kv_alloc *vq_kv_alloc_at(int i);
 const vq_kv_alloc *vq_kv_alloc_find(const char *name);
+/* SqueezeAttention's layer budgets (Wang et al., arXiv 2404.04793): the L layers' mean cos(x, x +
+ * attn(x)) split into two groups by 1-D 2-means (centres started at the smallest and largest
+ * cosine); the group with the higher cosine (attention changes the hidden state least) gets
+ * factor p, the other 1 + (1 - p) * n_high / n_low, so the factors' mean is 1 (the total budget
+ * is the same); one group only (every cosine equal): all 1. w[L] out. */
+void vq_squeeze_factors(const float *cos, int L, double p, float *w);
 /* AdaKV's allocator (the heads=ada row's select; tests call it directly) */
 int vq_ada_alloc(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows);
 #endif

@@ -19,9 +19,12 @@ struct vq_fwd {
     size_t bytes;
     vq_fwd_tap tap;
     void *tap_user;
+    vq_fwd_attn_tap attn_tap;
+    void *attn_tap_user;
 };
 
 void vq_fwd_set_tap(vq_fwd *f, vq_fwd_tap tap, void *user) { f->tap = tap; f->tap_user = user; }
+void vq_fwd_set_attn_tap(vq_fwd *f, vq_fwd_attn_tap tap, void *user) { f->attn_tap = tap; f->attn_tap_user = user; }
 
 vq_fwd *vq_fwd_create(const vq_model *m, int max_batch, vq_err *err) {
     const vq_model_config *c = &m->cfg;
@@ -163,6 +166,7 @@ static vq_status forward(const vq_model *m, vq_fwd *f, vq_kv *kv, vq_kv *const *
         matmul(f->xb, &L->wo, f->att, n);
         add_bias(f->xb, L->bo, n, dim);
         post_norm(f->xb, L->post_attn_norm, n, dim, c->norm_eps);
+        if (f->attn_tap) f->attn_tap(f->attn_tap_user, l, n, dim, f->x, f->xb);
         for (size_t i = 0; i < (size_t)n * dim; i++) f->x[i] += f->xb[i];
 
         for (int t = 0; t < n; t++)

@@ -7,6 +7,10 @@ void vq_lab_session_set_tap(vq_session *s, vq_lab_tap tap, void *user) {
     if (s) vq_fwd_set_tap(s->f, tap, user);
 }
 
+void vq_lab_session_set_attn_tap(vq_session *s, vq_lab_attn_tap tap, void *user) {
+    if (s) vq_fwd_set_attn_tap(s->f, tap, user);
+}
+
 vq_status vq_lab_session_observe(vq_session *s, const int *tokens, int n, vq_err *err) {
     vq_err_clear(err);
     if (!s || n < 0 || (n > 0 && !tokens)) return vq_err_set(err, VQ_ERR_ARG, "vq_lab_session_observe: bad arguments");

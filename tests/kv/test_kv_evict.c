@@ -10,6 +10,8 @@
 #include "kv_ref.h"
 #include "kv/kv.h"
 #include "kv/kv_impl.h"
+#include <unistd.h>
+#include "../calib_fixture.h"
 
 static vq_kv_dims D = {.n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .max_ctx = 700};
 #define W ((size_t)D.n_kv_heads * D.head_dim)
@@ -404,6 +406,70 @@ static void chunks(const float *K, const float *V, const float *Q) {
     free(sa); free(sb); free(sc1); free(pa); free(pb); free(out);
 }
 
+/* squeeze (SqueezeAttention's layer budgets): the factors on a hand-built case (the layers with
+ * the higher attention cosines get p, the rest share what they gave up), their mean is 1 and a
+ * layer with a higher cosine never gets more budget than one with a lower (random cosines, seeded);
+ * a cache whose calibration says layer 1 changes the hidden state least keeps p x budget rows
+ * there and (2 - p) x budget in layer 0 after a prompt-end step; without calib=FILE it is refused.
+ * The groups swapped (budget to the high-cosine layers) fails all three. */
+static void squeeze(vq_rng *r, const float *K, const float *V, const float *Q) {
+    const float cosv[6] = {0.30f, 0.35f, 0.92f, 0.95f, 0.40f, 0.90f};
+    float w[64];
+    vq_squeeze_factors(cosv, 6, 0.3, w);
+    int ok = 1;
+    for (int l = 0; l < 6; l++) ok &= fabsf(w[l] - (cosv[l] > 0.5f ? 0.3f : 1.7f)) < 1e-6f;
+    CHECKF(ok, "squeeze factors: %.3f %.3f %.3f %.3f %.3f %.3f", w[0], w[1], w[2], w[3], w[4], w[5]);
+    const float same[3] = {0.7f, 0.7f, 0.7f};
+    vq_squeeze_factors(same, 3, 0.3, w);
+    CHECK(w[0] == 1.0f && w[1] == 1.0f && w[2] == 1.0f);
+    for (int t = 0; t < 50; t++) {
+        float c[64];
+        const int L = 2 + (int)(vq_rng_uniform(r) * 60);
+        const double p = vq_rng_uniform(r);
+        for (int l = 0; l < L; l++) c[l] = (float)(2.0 * vq_rng_uniform(r) - 1.0);
+        vq_squeeze_factors(c, L, p, w);
+        double mean = 0;
+        int mono = 1;
+        for (int i = 0; i < L; i++) {
+            mean += w[i] / L;
+            for (int j = 0; j < L; j++) mono &= !(c[i] > c[j] && w[i] > w[j]);
+        }
+        CHECKF(fabs(mean - 1.0) < 1e-5 && mono, "L %d p %.3f: mean factor %.6f, monotone %d", L, p, mean, mono);
+    }
+    char dir[] = "/tmp/vq_squeeze_XXXXXX", path[96], spec[200];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/s.vqc", dir);
+    vq_calib cal;
+    vq_err err;
+    vq_t_calib_make(&cal, D.n_layers, D.n_heads, D.n_kv_heads, D.head_dim, r);
+    cal.attn_cos[0] = 0.3f;
+    cal.attn_cos[1] = 0.9f;
+    CHECK(vq_calib_write(&cal, path, &err) == VQ_OK);
+    vq_calib_free(&cal);
+    const int P = 600, B = 200;
+    snprintf(spec, sizeof spec, "f16;evict=squeeze,budget=%d,squeeze=0.25,obs=4,sinks=4,recent=16;calib=%s", B, path);
+    vq_kv *kv = make(spec);
+    if (kv) {
+        float *out = malloc(sizeof(float) * QW * 4);
+        int qp[4] = {P - 4, P - 3, P - 2, P - 1};
+        for (int l = 0; l < D.n_layers; l++) CHECK(vq_kv_append(kv, l, 0, P, K, V, &err) == VQ_OK);
+        vq_kv_evict_begin(kv, 0, P);
+        for (int l = 0; l < D.n_layers; l++) CHECK(vq_kv_attend(kv, l, 4, qp, Q, out, &err) == VQ_OK);
+        vq_kv_evict_end(kv, 0, P);
+        printf("%s: layer 0 keeps %d rows, layer 1 %d\n", spec, vq_kv_rows(kv, 0), vq_kv_rows(kv, 1));
+        CHECKF(vq_kv_rows(kv, 0) == 350 && vq_kv_rows(kv, 1) == 50, "squeeze: layer rows %d, %d (want 350, 50)",
+               vq_kv_rows(kv, 0), vq_kv_rows(kv, 1));
+        CHECK(vq_kv_bytes(kv) == vq_kv_bytes_tally(kv));
+        free(out);
+        vq_kv_destroy(kv);
+    }
+    vq_kv *no = vq_kv_create_str("f16;evict=squeeze,budget=0.5", &D, 1, &err);
+    CHECKF(!no && strstr(err.msg, "calib=FILE"), "squeeze without calib=FILE: %s", no ? "accepted" : err.msg);
+    vq_kv_destroy(no);
+    unlink(path);
+    rmdir(dir);
+}
+
 static int null_writer(void *u, const void *b, size_t n) { (void)u; (void)b; (void)n; return 0; }
 
 int main(void) {
@@ -422,6 +488,7 @@ int main(void) {
     observer(K, V, Q, N);
     steps(K, V, Q, N);
     chunks(K, V, Q);
+    squeeze(&r, K, V, Q);
     vq_kv *kv = make("f16;evict=h2o,budget=8");
     vq_err err;
     if (kv) {
