@@ -321,7 +321,8 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
          * one KV head's, from head vq_kvg_head0 of the cache layer) */
         const size_t w = (size_t)kv->H * kv->d;
         if (sp.ev.pol->calib == VQ_POL_CAL_LAYERS) {   /* the whole cache's layers, clustered together */
-            vq_squeeze_factors(cal.attn_cos, kv->ev.cal_layers, sp.ev.squeeze, kv->ev.cal);
+            vq_squeeze_factors(cal.attn_cos, kv->ev.cal_layers, sp.ev.squeeze,
+                               sp.ev.budget_ratio ? 1.0 / sp.ev.budget : 0.0, kv->ev.cal);
             kv->ev.cfg.layer_w = kv->ev.cal;
         } else if (sp.ev.pol->calib == VQ_POL_CAL_FILTER)
             for (int l = 0; l < NL; l++)

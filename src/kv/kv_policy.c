@@ -149,7 +149,7 @@ static double budget_squeeze(const vq_evict_cfg *ev, double B, int l, int Lc) {
 }
 static double min_squeeze(const vq_evict_cfg *ev) { return ev->squeeze; }   /* the squeezed group's */
 
-void vq_squeeze_factors(const float *cos, int L, double p, float *w) {
+void vq_squeeze_factors(const float *cos, int L, double p, double cap, float *w) {
     for (int l = 0; l < L; l++) w[l] = 1.0f;
     if (L < 2) return;
     double lo = cos[0], hi = cos[0];
@@ -170,8 +170,12 @@ void vq_squeeze_factors(const float *cos, int L, double p, float *w) {
         hi = nhi;
     }
     if (n_hi == 0 || n_hi == L) return;
-    const double up = 1.0 + (1.0 - p) * n_hi / (double)(L - n_hi);
-    for (int l = 0; l < L; l++) w[l] = (float)(fabs(cos[l] - hi) < fabs(cos[l] - lo) ? p : up);
+    double up = 1.0 + (1.0 - p) * n_hi / (double)(L - n_hi), down = p;
+    if (cap > 0 && up > cap) {   /* the low group cannot use it all: the rest back to the high group */
+        up = fmax(1.0, cap);
+        down = (L - (L - n_hi) * up) / n_hi;
+    }
+    for (int l = 0; l < L; l++) w[l] = (float)(fabs(cos[l] - hi) < fabs(cos[l] - lo) ? down : up);
 }
 
 #define K(x) (1u << VQ_PK_##x)

@@ -120,8 +120,10 @@ const vq_kv_alloc *vq_kv_alloc_find(const char *name);
  * attn(x)) split into two groups by 1-D 2-means (centres started at the smallest and largest
  * cosine); the group with the higher cosine (attention changes the hidden state least) gets
  * factor p, the other 1 + (1 - p) * n_high / n_low, so the factors' mean is 1 (the total budget
- * is the same); one group only (every cosine equal): all 1. w[L] out. */
-void vq_squeeze_factors(const float *cos, int L, double p, float *w);
+ * is the same); one group only (every cosine equal): all 1. cap > 0 (a ratio budget r: 1 / r, a
+ * layer cannot keep more than every row): the low group's factor is at most cap and what it cannot
+ * take goes back to the high group, (L - n_low * cap) / n_high, still a mean of 1. w[L] out. */
+void vq_squeeze_factors(const float *cos, int L, double p, double cap, float *w);
 /* AdaKV's allocator (the heads=ada row's select; tests call it directly) */
 int vq_ada_alloc(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows);
 #endif

@@ -415,23 +415,28 @@ static void chunks(const float *K, const float *V, const float *Q) {
 static void squeeze(vq_rng *r, const float *K, const float *V, const float *Q) {
     const float cosv[6] = {0.30f, 0.35f, 0.92f, 0.95f, 0.40f, 0.90f};
     float w[64];
-    vq_squeeze_factors(cosv, 6, 0.3, w);
+    vq_squeeze_factors(cosv, 6, 0.3, 0, w);
     int ok = 1;
     for (int l = 0; l < 6; l++) ok &= fabsf(w[l] - (cosv[l] > 0.5f ? 0.3f : 1.7f)) < 1e-6f;
     CHECKF(ok, "squeeze factors: %.3f %.3f %.3f %.3f %.3f %.3f", w[0], w[1], w[2], w[3], w[4], w[5]);
     const float same[3] = {0.7f, 0.7f, 0.7f};
-    vq_squeeze_factors(same, 3, 0.3, w);
+    vq_squeeze_factors(same, 3, 0.3, 0, w);
     CHECK(w[0] == 1.0f && w[1] == 1.0f && w[2] == 1.0f);
+    const float one_low[4] = {0.3f, 0.9f, 0.92f, 0.95f};   /* capped at 2 (budget=0.5): 2, then 2/3 each */
+    vq_squeeze_factors(one_low, 4, 0.5, 2.0, w);
+    CHECKF(fabsf(w[0] - 2.0f) < 1e-6f && fabsf(w[1] - 2.0f / 3) < 1e-6f && fabsf(w[3] - 2.0f / 3) < 1e-6f,
+           "capped factors %.4f %.4f %.4f %.4f", w[0], w[1], w[2], w[3]);
     for (int t = 0; t < 50; t++) {
         float c[64];
         const int L = 2 + (int)(vq_rng_uniform(r) * 60);
-        const double p = vq_rng_uniform(r);
+        const double p = vq_rng_uniform(r), cap = t % 2 ? 1.0 + 3.0 * vq_rng_uniform(r) : 0.0;
         for (int l = 0; l < L; l++) c[l] = (float)(2.0 * vq_rng_uniform(r) - 1.0);
-        vq_squeeze_factors(c, L, p, w);
+        vq_squeeze_factors(c, L, p, cap, w);
         double mean = 0;
         int mono = 1;
         for (int i = 0; i < L; i++) {
             mean += w[i] / L;
+            mono &= cap == 0 || w[i] <= cap + 1e-6;
             for (int j = 0; j < L; j++) mono &= !(c[i] > c[j] && w[i] > w[j]);
         }
         CHECKF(fabs(mean - 1.0) < 1e-5 && mono, "L %d p %.3f: mean factor %.6f, monotone %d", L, p, mean, mono);
