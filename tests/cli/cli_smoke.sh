@@ -82,7 +82,7 @@ run ppl_win 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --first-window 2 --win
   --kv f16 --kv "f16;evict=chunkkv,budget=0.5,chunk=2,recent=2,sinks=1" --json && json_ok "perplexity --first-window" "$T/ppl_win.out"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); a=d["arms"]
 ok = d["first_window"] == 2 and all([w["index"] for w in x["windows"]] == [2, 3] and sum(w["scored"] for w in x["windows"]) == x["scored"] == 14 for x in a)
-sys.exit(0 if ok else 1)' "$T/ppl_win.out" && pass "perplexity --json: windows 2 and 3, their scored counts sum to the arm'"'"'s" || fail "perplexity --first-window: $(head -c 300 "$T/ppl_win.out")"
+sys.exit(0 if ok else 1)' "$T/ppl_win.out" && pass "perplexity --json: windows 2 and 3, their scored counts sum to the arm total" || fail "perplexity --first-window: $(head -c 300 "$T/ppl_win.out")"
 run ppl_win_past x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --first-window 100000 && err_has ppl_win_past "first window 100000 is past"
 run ppl_win_para x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --split paragraphs --first-window 1 && err_has ppl_win_para "apply to --split windows"
 run bench 0 "$BIN" bench -f "$T/text.txt" --ctx 8 --reps 1 --gen 2 --bw-mb 1 --bw-reps 1 --kv f16 --kv q8_0 \
