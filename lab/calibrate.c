@@ -10,7 +10,9 @@
  * group's summed, not mean-centred, query second moment M = Σ_g E[q_g q_gᵀ] (the direction the
  * queries project on most), found by power iteration in double from the mean query direction, and
  * signed so that the group's mean query projects on it positively: then a key's k·f estimates how
- * much attention it draws, higher = more (the seeds' filter had no fixed sign). */
+ * much attention it draws, higher = more (the seeds' filter had no fixed sign).
+ * The attention block's tap gives each layer's mean cos(x, x + attn(x)) over the rows (x the
+ * residual stream entering it): SqueezeAttention's layer importance (evict=squeeze). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +29,28 @@ typedef struct cal_acc {
     double *qq;                        /* [L][Hk][d][d]: Σ over the group's queries of q qᵀ (upper) */
     double *tmp;                       /* 3 d: a mean query and the power iteration's two vectors */
     uint64_t *rows;                    /* per layer: rows seen */
+    double *cos;                       /* per layer: Σ over rows of cos(x, x + attn(x)) */
+    uint64_t *cos_rows;                /* per layer: rows in it */
 } cal_acc;
+
+/* The attention block's tap: cos(x, x + dx) per row, x the residual stream entering the layer and
+ * dx what attention adds (SqueezeAttention's layer importance); a zero vector counts as cosine 1. */
+static void attn_tap(void *user, int layer, int n, int dim, const float *x, const float *dx) {
+    cal_acc *a = user;
+    if (layer < 0 || layer >= a->L) return;
+    for (int t = 0; t < n; t++) {
+        const float *u = x + (size_t)t * dim, *e = dx + (size_t)t * dim;
+        double uu = 0, vv = 0, uv = 0;
+        for (int i = 0; i < dim; i++) {
+            const double v = (double)u[i] + e[i];
+            uu += (double)u[i] * u[i];
+            vv += v * v;
+            uv += (double)u[i] * v;
+        }
+        a->cos[layer] += uu > 0 && vv > 0 ? fmax(-1.0, fmin(1.0, uv / sqrt(uu * vv))) : 1.0;
+        a->cos_rows[layer]++;
+    }
+}
 
 static void tap(void *user, int layer, int n, const int *pos, const float *q, const float *k,
                 const float *v) {
@@ -104,19 +127,21 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
         return vq_err_set(err, VQ_ERR_ARG, "calibrate: %d tokens with windows of %d (need >= 2 each)", n_tok, ctx);
     const vq_model_info c = vq_model_get_info(m);
     const vq_model_details det = vq_model_get_details(m);
-    cal_acc a = { c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0, 0, 0, 0, 0, 0, 0, 0 };
+    cal_acc a = { c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
     const size_t wq = (size_t)a.L * a.Hq * a.d, wk = (size_t)a.L * a.Hk * a.d;
     a.q1 = calloc(wq, sizeof(double)); a.q2 = calloc(wq, sizeof(double));
     a.k1 = calloc(wk, sizeof(double)); a.k2 = calloc(wk, sizeof(double)); a.v2 = calloc(wk, sizeof(double));
     a.rows = calloc((size_t)a.L, sizeof(uint64_t));
     a.qq = calloc((size_t)a.L * a.Hk * a.d * a.d, sizeof(double));
     a.tmp = calloc(3 * (size_t)a.d, sizeof(double));
+    a.cos = calloc((size_t)a.L, sizeof(double));
+    a.cos_rows = calloc((size_t)a.L, sizeof(uint64_t));
     vq_lab_calib cal;   /* its arrays are ours (vq_lab_calib_free frees them) */
     memset(&cal, 0, sizeof cal);
     vq_session *ss = NULL;
     vq_kv_spec *f32 = NULL;
     vq_status s = VQ_OK;
-    if (!a.q1 || !a.q2 || !a.k1 || !a.k2 || !a.v2 || !a.rows || !a.qq || !a.tmp) {
+    if (!a.q1 || !a.q2 || !a.k1 || !a.k2 || !a.v2 || !a.rows || !a.qq || !a.tmp || !a.cos || !a.cos_rows) {
         s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
@@ -131,6 +156,7 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     ss = f32 ? vq_session_create(m, f32, &sp, err) : NULL;
     if (!ss) { s = err && err->code ? err->code : VQ_ERR_NOMEM; goto done; }
     vq_lab_session_set_tap(ss, tap, &a);
+    vq_lab_session_set_attn_tap(ss, attn_tap, &a);
     int n_win = 0;
     for (int w0 = 0; w0 + 1 < n_tok && !s; w0 += ctx, n_win++) {   /* windows of ctx tokens */
         int wn = VQ_MIN(ctx, n_tok - w0);
@@ -152,7 +178,9 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
         cal.q_filter = calloc(hk, sizeof(float));
         cal.q_mean = calloc(hq, sizeof(float));
         cal.q_sq = calloc(hq, sizeof(float));
-        if (!cal.pair_energy || !cal.k_mean || !cal.k_sq || !cal.v_sq || !cal.q_filter || !cal.q_mean || !cal.q_sq) {
+        cal.attn_cos = calloc((size_t)a.L, sizeof(float));
+        if (!cal.pair_energy || !cal.k_mean || !cal.k_sq || !cal.v_sq || !cal.q_filter || !cal.q_mean || !cal.q_sq ||
+            !cal.attn_cos) {
             s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
             goto done;
         }
@@ -160,6 +188,7 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     const int G = a.Hq / a.Hk, np = a.d / 2;
     for (int l = 0; l < a.L; l++) {
         const double inv = a.rows[l] ? 1.0 / (double)a.rows[l] : 0.0;
+        cal.attn_cos[l] = a.cos_rows[l] ? (float)(a.cos[l] / (double)a.cos_rows[l]) : 1.0f;
         for (size_t i = 0; i < (size_t)a.Hq * a.d; i++) {
             size_t o = (size_t)l * a.Hq * a.d + i;
             cal.q_mean[o] = (float)(a.q1[o] * inv);
@@ -203,6 +232,7 @@ done:
     vq_session_free(ss);
     vq_kv_spec_free(f32);
     free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows); free(a.qq); free(a.tmp);
+    free(a.cos); free(a.cos_rows);
     return s;
 }
 

@@ -49,6 +49,7 @@ typedef struct ppl_run {
     double *lp0, *tmp;  /* kl: arm 0's log-probabilities of one prediction, scratch */
     int *same;          /* n_arms copies of one token (batched decode) */
     vq_ppl_result *out;
+    vq_ppl_result *win; /* window_cb: each arm's figures before the window, then the window's */
 } ppl_run;
 
 static void run_free(ppl_run *r) {
@@ -58,6 +59,7 @@ static void run_free(ppl_run *r) {
     free(r->lp0);
     free(r->tmp);
     free(r->same);
+    free(r->win);
 }
 
 /* Sessions for every arm (n_ctx positions each), and the buffers one chunk needs. */
@@ -79,7 +81,8 @@ static vq_status run_init(ppl_run *r, const vq_model *m, const vq_kv_spec *const
         r->lp0 = malloc((size_t)r->V * sizeof(double));
         r->tmp = malloc((size_t)r->V * sizeof(double));
     }
-    if (!r->s || !r->logits || !r->same || (p->kl_vs_first && (!r->lp0 || !r->tmp)))
+    if (p->window_cb) r->win = calloc((size_t)n, sizeof *r->win);
+    if (!r->s || !r->logits || !r->same || (p->kl_vs_first && (!r->lp0 || !r->tmp)) || (p->window_cb && !r->win))
         return vq_err_set(err, VQ_ERR_NOMEM, "perplexity: out of memory");
     vq_session_params sp = vq_session_default_params();
     sp.n_ctx = p->n_ctx;
@@ -154,6 +157,27 @@ static vq_status run_seq(ppl_run *r, const int *tok, int n, int first, vq_err *e
     return VQ_OK;
 }
 
+/* run_seq, then (window_cb) the sequence's own figures per arm: the totals' difference */
+static vq_status run_unit(ppl_run *r, const int *tok, int n, int first, long index, vq_err *err) {
+    const vq_ppl_params *p = r->p;
+    for (int a = 0; p->window_cb && a < r->n_arms; a++) r->win[a] = r->out[a];
+    vq_status st = run_seq(r, tok, n, first, err);
+    if (st || !p->window_cb) return st;
+    for (int a = 0; a < r->n_arms; a++) {
+        const vq_ppl_result *o = &r->out[a];
+        vq_ppl_result w = {0};
+        w.nll_sum = o->nll_sum - r->win[a].nll_sum;
+        w.n_scored = o->n_scored - r->win[a].n_scored;
+        w.n_tokens = o->n_tokens - r->win[a].n_tokens;
+        w.mean_nll = w.n_scored ? w.nll_sum / (double)w.n_scored : 0;
+        w.ppl = exp(w.mean_nll);
+        w.n_units = 1;
+        r->win[a] = w;
+    }
+    p->window_cb(index, r->win, r->n_arms, p->window_user);
+    return VQ_OK;
+}
+
 static void finish(vq_ppl_result *out, int n) {
     for (int a = 0; a < n; a++) {
         vq_ppl_result *o = &out[a];
@@ -177,6 +201,9 @@ static vq_status check_params(const vq_model *m, const vq_kv_spec *const *specs,
         return vq_err_set(err, VQ_ERR_ARG, "perplexity: batch %d is out of range (1..4096)", p->n_batch);
     if (p->max_tokens < 0 || p->max_paragraphs < 0)
         return vq_err_set(err, VQ_ERR_ARG, "perplexity: negative max_tokens or max_paragraphs");
+    if (p->first_window < 0 || p->n_windows < 0)
+        return vq_err_set(err, VQ_ERR_ARG, "perplexity: negative first window (%ld) or window count (%ld)",
+                          p->first_window, p->n_windows);
     if (p->first_scored < 0 || p->first_scored > p->n_ctx - 2)
         return vq_err_set(err, VQ_ERR_ARG, "perplexity: first scored position %d is out of range for windows of %d "
                           "(0..%d)", p->first_scored, p->n_ctx, p->n_ctx - 2);
@@ -190,14 +217,19 @@ static vq_status windows(const vq_model *m, const vq_kv_spec *const *specs, int 
                          vq_ppl_result *out, vq_err *err) {
     if (p->max_tokens > 0 && n > p->max_tokens) n = p->max_tokens;
     const int per_win = p->bos_per_window ? p->n_ctx - 1 : p->n_ctx;
-    const long n_win = n / per_win;
+    long n_win = n / per_win;
     if (n_win < 1)
         return vq_err_set(err, VQ_ERR_RANGE, "perplexity: the text has %ld tokens, fewer than one window of %d",
                           n, per_win);
+    if (p->first_window >= n_win)
+        return vq_err_set(err, VQ_ERR_RANGE, "perplexity: first window %ld is past the text's last (it has %ld "
+                          "windows of %d tokens: 0..%ld)", p->first_window, n_win, per_win, n_win - 1);
+    const long w0 = p->first_window;
+    if (p->n_windows > 0 && n_win - w0 > p->n_windows) n_win = w0 + p->n_windows;
     const int bos = vq_token_bos(m);
     if (p->bos_per_window && bos < 0)
         return vq_err_set(err, VQ_ERR_ARG, "perplexity: the model has no BOS token for bos_per_window");
-    for (long i = 0; i < n_win * per_win; i++)
+    for (long i = w0 * per_win; i < n_win * per_win; i++)
         if (tok[i] < 0 || tok[i] >= vq_model_n_vocab(m))
             return vq_err_set(err, VQ_ERR_ARG, "perplexity: token %ld (id %d) is outside the vocabulary", i, tok[i]);
     const int first = p->first_scored > 0 ? p->first_scored
@@ -206,12 +238,12 @@ static vq_status windows(const vq_model *m, const vq_kv_spec *const *specs, int 
     vq_status st = run_init(&r, m, specs, n_specs, p, out, err);
     int *win = st ? NULL : malloc((size_t)p->n_ctx * sizeof(int));
     if (!st && !win) st = vq_err_set(err, VQ_ERR_NOMEM, "perplexity: out of memory");
-    for (long w = 0; w < n_win && !st; w++) {
+    for (long w = w0; w < n_win && !st; w++) {
         int k = 0;
         if (p->bos_per_window) win[k++] = bos;
         memcpy(win + k, tok + w * per_win, (size_t)per_win * sizeof(int));
-        st = run_seq(&r, win, p->n_ctx, first, err);
-        if (cb) cb(w + 1, n_win, user);
+        st = run_unit(&r, win, p->n_ctx, first, w, err);
+        if (cb) cb(w - w0 + 1, n_win - w0, user);
     }
     free(win);
     run_free(&r);
@@ -289,6 +321,9 @@ vq_status vq_perplexity_text(const vq_model *m, const vq_kv_spec *const *specs, 
         return st;
     }
     if (p->split != VQ_PPL_SPLIT_PARAGRAPHS) return vq_err_set(err, VQ_ERR_ARG, "perplexity: unknown split %d", (int)p->split);
+    if (p->first_window || p->n_windows)
+        return vq_err_set(err, VQ_ERR_ARG, "perplexity: a first window or a window count applies to windows, not to "
+                          "paragraphs (max_paragraphs limits those)");
     size_t (*spans)[2] = NULL;
     long np = paragraphs_of(text ? text : "", len, &spans, err);
     if (np < 0) return err ? err->code : VQ_ERR_NOMEM;
@@ -303,7 +338,7 @@ vq_status vq_perplexity_text(const vq_model *m, const vq_kv_spec *const *specs, 
         int *tok = NULL;
         long n = tokenize(m, text + spans[k][0], spans[k][1] - spans[k][0], 1, &tok, err);
         if (n < 0) { st = err ? err->code : VQ_ERR_ARG; break; }
-        st = run_seq(&r, tok, (int)VQ_MIN(n, (long)p->n_ctx), 0, err);
+        st = run_unit(&r, tok, (int)VQ_MIN(n, (long)p->n_ctx), 0, k, err);
         free(tok);
         if (cb) cb(k + 1, np, user);
     }

@@ -28,6 +28,7 @@ typedef enum vq_ppl_split {
     VQ_PPL_SPLIT_PARAGRAPHS = 1,   /* text only: blank-line separated paragraphs, each BOS + its
                                       tokens cut at n_ctx, every prediction scored (llama2.c's way) */
 } vq_ppl_split;
+struct vq_ppl_result;   /* below: a window's figures (window_cb) */
 typedef struct vq_ppl_params {
     int n_ctx;                     /* window length in tokens (>= 2) */
     vq_ppl_mode mode;
@@ -43,6 +44,15 @@ typedef struct vq_ppl_params {
     int max_paragraphs;            /* paragraphs: only the first N; 0: all */
     int serial_arms;               /* decode mode: each arm its own forward per token instead of
                                       one batched forward for all arms (same figures; tok/s per arm) */
+    long first_window;             /* windows: skip the text's first N windows (the offset is
+                                      first_window x window tokens; max_tokens still counts from
+                                      the text's start); 0: from the start */
+    long n_windows;                /* windows: score at most N windows; 0: every one left */
+    /* windows and paragraphs: called after each window (paragraph) with its index in the text
+     * (0-based, counting skipped ones) and, per arm, that window's figures (nll_sum, n_scored,
+     * mean_nll, ppl, n_tokens; the rest 0); NULL: none */
+    void (*window_cb)(long index, const struct vq_ppl_result *per_arm, int n_arms, void *user);
+    void *window_user;
 } vq_ppl_params;
 vq_ppl_params vq_ppl_default_params(void);   /* n_ctx 512, decode, score all, batch 64 */
 typedef struct vq_ppl_result {

@@ -28,6 +28,7 @@ static inline void vq_t_calib_make(vq_calib *c, int L, int NH, int H, int d, vq_
         c->q_mean[i] = (float)vq_rng_uniform(rng) - 0.5f;
         c->q_sq[i] = (float)vq_rng_uniform(rng) + 0.25f;
     }
+    for (int l = 0; l < L; l++) c->attn_cos[l] = (float)(0.5 + 0.5 * vq_rng_uniform(rng));   /* in 0.5..1 */
     for (size_t f = 0; f < kv; f++) {   /* Q-Filters: random unit vectors */
         double n2 = 0;
         float *x = c->q_filter + f * (size_t)d;

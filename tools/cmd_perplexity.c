@@ -32,6 +32,8 @@ static const char *ppl_help =
     "      --score S         all (default: every prediction in a window) or second-half (only\n"
     "                        positions >= ctx/2, as llama.cpp's llama-perplexity scores: compare 1:1)\n"
     "      --first-scored P  score only window positions >= P (overrides --score)\n"
+    "      --first-window N  start at the text's window N (0-based; the offset is N x --ctx tokens)\n"
+    "      --windows N       score at most N windows (from --first-window; llama-perplexity's --chunks)\n"
     "      --kl              also report KL(first arm || arm) of the next-token distribution per arm\n"
     "      --kv SPEC         KV cache (default f16; repeat for several arms)\n"
     "      --kv-layers L=SPEC  per-layer override, appended to every --kv as '@L=SPEC': layers L\n"
@@ -43,12 +45,40 @@ static const char *ppl_help =
     "                        the pass's text tokens per second, shared by the arms)\n"
     "  -b, --batch N         prefill chunk (default 64)\n"
     "  -t, --threads N       threads\n"
-    "      --json            machine-readable output\n";
+    "      --json            machine-readable output, with every window's figures per arm\n"
+    "Context compression as kvpress measures it (prefill 1024 tokens, compress once, score the next\n"
+    "255): --mode prefill --ctx 1280 -b 1024 --first-scored 1024 (docs/eviction.md).\n";
 
 typedef struct ppl_args {
     int n_ctx, paragraphs, max_paras, bos_window, first_scored, second_half, serial, decode, kl;
-    long max_tokens;
+    long max_tokens, first_window, n_windows;
 } ppl_args;
+
+/* every window's figures per arm (window_cb), for --json: n records of n_arms results */
+typedef struct win_log {
+    int n_arms;
+    long n, cap;
+    long *index;
+    vq_ppl_result *r;
+    int oom;
+} win_log;
+
+static void log_window(long index, const vq_ppl_result *per_arm, int n_arms, void *user) {
+    win_log *w = user;
+    if (w->oom) return;
+    if (w->n == w->cap) {
+        long cap = w->cap ? 2 * w->cap : 64;
+        long *ix = realloc(w->index, (size_t)cap * sizeof *ix);
+        if (ix) w->index = ix;
+        vq_ppl_result *r = ix ? realloc(w->r, (size_t)cap * (size_t)n_arms * sizeof *r) : NULL;
+        if (!ix || !r) { w->oom = 1; return; }
+        w->r = r;
+        w->cap = cap;
+    }
+    w->index[w->n] = index;
+    memcpy(w->r + (size_t)w->n * n_arms, per_arm, (size_t)n_arms * sizeof *per_arm);
+    w->n++;
+}
 
 int cmd_perplexity(int argc, char **argv) {
     opts o;
@@ -68,6 +98,8 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--bos-per-window")) pa.bos_window = 1;
         else if (!strcmp(a, "--score")) { if (!v) die("--score needs all or second-half"); score = v; i++; }
         else if (!strcmp(a, "--first-scored")) { pa.first_scored = (int)parse_long(a, v, 0, INT_MAX); i++; }
+        else if (!strcmp(a, "--first-window")) { pa.first_window = parse_long(a, v, 0, LONG_MAX); i++; }
+        else if (!strcmp(a, "--windows")) { pa.n_windows = parse_long(a, v, 1, LONG_MAX); i++; }
         else if (!strcmp(a, "--serial-arms")) pa.serial = 1;
         else if (!strcmp(a, "--kl")) pa.kl = 1;
         else die("perplexity: unknown option '%s' (see veloxquant perplexity --help)", a);
@@ -78,6 +110,8 @@ int cmd_perplexity(int argc, char **argv) {
     else die("--mode '%s' is unknown (known: decode, prefill)", mode);
     if (!strcmp(split, "paragraphs")) pa.paragraphs = 1;
     else if (strcmp(split, "windows")) die("--split '%s' is unknown (known: windows, paragraphs)", split);
+    if (pa.paragraphs && (pa.first_window || pa.n_windows))
+        die("--first-window and --windows apply to --split windows (paragraphs: --max-paragraphs)");
     if (!strcmp(score, "second-half")) pa.second_half = 1;
     else if (strcmp(score, "all")) die("--score '%s' is unknown (known: all, second-half)", score);
     if (o.n_kv == 0) { o.kv_list[0] = "f16"; o.n_kv = 1; }
@@ -100,6 +134,10 @@ int cmd_perplexity(int argc, char **argv) {
     pp.split = pa.paragraphs ? VQ_PPL_SPLIT_PARAGRAPHS : VQ_PPL_SPLIT_WINDOWS;
     pp.max_paragraphs = pa.max_paras;
     pp.serial_arms = pa.serial;
+    pp.first_window = pa.first_window;
+    pp.n_windows = pa.n_windows;
+    win_log wl = { .n_arms = o.n_kv };
+    if (o.json) { pp.window_cb = log_window; pp.window_user = &wl; }
     const int batched = !pa.serial && !pa.paragraphs && pa.decode && o.n_kv > 1;
     vq_ppl_result res[CLI_MAX_ARMS];
     memset(res, 0, sizeof res);
@@ -108,6 +146,10 @@ int cmd_perplexity(int argc, char **argv) {
                                     res, &err) != VQ_OK;
     char msg[sizeof err.msg];
     snprintf(msg, sizeof msg, "%s", failed ? err.msg : "");
+    if (!failed && wl.oom) {
+        failed = 1;
+        snprintf(msg, sizeof msg, "perplexity: out of memory for the per-window figures");
+    }
     for (int a = 0; !failed && a < o.n_kv; a++)
         if (res[a].n_scored < 1) {   /* an empty text or one without paragraphs: no figure at all */
             failed = 1;
@@ -119,7 +161,11 @@ int cmd_perplexity(int argc, char **argv) {
     free(text);
     free_specs(specs, o.n_kv);
     vq_model_free(m);
-    if (failed) die("%s", msg);
+    if (failed) {
+        free(wl.index);
+        free(wl.r);
+        die("%s", msg);
+    }
 
     json j;
     json_init(&j, stdout);
@@ -130,6 +176,8 @@ int cmd_perplexity(int argc, char **argv) {
         json_kstr(&j, "mode", mode);
         json_kstr(&j, "score", score);
         json_kbool(&j, "arms_batched", batched);
+        json_kint(&j, "first_window", pa.first_window);
+        json_kint(&j, "first_scored", pa.first_scored);
         json_key(&j, "arms");
         json_arr(&j);
     } else printf("%-34s %9s %10s %10s %9s %12s %8s%s\n", "kv", "tokens", "mean_nll", "ppl", "tok/s", "kv bytes", "bits/el",
@@ -150,6 +198,20 @@ int cmd_perplexity(int argc, char **argv) {
             json_knum(&j, "bits_per_elem", "%.4f", r->kv_bits);
             if (pa.kl) json_knum(&j, "kl_vs_first", "%.6g", r->kl_mean);
             if (pa.paragraphs) json_kint(&j, "paragraphs", r->n_units);
+            json_key(&j, pa.paragraphs ? "per_paragraph" : "windows");   /* each window's own figures */
+            json_arr(&j);
+            for (long w = 0; w < wl.n; w++) {
+                const vq_ppl_result *x = &wl.r[(size_t)w * o.n_kv + a];
+                json_obj(&j);
+                json_kint(&j, "index", wl.index[w]);
+                json_kint(&j, "tokens", x->n_tokens);
+                json_kint(&j, "scored", x->n_scored);
+                json_knum(&j, "nll_sum", "%.6f", x->nll_sum);
+                json_knum(&j, "mean_nll", "%.6f", x->mean_nll);
+                json_knum(&j, "ppl", "%.6f", x->ppl);
+                json_obj_end(&j);
+            }
+            json_arr_end(&j);
             json_obj_end(&j);
         } else {
             printf("%-34s %9ld %10.6f %10.4f %9.1f %12zu %8.3f", o.kv_list[a], r->n_scored, nll, r->ppl, tps,
@@ -159,6 +221,8 @@ int cmd_perplexity(int argc, char **argv) {
             if (pa.paragraphs) printf("paragraphs %ld\n", r->n_units);
         }
     }
+    free(wl.index);
+    free(wl.r);
     if (o.json) {
         json_arr_end(&j);
         json_obj_end(&j);

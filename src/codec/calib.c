@@ -27,24 +27,25 @@ static uint32_t crc(uint32_t c, const void *p, size_t n) {
 }
 
 /* element counts of the seven arrays, in file order */
-#define N_ARR 7   /* arrays in the file */
+#define N_ARR 8   /* arrays in the file */
 static void counts(const vq_calib *c, size_t n[N_ARR]) {
     size_t kv = (size_t)c->n_layers * c->n_kv_heads, q = (size_t)c->n_layers * c->n_heads;
     n[0] = kv * (size_t)(c->head_dim / 2);
     n[1] = n[2] = n[3] = kv * (size_t)c->head_dim;
     n[4] = n[5] = q * (size_t)c->head_dim;
     n[6] = kv * (size_t)c->head_dim;
+    n[7] = (size_t)c->n_layers;
 }
 static float **arrays(vq_calib *c, float **a[N_ARR]) {
     a[0] = &c->pair_energy; a[1] = &c->k_mean; a[2] = &c->k_sq; a[3] = &c->v_sq;
-    a[4] = &c->q_mean; a[5] = &c->q_sq; a[6] = &c->q_filter;
+    a[4] = &c->q_mean; a[5] = &c->q_sq; a[6] = &c->q_filter; a[7] = &c->attn_cos;
     return NULL;
 }
 static const char *const ARR_NAME[N_ARR] = { "pair_energy", "k_mean", "k_sq", "v_sq", "q_mean", "q_sq",
-                                             "q_filter" };
-/* arrays 1, 4 (means) and 6 (unit directions) take any sign; the rest are second moments or their
- * products */
-static int signed_arr(int i) { return i == 1 || i == 4 || i == 6; }
+                                             "q_filter", "attn_cos" };
+/* arrays 1, 4 (means), 6 (unit directions) and 7 (cosines) take any sign; the rest are second
+ * moments or their products */
+static int signed_arr(int i) { return i == 1 || i == 4 || i == 6 || i == 7; }
 
 size_t vq_calib_file_bytes(const vq_calib *c) {
     size_t n[N_ARR], t = 0;
@@ -113,7 +114,7 @@ vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_e
     put32(b + 124, crc(0, b, 124));
     counts(c, n);
     const float *src[N_ARR] = { c->pair_energy, c->k_mean, c->k_sq, c->v_sq, c->q_mean, c->q_sq,
-                                c->q_filter };
+                                c->q_filter, c->attn_cos };
     size_t off = HDR;
     for (int i = 0; i < N_ARR; i++) {
         memcpy(b + off, src[i], n[i] * sizeof(float));
@@ -179,10 +180,10 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
         memcpy(*a[i], buf + off, n[i] * sizeof(float));
         for (size_t j = 0; j < n[i]; j++) {
             float x = (*a[i])[j];
-            if (!isfinite(x) || (!signed_arr(i) && x < 0)) {
+            if (!isfinite(x) || (!signed_arr(i) && x < 0) || (i == 7 && fabsf(x) > 1.0f)) {
                 char m[96];
                 snprintf(m, sizeof m, "%s[%zu] = %g is not a finite%s value", ARR_NAME[i], j, (double)x,
-                         !signed_arr(i) ? " non-negative" : "");
+                         i == 7 ? " cosine (-1..1)" : !signed_arr(i) ? " non-negative" : "");
                 vq_calib_free(&t);
                 return bad(err, m, off + j * sizeof(float));
             }

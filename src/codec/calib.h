@@ -9,7 +9,7 @@
 #include "core/core.h"
 
 #define VQ_CALIB_MAGIC "VQCALIB\0"
-#define VQ_CALIB_VERSION 2u   /* 2: q_filter added */
+#define VQ_CALIB_VERSION 3u   /* 2: q_filter added; 3: attn_cos added */
 #define VQ_CALIB_NAME 64        /* model name bytes (NUL padded) */
 #define VQ_CALIB_MAX_DIM 4096   /* bound on layers, heads and head_dim a reader accepts */
 
@@ -32,6 +32,10 @@ typedef struct vq_calib {
      * of Σ_{g in group} E[q_g q_gᵀ] (not mean-centred), signed so that Σ_g E[q_g]·f >= 0, so a
      * key's score k·f is higher where the group's queries attend more; 0 where queries are all 0 */
     float *q_filter;            /* [L][Hkv][d] */
+    /* per layer: the mean over calibration rows of cos(x, x + attn(x)), x the residual stream
+     * entering the layer (SqueezeAttention's layer importance: near 1 = attention changes the
+     * hidden state little; evict=squeeze) */
+    float *attn_cos;            /* [L] */
 } vq_calib;
 
 /* Channel i and its pair partner under the file's pair layout: pair p holds channels

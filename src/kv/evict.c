@@ -42,7 +42,7 @@ static int budget(const vq_kvg *g, int local, int next_pos) {   /* rows per head
 static void row_scores(const vq_kvg *g, int local, float *rs, int32_t *posbuf) {
     const vq_kv_layer *L = &g->layers[local];
     const int nr = L->n_coded + L->win_count;
-    vq_pol_view v = {.sc = L->ev_score, .cap = (size_t)g->ev.cap, .H = g->H, .nr = nr, .pos = NULL};
+    vq_pol_view v = {.sc = L->ev_score, .cap = (size_t)g->ev.cap, .H = g->H, .nr = nr, .pos = NULL, .ev = &g->ev.cfg};
     if (g->ev.cfg.pol->flags & VQ_POL_POS) {
         for (int i = 0; i < nr; i++)
             posbuf[i] = i < L->n_coded ? pos_at(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
@@ -252,7 +252,7 @@ vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *po
     const int nr = L->n_coded + L->win_count;
     for (int i = 0; pos && i < nr; i++)
         pos[i] = i < L->n_coded ? pos_at(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
-    row_scores(g, kv->ll[layer], out, (int32_t *)(void *)(g->ev.tmp + g->ev.cap));
+    row_scores(g, kv->ll[layer], out, (int32_t *)(void *)g->ev.tmp);
     /* heads=ada: the sum over the KV heads (as the shared layout's score), while they hold the same
      * rows in the same order; once their rows differ there is no one row list to report */
     for (int h = 1; h < g->vh; h++) {
@@ -262,9 +262,11 @@ vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *po
         if (!same)
             return vq_err_set(err, VQ_ERR_STATE, "vq_kv_evict_scores: layer %d: its KV heads hold different rows "
                               "(heads=ada after an eviction step): no one row list to score", layer);
-        if (g->ev.cfg.pol->flags & VQ_POL_POS) continue;   /* positions: the same in every head */
-        float *t = g->ev.tmp + g->ev.cap;   /* free here: only rows that score by position use it */
-        row_scores(g, kv->ll[layer] + h, t, NULL);
+        const unsigned f = g->ev.cfg.pol->flags;
+        if ((f & VQ_POL_POS) && !(f & VQ_POL_ATTN) && !g->ev.cfg.pol->observe_row)
+            continue;   /* scores from positions alone: the same in every head */
+        float *t = g->ev.tmp + g->ev.cap;   /* free here: the positions went to the first half */
+        row_scores(g, kv->ll[layer] + h, t, (int32_t *)(void *)g->ev.tmp);
         for (int i = 0; i < nr; i++) out[i] += t[i];
     }
     return VQ_OK;

@@ -36,7 +36,8 @@ static size_t ev_score_bytes(const vq_kvg *kv) {   /* a layer's eviction scores 
 static size_t ev_cal_bytes(const vq_kvg *kv) {   /* the group's Q-Filters or query statistics */
     const size_t per = (size_t)kv->dims.n_layers * kv->H * kv->d * sizeof(float);
     const int c = kv->ev.cfg.pol ? kv->ev.cfg.pol->calib : VQ_POL_CAL_NONE;
-    return c == VQ_POL_CAL_FILTER ? per : c == VQ_POL_CAL_QSTATS ? per * kv->G * 2 : 0;
+    return c == VQ_POL_CAL_FILTER ? per : c == VQ_POL_CAL_QSTATS ? per * kv->G * 2
+         : c == VQ_POL_CAL_LAYERS ? (size_t)kv->ev.cal_layers * sizeof(float) : 0;
 }
 static size_t kx_bytes(const vq_kvg *kv) {   /* the key pre-transform (kmean= / kscale=) */
     return kv->kx ? (size_t)(kv->dims.n_layers / kv->vh) * kv->kx_hc * 3 * kv->d * sizeof(float) : 0;
@@ -305,7 +306,9 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
         kv->calib_crc = cal.data_crc;
         snprintf(kv->calib_model, sizeof kv->calib_model, "%s", cal.model);
     }
-    if (ev_cal_bytes(kv)) {   /* qfilters / expected_attention: each layer's part, copied */
+    if (sp.ev.pol && sp.ev.pol->calib == VQ_POL_CAL_LAYERS)   /* squeeze: a factor per cache layer */
+        kv->ev.cal_layers = sp.cache_layers > 0 ? sp.cache_layers : NLc;
+    if (ev_cal_bytes(kv)) {   /* qfilters / expected_attention / squeeze: each layer's part, copied */
         if (!sp.calib[0]) {
             vq_err_set(err, VQ_ERR_ARG, "kv spec '%s': evict=%s needs calib=FILE (it is made from the "
                        "model's queries: veloxquant calibrate -m MODEL -f TEXT -o FILE)", spec, sp.ev.pol->name);
@@ -317,7 +320,11 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
         /* a local layer's part: its KV heads' filters, its query heads' statistics (heads=ada:
          * one KV head's, from head vq_kvg_head0 of the cache layer) */
         const size_t w = (size_t)kv->H * kv->d;
-        if (sp.ev.pol->calib == VQ_POL_CAL_FILTER)
+        if (sp.ev.pol->calib == VQ_POL_CAL_LAYERS) {   /* the whole cache's layers, clustered together */
+            vq_squeeze_factors(cal.attn_cos, kv->ev.cal_layers, sp.ev.squeeze,
+                               sp.ev.budget_ratio ? 1.0 / sp.ev.budget : 0.0, kv->ev.cal);
+            kv->ev.cfg.layer_w = kv->ev.cal;
+        } else if (sp.ev.pol->calib == VQ_POL_CAL_FILTER)
             for (int l = 0; l < NL; l++)
                 memcpy(kv->ev.cal + l * w, cal.q_filter + ((size_t)gl[l] * Hc + vq_kvg_head0(kv, l)) * kv->d,
                        w * sizeof(float));

@@ -29,6 +29,10 @@ struct vq_evict_cfg {
     int sinks, recent, every;     /* first positions kept, last positions kept, decode steps per step */
     int obs, pool;                /* snapkv/pyramidkv: observed prompt queries, max-pool width */
     double slope, tau;            /* pyramidkv budget slope; keyformer Gumbel temperature */
+    int chunk;                    /* chunkkv: rows per chunk (positions c*chunk .. c*chunk+chunk-1) */
+    double squeeze;               /* squeeze: the budget factor of the layers attention changes least */
+    const float *layer_w;         /* squeeze: per cache layer budget factors (the store's, from
+                                     calib=FILE at create; NULL in a parsed spec) */
     unsigned seen;                /* keys given (parser bookkeeping, bit VQ_PK_*) */
     double floor;                 /* heads=ada: each head keeps at least floor * budget rows */
     unsigned ada_seen;            /* heads= / floor= given (parser bookkeeping, bit VQ_AK_*) */
@@ -170,7 +174,9 @@ typedef struct vq_kvg {
                               append, in pages of P rows) to the most rows a layer has held */
         int nv, raw_cap;
         float *cal;        /* from calib=FILE, else NULL: qfilters: [local layer][H][d] unit filters;
-                              expected_attention: [local layer][H][G][2][d]: E[q]/sqrt(d), Var[q]/(2d) */
+                              expected_attention: [local layer][H][G][2][d]: E[q]/sqrt(d), Var[q]/(2d);
+                              squeeze: [cache layer] budget factors (cfg.layer_w points here) */
+        int cal_layers;    /* squeeze: the cache's layers (cal's floats) */
         float *tmp;        /* step scratch: 2 x cap floats (row scores, pooling) */
         vq_ada_cand *cand; /* step scratch: vh x cap candidate blocks of a cache layer's heads */
     } ev;

@@ -23,6 +23,8 @@ const vq_pol_key vq_pol_keys[VQ_PK_N] = {
     [VQ_PK_POOL] = {"pool", 'o', 1, 1025, 7, "an odd number 1..1025"},
     [VQ_PK_SLOPE] = {"slope", 'r', 0.0, 1.0, 0.5, "0..1"},
     [VQ_PK_TAU] = {"tau", 'r', 1e-3, 1e3, 1.0, "0.001..1000"},
+    [VQ_PK_CHUNK] = {"chunk", 'i', 1, 1 << 16, 10, "1..65536"},
+    [VQ_PK_SQUEEZE] = {"squeeze", 'r', 0.0, 1.0, 0.5, "0..1"},
 };
 const vq_pol_key vq_alloc_keys[VQ_AK_N] = {
     [VQ_AK_HEADS] = {"heads", 'a', 0, 0, NAN, ""},
@@ -118,11 +120,63 @@ static void rows_softmax(const vq_pol_view *v, float *rs) {   /* per KV head: so
     }
 }
 
+/* chunkkv (Liu et al., arXiv 2502.00299): the rows of a chunk (positions c*C .. c*C+C-1, C =
+ * chunk=) share one score, the sum over the chunk's held rows of the rows' summed attention
+ * (snapkv's observation), so a step keeps or drops whole chunks (only the chunk at the budget's
+ * edge can be cut). Rows come in position order (coded rows, then the window), so a chunk's rows
+ * are one run. */
+static void rows_chunk(const vq_pol_view *v, float *rs) {
+    const int C = v->ev->chunk;
+    rows_sum(v, rs);
+    for (int i = 0; i < v->nr;) {
+        const int32_t c = v->pos[i] / C;
+        int j = i;
+        double s = 0;
+        while (j < v->nr && v->pos[j] / C == c) s += rs[j++];
+        for (; i < j; i++) rs[i] = (float)s;
+    }
+}
+
 /* pyramidkv: budget * (1 + slope * (1 - 2 l / (L - 1))), more rows low */
 static double budget_pyramid(const vq_evict_cfg *ev, double B, int l, int Lc) {
     return Lc > 1 ? floor(B * (1.0 + ev->slope * (1.0 - 2.0 * l / (Lc - 1))) + 0.5) : B;
 }
 static double min_pyramid(const vq_evict_cfg *ev) { return 1.0 - ev->slope; }   /* the top layer's */
+
+/* squeeze: the layer's factor of the budget (from the calibration's attention cosines) */
+static double budget_squeeze(const vq_evict_cfg *ev, double B, int l, int Lc) {
+    return ev->layer_w && l >= 0 && l < Lc ? floor(B * ev->layer_w[l] + 0.5) : B;
+}
+static double min_squeeze(const vq_evict_cfg *ev) { return ev->squeeze; }   /* the squeezed group's */
+
+void vq_squeeze_factors(const float *cos, int L, double p, double cap, float *w) {
+    for (int l = 0; l < L; l++) w[l] = 1.0f;
+    if (L < 2) return;
+    double lo = cos[0], hi = cos[0];
+    for (int l = 1; l < L; l++) { lo = fmin(lo, cos[l]); hi = fmax(hi, cos[l]); }
+    if (!(hi > lo)) return;
+    int n_hi = 0;
+    for (int it = 0; it < 100; it++) {   /* 1-D 2-means: assign to the nearer centre (ties: low), move */
+        double s_lo = 0, s_hi = 0;
+        int c_lo = 0, c_hi = 0;
+        for (int l = 0; l < L; l++) {
+            if (fabs(cos[l] - hi) < fabs(cos[l] - lo)) { s_hi += cos[l]; c_hi++; }
+            else { s_lo += cos[l]; c_lo++; }
+        }
+        const double nlo = c_lo ? s_lo / c_lo : lo, nhi = c_hi ? s_hi / c_hi : hi;
+        n_hi = c_hi;
+        if (nlo == lo && nhi == hi) break;
+        lo = nlo;
+        hi = nhi;
+    }
+    if (n_hi == 0 || n_hi == L) return;
+    double up = 1.0 + (1.0 - p) * n_hi / (double)(L - n_hi), down = p;
+    if (cap > 0 && up > cap) {   /* the low group cannot use it all: the rest back to the high group */
+        up = fmax(1.0, cap);
+        down = (L - (L - n_hi) * up) / n_hi;
+    }
+    for (int l = 0; l < L; l++) w[l] = (float)(fabs(cos[l] - hi) < fabs(cos[l] - lo) ? down : up);
+}
 
 #define K(x) (1u << VQ_PK_##x)
 static const vq_kv_policy POLICIES[] = {
@@ -144,6 +198,14 @@ static const vq_kv_policy POLICIES[] = {
     {"keyformer", VQ_POL_ATTN, K(TAU), VQ_POL_CAL_NONE,
      "accumulated softmax((logit + Gumbel noise) / tau) (seeded by the cache seed)", NULL, reweight_gumbel, rows_sum,
      NULL, NULL},
+    {"chunkkv", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POS, K(OBS) | K(CHUNK), VQ_POL_CAL_NONE,
+     "snapkv's attention (last obs prompt queries) summed over chunks of chunk consecutive positions; "
+     "a step keeps or drops whole chunks (ChunkKV)", NULL, NULL, rows_chunk, NULL, NULL},
+    {"squeeze", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POOL, K(OBS) | K(POOL) | K(SQUEEZE), VQ_POL_CAL_LAYERS,
+     "snapkv with per-layer budgets from calib=FILE (SqueezeAttention): layers split in two groups by "
+     "the cosine of the hidden state before and after attention; the group attention changes least "
+     "keeps squeeze x budget, the other the rest (the mean is the budget)",
+     NULL, NULL, rows_sum, budget_squeeze, min_squeeze},
     {"expected_attention", 0, 0, VQ_POL_CAL_QSTATS,
      "sum over KV heads of the softmax over rows of log sum_g E[exp(q_g . k / sqrt(d))], q_g ~ "
      "N(mean, diag var) of query head g from calib=FILE (kvpress's expected attention, stationary)",

@@ -23,7 +23,8 @@
  *                          VQ_POL_WINDOWED: the last obs prompt queries, cleared after each step.
  *   step                   row_scores(v, rs): the per-head scores (v->sc, H x cap) of the nr rows
  *                          a layer holds (coded rows, then the window) -> one score per row,
- *                          higher kept; VQ_POL_POOL: max-pooled over pool rows by the step;
+ *                          higher kept (v->ev: the row's keys, e.g. chunkkv's chunk=);
+ *                          VQ_POL_POOL: max-pooled over pool rows by the step;
  *                          budget(ev, B, l, L): the rows layer l of L keeps, from the budget B
  *                          (NULL: B); min_budget(ev): the smallest factor of budget any layer gets.
  *   allocate               select(c, n, H, prot, rpb, B, floor, kept): given a cache layer's
@@ -55,7 +56,7 @@
  * (vq_pol_keys[]) and checks a key against the row it is given with. */
 enum {
     VQ_PK_EVICT, VQ_PK_BUDGET, VQ_PK_SINKS, VQ_PK_RECENT, VQ_PK_EVERY,   /* every row */
-    VQ_PK_OBS, VQ_PK_POOL, VQ_PK_SLOPE, VQ_PK_TAU,                        /* rows that declare them */
+    VQ_PK_OBS, VQ_PK_POOL, VQ_PK_SLOPE, VQ_PK_TAU, VQ_PK_CHUNK, VQ_PK_SQUEEZE,   /* rows that declare them */
     VQ_PK_N
 };
 /* the allocator keys (heads=shared|ada, floor=F) */
@@ -79,7 +80,9 @@ enum {
     VQ_POL_POOL = 8,       /* scores max-pooled over neighbouring rows (the step) */
     VQ_POL_POS = 16,       /* row_scores reads the rows' positions (v->pos) */
 };
-enum { VQ_POL_CAL_NONE, VQ_POL_CAL_FILTER, VQ_POL_CAL_QSTATS };   /* what calib=FILE must give */
+/* what calib=FILE must give: nothing, the Q-Filters, the query statistics, the layers' attention
+ * cosines (squeeze: the store turns them into per-layer budget factors, vq_squeeze_factors) */
+enum { VQ_POL_CAL_NONE, VQ_POL_CAL_FILTER, VQ_POL_CAL_QSTATS, VQ_POL_CAL_LAYERS };
 
 /* one query's attention as the store observed it, for reweight */
 typedef struct vq_pol_attn {
@@ -88,15 +91,16 @@ typedef struct vq_pol_attn {
     double tau;      /* keyformer's temperature */
 } vq_pol_attn;
 
+typedef struct vq_evict_cfg vq_evict_cfg;
+
 /* a layer's rows as a step (or vq_kv_evict_scores) sees them */
 typedef struct vq_pol_view {
     const float *sc;      /* per-head scores: [h * cap + storage index] (the store keeps H x max_ctx) */
     size_t cap;
     int H, nr;            /* KV heads, rows (coded rows, then the window) */
     const int32_t *pos;   /* the rows' positions (VQ_POL_POS rows only) */
+    const vq_evict_cfg *ev;   /* the policy's keys (chunkkv's chunk=) */
 } vq_pol_view;
-
-typedef struct vq_evict_cfg vq_evict_cfg;
 
 typedef struct vq_kv_policy {
     const char *name;
@@ -140,6 +144,14 @@ const vq_kv_policy *vq_kv_policy_at(int i);
 const vq_kv_policy *vq_kv_policy_find(const char *name);
 const vq_kv_alloc *vq_kv_alloc_at(int i);
 const vq_kv_alloc *vq_kv_alloc_find(const char *name);
+/* SqueezeAttention's layer budgets (Wang et al., arXiv 2404.04793): the L layers' mean cos(x, x +
+ * attn(x)) split into two groups by 1-D 2-means (centres started at the smallest and largest
+ * cosine); the group with the higher cosine (attention changes the hidden state least) gets
+ * factor p, the other 1 + (1 - p) * n_high / n_low, so the factors' mean is 1 (the total budget
+ * is the same); one group only (every cosine equal): all 1. cap > 0 (a ratio budget r: 1 / r, a
+ * layer cannot keep more than every row): the low group's factor is at most cap and what it cannot
+ * take goes back to the high group, (L - n_low * cap) / n_high, still a mean of 1. w[L] out. */
+void vq_squeeze_factors(const float *cos, int L, double p, double cap, float *w);
 /* AdaKV's allocator (the heads=ada row's select; tests call it directly) */
 int vq_ada_alloc(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows);
 /* The fate table (demote.c, above the store): walk by index; the row a parsed spec asks for

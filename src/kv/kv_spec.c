@@ -73,10 +73,10 @@ static int inum(const char *s, int lo, int hi, int *out) {
 /* where a policy key's value goes */
 static int *ikey(vq_evict_cfg *ev, int i) {
     return i == VQ_PK_SINKS ? &ev->sinks : i == VQ_PK_RECENT ? &ev->recent : i == VQ_PK_EVERY ? &ev->every
-         : i == VQ_PK_OBS ? &ev->obs : i == VQ_PK_POOL ? &ev->pool : NULL;
+         : i == VQ_PK_OBS ? &ev->obs : i == VQ_PK_POOL ? &ev->pool : i == VQ_PK_CHUNK ? &ev->chunk : NULL;
 }
 static double *rkey(vq_evict_cfg *ev, int i) {
-    return i == VQ_PK_SLOPE ? &ev->slope : i == VQ_PK_TAU ? &ev->tau : NULL;
+    return i == VQ_PK_SLOPE ? &ev->slope : i == VQ_PK_TAU ? &ev->tau : i == VQ_PK_SQUEEZE ? &ev->squeeze : NULL;
 }
 
 /* the rows of the policy table that declare optional key i: "snapkv, pyramidkv" */
@@ -210,8 +210,8 @@ static int evict_print(const vq_evict_cfg *ev, char *out, size_t cap) {
     if (o < 0 || (size_t)o >= cap) return o;
     for (int i = VQ_PK_OBS; i < VQ_PK_N && (size_t)o < cap; i++)
         if (ev->pol->keys & (1u << i)) {
-            const double x = i == VQ_PK_OBS ? ev->obs : i == VQ_PK_POOL ? ev->pool
-                           : i == VQ_PK_SLOPE ? ev->slope : ev->tau;
+            const double x = i == VQ_PK_OBS ? ev->obs : i == VQ_PK_POOL ? ev->pool : i == VQ_PK_CHUNK ? ev->chunk
+                           : i == VQ_PK_SLOPE ? ev->slope : i == VQ_PK_SQUEEZE ? ev->squeeze : ev->tau;
             o += vq_pol_keys[i].kind == 'r' ? snprintf(out + o, cap - (size_t)o, ",%s=%.6g", vq_pol_keys[i].name, x)
                                             : snprintf(out + o, cap - (size_t)o, ",%s=%d", vq_pol_keys[i].name, (int)x);
         }
@@ -230,7 +230,9 @@ static size_t evict_help(char *buf, size_t n) {
                      "0<r<=1 of the positions seen (written with a '.'), sinks=S first positions "
                      "always kept (default 4), recent=R last positions always kept (default 32), "
                      "every=N decode steps between eviction steps (default 16; one step also when "
-                     "a prompt ends); snapkv/pyramidkv: obs=W (default 32), pool=K odd (default 7); "
+                     "a prompt ends); snapkv/pyramidkv/chunkkv: obs=W (default 32); snapkv/pyramidkv: "
+                     "pool=K odd (default 7); chunkkv: chunk=C rows per chunk (default 10); squeeze: "
+                     "squeeze=0..1 (default 0.5; needs calib=FILE); "
                      "pyramidkv: slope=0..1 (default 0.5); keyformer: tau=T (default 1); "
                      "heads=ada (rows per KV head, AdaKV budgets across a layer's heads; default "
                      "heads=shared) with floor=0..1 (default 0.2: each head keeps >= floor * budget)\n");
@@ -442,7 +444,7 @@ static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *
         if (is_store_key(key)) {
             st = store_key(o, key, val, spec, err);
         } else if (side == -1) {
-            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page, calib, kmean, kscale, evict, budget, sinks, recent, every, obs, pool, slope, tau) and no codec precedes it", key);
+            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page, calib, kmean, kscale, evict, budget, sinks, recent, every, obs, pool, slope, tau, chunk, squeeze) and no codec precedes it", key);
             return spec_err(err, spec, m);
         } else if (side == 2 && (!strcmp(key, "k") || !strcmp(key, "v"))) {
             int s = key[0] == 'k' ? VQ_SIDE_K : VQ_SIDE_V;

@@ -27,9 +27,12 @@ struct vq_fwd {
     size_t bytes;
     vq_fwd_tap tap;
     void *tap_user;
+    vq_fwd_attn_tap attn_tap;
+    void *attn_tap_user;
 };
 
 void vq_fwd_set_tap(vq_fwd *f, vq_fwd_tap tap, void *user) { f->tap = tap; f->tap_user = user; }
+void vq_fwd_set_attn_tap(vq_fwd *f, vq_fwd_attn_tap tap, void *user) { f->attn_tap = tap; f->attn_tap_user = user; }
 
 /* the row takes every matrix the pass multiplies by (else VQ_ERR_ARG naming the first it lacks) */
 static vq_status check_row(const vq_model *m, const vq_ops *ops, void *octx, vq_err *err) {
@@ -141,7 +144,7 @@ static vq_status forward(const vq_model *m, vq_fwd *f, void *store, vq_kv *const
         return vq_err_set(err, VQ_ERR_ARG, "forward: %d tokens, batch holds 1..%d", n, f->max_batch);
     if (n_logits < 0 || n_logits > n)
         return vq_err_set(err, VQ_ERR_ARG, "forward: n_logits %d out of range [0, %d]", n_logits, n);
-    if (!ops->host && (kvs || f->tap))
+    if (!ops->host && (kvs || f->tap || f->attn_tap))
         return vq_err_set(err, VQ_ERR_ARG, "forward: backend %s: %s runs on the CPU row only", ops->name,
                           kvs ? "a batch of KV arms" : "the measurement tap");
     const int dim = c->dim, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
@@ -204,6 +207,7 @@ static vq_status forward(const vq_model *m, vq_fwd *f, void *store, vq_kv *const
         OP(matmul(f, f->xb, &L->wo, f->att, n, err));
         OP(add_bias(f, f->xb, L->bo, n, dim, err));
         OP(post_norm(f, f->xb, L->post_attn_norm, n, dim, c->norm_eps, err));
+        if (f->attn_tap) f->attn_tap(f->attn_tap_user, l, n, dim, f->x, f->xb);
         OP(ops->add(ox, f->x, f->xb, (size_t)n * dim, err));
 
         OP(ops->rmsnorm(ox, f->xb, f->x, L->ffn_norm, n, dim, c->norm_eps, err));

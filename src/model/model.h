@@ -183,6 +183,12 @@ size_t  vq_fwd_bytes(const vq_fwd *f);
 typedef void (*vq_fwd_tap)(void *user, int layer, int n, const int *pos, const float *q,
                            const float *k, const float *v);
 void vq_fwd_set_tap(vq_fwd *f, vq_fwd_tap tap, void *user);
+/* Attention-block tap: when set, called in every layer with the residual stream entering the
+ * layer (x: n x dim) and what the attention block adds to it (dx: n x dim, after the output
+ * projection and any post-norm), before the add. Calibration's per-layer cosine of x and x + dx
+ * (SqueezeAttention's layer importance) uses it; NULL (default) costs nothing. */
+typedef void (*vq_fwd_attn_tap)(void *user, int layer, int n, int dim, const float *x, const float *dx);
+void vq_fwd_set_attn_tap(vq_fwd *f, vq_fwd_attn_tap tap, void *user);
 
 /* Kv dims this model needs for a context of n_ctx tokens. */
 vq_kv_dims vq_model_kv_dims(const vq_model *m, int n_ctx);

@@ -15,6 +15,10 @@ void vq_lab_session_set_tap(vq_session *s, vq_lab_tap tap, void *user) {
     if (s) vq_fwd_set_tap(s->f, tap, user);
 }
 
+void vq_lab_session_set_attn_tap(vq_session *s, vq_lab_attn_tap tap, void *user) {
+    if (s) vq_fwd_set_attn_tap(s->f, tap, user);
+}
+
 vq_status vq_lab_session_observe(vq_session *s, const int *tokens, int n, vq_err *err) {
     vq_err_clear(err);
     if (!s || n < 0 || (n > 0 && !tokens)) return vq_err_set(err, VQ_ERR_ARG, "vq_lab_session_observe: bad arguments");
@@ -119,6 +123,7 @@ static void to_calib(const vq_lab_calib *c, vq_calib *o) {
     o->q_mean = c->q_mean;
     o->q_sq = c->q_sq;
     o->q_filter = c->q_filter;
+    o->attn_cos = c->attn_cos;
 }
 
 vq_status vq_lab_calib_write(const vq_lab_calib *c, const char *path, size_t *file_bytes, vq_err *err) {
@@ -152,6 +157,7 @@ vq_status vq_lab_calib_read(const char *path, vq_lab_calib *out, vq_err *err) {
     out->q_mean = c.q_mean;
     out->q_sq = c.q_sq;
     out->q_filter = c.q_filter;
+    out->attn_cos = c.attn_cos;
     return VQ_OK;
 }
 

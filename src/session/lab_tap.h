@@ -21,6 +21,11 @@
 typedef void (*vq_lab_tap)(void *user, int layer, int n, const int *pos, const float *q, const float *k,
                            const float *v);
 void vq_lab_session_set_tap(vq_session *s, vq_lab_tap tap, void *user);
+/* Attention-block tap: every layer's residual stream x entering it and what attention adds, dx
+ * (n x dim each), before the add; calibration's per-layer cos(x, x + dx) (SqueezeAttention's layer
+ * importance) needs the hidden state, which the public API never shows. NULL removes it. */
+typedef void (*vq_lab_attn_tap)(void *user, int layer, int n, int dim, const float *x, const float *dx);
+void vq_lab_session_set_attn_tap(vq_session *s, vq_lab_attn_tap tap, void *user);
 
 /* Eviction scores as the policy keeps them: evict-corr ranks a policy's scores against the
  * attention later queries pay. vq_lab_session_observe runs tokens as vq_session_decode does (no
@@ -108,6 +113,7 @@ typedef struct vq_lab_calib {
     int rope_dim, rope_neox;    /* dims rotated per head; pair layout (vq_model_details) */
     uint64_t n_tokens;
     float *pair_energy, *k_mean, *k_sq, *v_sq, *q_mean, *q_sq, *q_filter;
+    float *attn_cos;            /* [L]: mean cos(x, x + attn(x)) per layer (file version 3) */
 } vq_lab_calib;
 /* written atomically (as every calibration file); file_bytes (may be NULL): its size */
 vq_status vq_lab_calib_write(const vq_lab_calib *c, const char *path, size_t *file_bytes, vq_err *err);

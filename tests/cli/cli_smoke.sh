@@ -77,6 +77,14 @@ fi
 run ppl_para 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --split paragraphs --max-paragraphs 1 --json \
   && json_ok "perplexity --split paragraphs" "$T/ppl_para.out"
 run ppl_table 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --mode prefill && pass "perplexity table"
+# windows at an offset, per-window figures in --json (the context-compression protocol, docs/eviction.md)
+run ppl_win 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --first-window 2 --windows 2 --mode prefill -b 8 --first-scored 8 \
+  --kv f16 --kv "f16;evict=chunkkv,budget=0.5,chunk=2,recent=2,sinks=1" --json && json_ok "perplexity --first-window" "$T/ppl_win.out"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); a=d["arms"]
+ok = d["first_window"] == 2 and all([w["index"] for w in x["windows"]] == [2, 3] and sum(w["scored"] for w in x["windows"]) == x["scored"] == 14 for x in a)
+sys.exit(0 if ok else 1)' "$T/ppl_win.out" && pass "perplexity --json: windows 2 and 3, their scored counts sum to the arm total" || fail "perplexity --first-window: $(head -c 300 "$T/ppl_win.out")"
+run ppl_win_past x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --first-window 100000 && err_has ppl_win_past "first window 100000 is past"
+run ppl_win_para x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --split paragraphs --first-window 1 && err_has ppl_win_para "apply to --split windows"
 run bench 0 "$BIN" bench -f "$T/text.txt" --ctx 8 --reps 1 --gen 2 --bw-mb 1 --bw-reps 1 --kv f16 --kv q8_0 \
   --json --json-file "$T/bench.json" && json_ok bench "$T/bench.out" && json_ok "bench --json-file" "$T/bench.json"
 run bench_rss 0 "$BIN" bench --rss-only -f "$T/text.txt" --ctx 8,16 --kv q8_0 --json && json_ok "bench --rss-only" "$T/bench_rss.out"

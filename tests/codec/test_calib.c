@@ -27,6 +27,7 @@ static void fill(vq_calib *c, vq_rng *rng) {
         c->q_mean[i] = (float)vq_rng_uniform(rng) - 0.5f;
         c->q_sq[i] = (float)vq_rng_uniform(rng);
     }
+    for (int l = 0; l < 3; l++) c->attn_cos[l] = (float)(2.0 * vq_rng_uniform(rng) - 1.0);
 }
 
 static int same(const vq_calib *a, const vq_calib *b) {
@@ -37,7 +38,7 @@ static int same(const vq_calib *a, const vq_calib *b) {
            !memcmp(a->pair_energy, b->pair_energy, kv / 2 * 4) && !memcmp(a->k_mean, b->k_mean, kv * 4) &&
            !memcmp(a->k_sq, b->k_sq, kv * 4) && !memcmp(a->v_sq, b->v_sq, kv * 4) &&
            !memcmp(a->q_mean, b->q_mean, q * 4) && !memcmp(a->q_sq, b->q_sq, q * 4) &&
-           !memcmp(a->q_filter, b->q_filter, kv * 4);
+           !memcmp(a->q_filter, b->q_filter, kv * 4) && !memcmp(a->attn_cos, b->attn_cos, (size_t)a->n_layers * 4);
 }
 
 int main(void) {
@@ -89,6 +90,14 @@ int main(void) {
     bc = (uint32_t)crc32(0, buf + 128, (uInt)(len - 4 - 128));
     memcpy(buf + len - 4, &bc, 4);
     CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
+    /* a layer cosine outside -1..1 (attn_cos, the last array) with the CRC made valid: refused */
+    float over = 1.5f, fine = 1.0f;
+    memcpy(buf + 128 + 4 * 3, &fine, 4);   /* pair_energy[3] valid again */
+    memcpy(buf + len - 4 - 4, &over, 4);   /* attn_cos[2] */
+    bc = (uint32_t)crc32(0, buf + 128, (uInt)(len - 4 - 128));
+    memcpy(buf + len - 4, &bc, 4);
+    CHECKF(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT && strstr(err.msg, "attn_cos[2]"), "%s", err.msg);
+    memcpy(buf + len - 4 - 4, &c.attn_cos[2], 4);
     /* a byte after the model name's NUL with the header CRC made valid: refused (the writer pads
      * with NULs, so such a file would not read back to its own bytes; fuzz_calib found it) */
     float one = 1.0f;

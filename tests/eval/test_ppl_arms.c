@@ -62,6 +62,69 @@ static void run(vq_model *m, const char *text, const char *const *specs, int n, 
     free(tok);
 }
 
+/* Windows at an offset and per-window figures (the context-compression protocol, docs/eviction.md):
+ * first_window = k scores exactly what a run over the tokens from k windows on scores (nll sums
+ * equal bit for bit); n_windows stops after that many; the per-window figures (window_cb) sum to
+ * the totals and carry the text's window index; a first window past the text is refused. */
+typedef struct wins { long n, idx[16]; double nll[16][4]; long sc[16][4], tk[16][4]; } wins;
+static void on_window(long index, const vq_ppl_result *r, int n_arms, void *user) {
+    wins *w = user;
+    if (w->n >= 16 || n_arms > 4) return;
+    w->idx[w->n] = index;
+    for (int a = 0; a < n_arms; a++) {
+        w->nll[w->n][a] = r[a].nll_sum;
+        w->sc[w->n][a] = r[a].n_scored;
+        w->tk[w->n][a] = r[a].n_tokens;
+        CHECK(r[a].n_scored == 0 || fabs(r[a].mean_nll - r[a].nll_sum / r[a].n_scored) < 1e-12);
+    }
+    w->n++;
+}
+
+static void offsets(vq_model *m, const char *text) {
+    int cap = (int)strlen(text) + 16;
+    int *tok = malloc((size_t)cap * sizeof(int));
+    vq_err err;
+    const int nt = vq_tok_encode(m->tok, text, strlen(text), 0, 0, tok, cap, &err), ctx = 48;
+    CHECK(nt >= 6 * ctx);
+    vq_kv_spec *sp[2] = {vq_kv_spec_parse("f16", &err), vq_kv_spec_parse("f16;evict=chunkkv,budget=0.5,chunk=4,recent=4", &err)};
+    CHECK(sp[0] && sp[1]);
+    const vq_kv_spec *const *arms = (const vq_kv_spec *const *)sp;
+    vq_ppl_params p = vq_ppl_default_params();
+    p.n_ctx = ctx; p.mode = VQ_PPL_PREFILL; p.n_batch = 32; p.first_scored = 32; p.kv_seed = 7;
+    for (int mode = 0; mode < 2; mode++) {
+        p.mode = mode ? VQ_PPL_DECODE : VQ_PPL_PREFILL;
+        wins w = {0};
+        vq_ppl_result a[2], b[2];
+        p.first_window = 2; p.n_windows = 3; p.window_cb = on_window; p.window_user = &w;
+        CHECKF(vq_perplexity(m, arms, 2, tok, nt, &p, NULL, NULL, a, &err) == VQ_OK, "%s", err.msg);
+        p.first_window = 0; p.window_cb = NULL;
+        CHECK(vq_perplexity(m, arms, 2, tok + 2 * ctx, 3 * ctx, &p, NULL, NULL, b, &err) == VQ_OK);
+        CHECKF(w.n == 3 && w.idx[0] == 2 && w.idx[2] == 4, "%ld windows from %ld", w.n, w.idx[0]);
+        for (int k = 0; k < 2; k++) {
+            printf("mode %d arm %d: windows 2..4 nll %.9f, the tokens from window 2 on %.9f (%ld scored)\n", mode, k,
+                   a[k].mean_nll, b[k].mean_nll, a[k].n_scored);
+            CHECKF(a[k].nll_sum == b[k].nll_sum && a[k].n_scored == b[k].n_scored && a[k].n_scored == 3 * (ctx - 1 - 32),
+                   "arm %d: offset run %.12g (%ld) vs shifted tokens %.12g (%ld)", k, a[k].nll_sum, a[k].n_scored,
+                   b[k].nll_sum, b[k].n_scored);
+            double s = 0;
+            long sc = 0, tk = 0;
+            for (long i = 0; i < w.n; i++) { s += w.nll[i][k]; sc += w.sc[i][k]; tk += w.tk[i][k]; }
+            CHECKF(fabs(s - a[k].nll_sum) < 1e-9 * fabs(s) && sc == a[k].n_scored && tk == a[k].n_tokens,
+                   "arm %d: windows sum to %.9g (%ld scored, %ld tokens), totals %.9g (%ld, %ld)", k, s, sc, tk,
+                   a[k].nll_sum, a[k].n_scored, a[k].n_tokens);
+        }
+        CHECK(w.nll[0][0] != w.nll[1][0]);   /* different windows, different figures */
+    }
+    p.first_window = nt / ctx;   /* past the last window */
+    vq_ppl_result c[2];
+    CHECK(vq_perplexity(m, arms, 2, tok, nt, &p, NULL, NULL, c, &err) == VQ_ERR_RANGE && strstr(err.msg, "first window"));
+    p.first_window = -1;
+    CHECK(vq_perplexity(m, arms, 2, tok, nt, &p, NULL, NULL, c, &err) == VQ_ERR_ARG);
+    vq_kv_spec_free(sp[0]);
+    vq_kv_spec_free(sp[1]);
+    free(tok);
+}
+
 int main(void) {
     char mp[4096], tp[4096], txt[4096];
     vq_t_shared("data/stories260K.bin", mp, sizeof mp);   /* each skips the test when absent */
@@ -76,6 +139,7 @@ int main(void) {
     if (f) fclose(f);
     const char *arms[] = {"f16", "f32", "turboquant_mse:bits=3", "polar", "f16", "qjl"};
     run(m, text, arms, 6, 64, 256, 1);
+    offsets(m, text);
     vq_model_free(m);
 
     char sm[4096];

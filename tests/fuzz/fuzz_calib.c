@@ -1,7 +1,8 @@
 /* fuzz_calib.c: libFuzzer entry for the calibration file reader (codec/calib.c). Any input is
  * parsed; an accepted one must serialize back to exactly the same bytes (nothing the reader
  * let through is lost or invented), and its statistics are all read (ASan/UBSan see any count
- * the reader got wrong). A refused one must say why.
+ * the reader got wrong). A refused one must say why. (Version 3 added the per-layer attention
+ * cosines, attn_cos: the seeds carry values of both signs, the reader bounds them to -1..1.)
  * Seeds: run with VQ_FUZZ_WRITE_SEEDS=DIR and the target writes small valid files there and exits
  * (scripts/fuzz.sh does this before fuzzing). */
 #include "codec/calib.h"
@@ -25,6 +26,7 @@ static void write_seeds(const char *dir) {
         for (size_t i = 0; i < kv; i++) { c.k_mean[i] = (float)i - 3; c.k_sq[i] = (float)i; c.v_sq[i] = 1; }
         for (size_t i = 0; i < kv / 2; i++) c.pair_energy[i] = (float)(i * i);
         for (size_t i = 0; i < q; i++) { c.q_mean[i] = -(float)i; c.q_sq[i] = 2; }
+        for (int l = 0; l < c.n_layers; l++) c.attn_cos[l] = 0.9f - 0.4f * (float)l;   /* version 3: -1..1 */
         char path[1024];
         snprintf(path, sizeof path, "%s/seed%d.vqc", dir, s);
         vq_err err;

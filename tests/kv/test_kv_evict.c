@@ -10,6 +10,8 @@
 #include "kv_ref.h"
 #include "kv/kv.h"
 #include "kv/kv_impl.h"
+#include <unistd.h>
+#include "../calib_fixture.h"
 
 static vq_kv_dims D = {.n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .max_ctx = 700};
 #define W ((size_t)D.n_kv_heads * D.head_dim)
@@ -28,6 +30,8 @@ static void parsing(void) {
         {"f32;evict=keyformer,budget=1.0,tau=0.5", NULL},
         {"kivi:bits=2;evict=knorm,budget=64", NULL},
         {"q8_0;evict=streaming_llm,budget=64,recent=0", NULL},
+        {"f16;evict=chunkkv,budget=0.5", "f16;evict=chunkkv,budget=0.5,sinks=4,recent=32,every=16,obs=32,chunk=10"},
+        {"q4_0;evict=chunkkv,budget=64,obs=8,chunk=16", NULL},
     };
     for (size_t i = 0; i < VQ_ARRAY_LEN(ok); i++) {
         vq_kv *kv = vq_kv_create_str(ok[i].in, &D, 1, &err);
@@ -56,6 +60,9 @@ static void parsing(void) {
         {"f16;evict=h2o,budget=0.5,every=0", "every=0"},
         {"f16;evict=h2o,evict=tova,budget=3", "given twice"},
         {"f16;evict=tova,budget=9,tau=2", "tau= does not apply"},
+        {"f16;evict=chunkkv,budget=0.5,chunk=0", "chunk=0"},
+        {"f16;evict=snapkv,budget=0.5,chunk=4", "chunk= does not apply to evict=snapkv (only to chunkkv)"},
+        {"f16;evict=chunkkv,budget=0.5,pool=3", "pool= does not apply to evict=chunkkv"},
     };
     for (size_t i = 0; i < VQ_ARRAY_LEN(bad); i++) {
         vq_kv *kv = vq_kv_create_str(bad[i].in, &D, 1, &err);
@@ -342,6 +349,132 @@ static void steps(const float *K, const float *V, const float *Q, int N) {
     free(pos); free(rk); free(rv); free(out);
 }
 
+/* chunkkv: after a prompt whose last 4 queries are observed, a row's score is the sum over its
+ * chunk (positions c*C .. c*C+C-1) of snapkv's scores (pool=1, the same observation), chunk=1 is
+ * snapkv itself, and the prompt-end step keeps or drops whole chunks: at most one chunk (the one
+ * at the budget's edge) is cut. Per-row scores (evict=snapkv) in place of the chunk sums fail
+ * the first and the last check (f16: one row a block; the others keep whole blocks of 16 or 32). */
+static void chunks(const float *K, const float *V, const float *Q) {
+    const int P = 300, C = 8;
+    const char *codecs[] = {"f16", "q8_0", "turboquant_mse:k=4,v=4"};
+    float *sa = malloc(sizeof(float) * P), *sb = malloc(sizeof(float) * P), *sc1 = malloc(sizeof(float) * P);
+    int32_t *pa = malloc(sizeof(int32_t) * P), *pb = malloc(sizeof(int32_t) * P);
+    float *out = malloc(sizeof(float) * QW * 4);
+    int qp[4] = {P - 4, P - 3, P - 2, P - 1};
+    vq_err err;
+    for (size_t c = 0; c < VQ_ARRAY_LEN(codecs); c++) {
+        char s1[160], s2[160], s3[160];
+        snprintf(s1, sizeof s1, "%s;evict=chunkkv,budget=0.5,obs=4,chunk=%d,sinks=4,recent=16", codecs[c], C);
+        snprintf(s2, sizeof s2, "%s;evict=snapkv,budget=0.5,obs=4,pool=1,sinks=4,recent=16", codecs[c]);
+        snprintf(s3, sizeof s3, "%s;evict=chunkkv,budget=0.5,obs=4,chunk=1,sinks=4,recent=16", codecs[c]);
+        vq_kv *kv[3] = {make(s1), make(s2), make(s3)};
+        if (!kv[0] || !kv[1] || !kv[2]) { for (int i = 0; i < 3; i++) vq_kv_destroy(kv[i]); continue; }
+        for (int i = 0; i < 3; i++) {
+            for (int l = 0; l < D.n_layers; l++) CHECK(vq_kv_append(kv[i], l, 0, P, K, V, &err) == VQ_OK);
+            vq_kv_evict_begin(kv[i], 0, P);
+            for (int l = 0; l < D.n_layers; l++) CHECK(vq_kv_attend(kv[i], l, 4, qp, Q, out, &err) == VQ_OK);
+        }
+        const int l = 1;
+        CHECK(vq_kv_evict_scores(kv[0], l, sa, pa, &err) == VQ_OK);
+        CHECK(vq_kv_evict_scores(kv[1], l, sb, pb, &err) == VQ_OK);
+        CHECK(vq_kv_evict_scores(kv[2], l, sc1, NULL, &err) == VQ_OK);
+        const int rows = vq_kv_rows(kv[0], l);
+        double worst = 0, worst1 = 0;
+        for (int r = 0; r < rows; r++) {
+            double want = 0;
+            for (int j = 0; j < rows; j++) want += pb[j] / C == pa[r] / C ? sb[j] : 0.0;
+            worst = fmax(worst, fabs(sa[r] - want) / fmax(1e-6, fabs(want)));
+            worst1 = fmax(worst1, fabs(sc1[r] - sb[r]));
+        }
+        CHECKF(rows == P && worst < 1e-5 && worst1 == 0, "%s: chunk sums off by %.3g, chunk=1 vs snapkv by %.3g", s1, worst,
+               worst1);
+        for (int i = 0; i < 3; i++) vq_kv_evict_end(kv[i], 0, P);
+        /* whole chunks: count the chunks kept in part (sinks and recent rows are kept whatever happens) */
+        const int kept = vq_kv_rows(kv[0], l);
+        float *rk = malloc(sizeof(float) * P * W), *rv = malloc(sizeof(float) * P * W);
+        CHECK(vq_kv_read(kv[0], l, rk, rv, pa, &err) == VQ_OK);
+        int per[P / C + 1], cut = 0;
+        memset(per, 0, sizeof per);
+        for (int r = 0; r < kept; r++)
+            if (pa[r] >= 8 && pa[r] < P - 16) per[pa[r] / C]++;   /* chunks clear of sinks and recent rows */
+        for (int ch = 1; ch < (P - 16) / C; ch++) cut += per[ch] != 0 && per[ch] != C;
+        printf("%s: %d of %d rows kept, %d chunk(s) cut\n", s1, kept, P, cut);
+        CHECKF(kept <= P / 2 && kept >= P / 2 - (c ? 32 : C) && cut <= 1, "%s: %d rows kept, %d chunks cut", s1, kept, cut);
+        free(rk); free(rv);
+        for (int i = 0; i < 3; i++) vq_kv_destroy(kv[i]);
+    }
+    free(sa); free(sb); free(sc1); free(pa); free(pb); free(out);
+}
+
+/* squeeze (SqueezeAttention's layer budgets): the factors on a hand-built case (the layers with
+ * the higher attention cosines get p, the rest share what they gave up), their mean is 1 and a
+ * layer with a higher cosine never gets more budget than one with a lower (random cosines, seeded);
+ * a cache whose calibration says layer 1 changes the hidden state least keeps p x budget rows
+ * there and (2 - p) x budget in layer 0 after a prompt-end step; without calib=FILE it is refused.
+ * The groups swapped (budget to the high-cosine layers) fails all three. */
+static void squeeze(vq_rng *r, const float *K, const float *V, const float *Q) {
+    const float cosv[6] = {0.30f, 0.35f, 0.92f, 0.95f, 0.40f, 0.90f};
+    float w[64];
+    vq_squeeze_factors(cosv, 6, 0.3, 0, w);
+    int ok = 1;
+    for (int l = 0; l < 6; l++) ok &= fabsf(w[l] - (cosv[l] > 0.5f ? 0.3f : 1.7f)) < 1e-6f;
+    CHECKF(ok, "squeeze factors: %.3f %.3f %.3f %.3f %.3f %.3f", w[0], w[1], w[2], w[3], w[4], w[5]);
+    const float same[3] = {0.7f, 0.7f, 0.7f};
+    vq_squeeze_factors(same, 3, 0.3, 0, w);
+    CHECK(w[0] == 1.0f && w[1] == 1.0f && w[2] == 1.0f);
+    const float one_low[4] = {0.3f, 0.9f, 0.92f, 0.95f};   /* capped at 2 (budget=0.5): 2, then 2/3 each */
+    vq_squeeze_factors(one_low, 4, 0.5, 2.0, w);
+    CHECKF(fabsf(w[0] - 2.0f) < 1e-6f && fabsf(w[1] - 2.0f / 3) < 1e-6f && fabsf(w[3] - 2.0f / 3) < 1e-6f,
+           "capped factors %.4f %.4f %.4f %.4f", w[0], w[1], w[2], w[3]);
+    for (int t = 0; t < 50; t++) {
+        float c[64];
+        const int L = 2 + (int)(vq_rng_uniform(r) * 60);
+        const double p = vq_rng_uniform(r), cap = t % 2 ? 1.0 + 3.0 * vq_rng_uniform(r) : 0.0;
+        for (int l = 0; l < L; l++) c[l] = (float)(2.0 * vq_rng_uniform(r) - 1.0);
+        vq_squeeze_factors(c, L, p, cap, w);
+        double mean = 0;
+        int mono = 1;
+        for (int i = 0; i < L; i++) {
+            mean += w[i] / L;
+            mono &= cap == 0 || w[i] <= cap + 1e-6;
+            for (int j = 0; j < L; j++) mono &= !(c[i] > c[j] && w[i] > w[j]);
+        }
+        CHECKF(fabs(mean - 1.0) < 1e-5 && mono, "L %d p %.3f: mean factor %.6f, monotone %d", L, p, mean, mono);
+    }
+    char dir[] = "/tmp/vq_squeeze_XXXXXX", path[96], spec[200];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/s.vqc", dir);
+    vq_calib cal;
+    vq_err err;
+    vq_t_calib_make(&cal, D.n_layers, D.n_heads, D.n_kv_heads, D.head_dim, r);
+    cal.attn_cos[0] = 0.3f;
+    cal.attn_cos[1] = 0.9f;
+    CHECK(vq_calib_write(&cal, path, &err) == VQ_OK);
+    vq_calib_free(&cal);
+    const int P = 600, B = 200;
+    snprintf(spec, sizeof spec, "f16;evict=squeeze,budget=%d,squeeze=0.25,obs=4,sinks=4,recent=16;calib=%s", B, path);
+    vq_kv *kv = make(spec);
+    if (kv) {
+        float *out = malloc(sizeof(float) * QW * 4);
+        int qp[4] = {P - 4, P - 3, P - 2, P - 1};
+        for (int l = 0; l < D.n_layers; l++) CHECK(vq_kv_append(kv, l, 0, P, K, V, &err) == VQ_OK);
+        vq_kv_evict_begin(kv, 0, P);
+        for (int l = 0; l < D.n_layers; l++) CHECK(vq_kv_attend(kv, l, 4, qp, Q, out, &err) == VQ_OK);
+        vq_kv_evict_end(kv, 0, P);
+        printf("%s: layer 0 keeps %d rows, layer 1 %d\n", spec, vq_kv_rows(kv, 0), vq_kv_rows(kv, 1));
+        CHECKF(vq_kv_rows(kv, 0) == 350 && vq_kv_rows(kv, 1) == 50, "squeeze: layer rows %d, %d (want 350, 50)",
+               vq_kv_rows(kv, 0), vq_kv_rows(kv, 1));
+        CHECK(vq_kv_bytes(kv) == vq_kv_bytes_tally(kv));
+        free(out);
+        vq_kv_destroy(kv);
+    }
+    vq_kv *no = vq_kv_create_str("f16;evict=squeeze,budget=0.5", &D, 1, &err);
+    CHECKF(!no && strstr(err.msg, "calib=FILE"), "squeeze without calib=FILE: %s", no ? "accepted" : err.msg);
+    vq_kv_destroy(no);
+    unlink(path);
+    rmdir(dir);
+}
+
 static int null_writer(void *u, const void *b, size_t n) { (void)u; (void)b; (void)n; return 0; }
 
 int main(void) {
@@ -359,6 +492,8 @@ int main(void) {
     known_set(&r, K, V, Q, N);
     observer(K, V, Q, N);
     steps(K, V, Q, N);
+    chunks(K, V, Q);
+    squeeze(&r, K, V, Q);
     vq_kv *kv = make("f16;evict=h2o,budget=8");
     vq_err err;
     if (kv) {
