@@ -5,13 +5,15 @@
 # DEPTH (0: decode right after the prompt; N: decode at depth N, as llama-bench -d N), LLAMA_BIN
 # (folder of llama-bench), BIN (build/veloxquant), OUT (where the table and JSON go; default .),
 # BW_MB (64: the read-bandwidth buffer of our bench, whose bound -- bandwidth / bytes read per token --
-# is recorded as decode_bound; make it larger than the last-level cache for a DRAM figure).
+# is recorded as decode_bound; make it larger than the last-level cache for a DRAM figure), TEXT (the text our
+# bench prefills; default its own, ../shared/data/wikitext-2-raw-test.txt).
 # Prints one line per repeat and writes $OUT/bench_threads.jsonl (every repeat) and the medians
 # with min/max to $OUT/bench_threads.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/veloxquant}; LB=${LLAMA_BIN:-/work/llamacpp/build/bin}/llama-bench
 REPS=${REPS:-3}; GEN=${GEN:-32}; DEPTH=${DEPTH:-0}; OUT=${OUT:-.}; BW_MB=${BW_MB:-64}
+text=(); [ -n "${TEXT:-}" ] && text=(-f "$TEXT")
 THREADS=${THREADS:-"1 2 4 8 16"}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 [ $# -gt 0 ] || { echo "usage: $0 MODEL..." >&2; exit 2; }
@@ -23,10 +25,10 @@ for M in "$@"; do
   for t in $THREADS; do
     for r in $(seq 1 "$REPS"); do
       # ours: decode at depth ctx (the prompt fill), then pp512 as a 512-token prefill in one chunk
-      ob=$("$BIN" bench -m "$M" --ctx "$ctx" --reps 1 --gen "$GEN" --bw-reps 1 --bw-mb "$BW_MB" -t "$t" --json 2>/dev/null |
+      ob=$("$BIN" bench "${text[@]}" -m "$M" --ctx "$ctx" --reps 1 --gen "$GEN" --bw-reps 1 --bw-mb "$BW_MB" -t "$t" --json 2>/dev/null |
            python3 -c "import json,sys; s=json.load(sys.stdin)['summary'][0]; print(s['decode_tps']['median'], s['max_tps'])")
       od=${ob% *}; bound=${ob#* }
-      op=$("$BIN" bench -m "$M" --ctx 512 -b 512 --reps 1 --gen 1 --bw-reps 1 --bw-mb 64 -t "$t" --json 2>/dev/null |
+      op=$("$BIN" bench "${text[@]}" -m "$M" --ctx 512 -b 512 --reps 1 --gen 1 --bw-reps 1 --bw-mb 64 -t "$t" --json 2>/dev/null |
            python3 -c "import json,sys; s=json.load(sys.stdin)['summary'][0]; print(s['prefill_tps']['median'])")
       dflag=(); [ "$DEPTH" -gt 0 ] && dflag=(-d "$DEPTH")
       l=$("$LB" -m "$M" -p 512 -n "$GEN" -t "$t" -r 1 "${dflag[@]}" -o csv 2>/dev/null |

@@ -11,7 +11,8 @@
 #   VQ_BIN_DIR  our `veloxquant` built elsewhere (Release, no -march: the kernels dispatch at run time)
 #               and the shared libraries `ldd` lists beyond libc (the image lacks PCRE2, libmicrohttpd);
 #   PYLIB       a folder holding the `gguf` Python package (scripts/make_synthetic_gguf.py needs it);
-#   models/vocab/ggml-vocab-llama-bpe.gguf and models/vocab/templates (scripts/fetch_vocabs.sh).
+#   models/vocab/ggml-vocab-llama-bpe.gguf and models/vocab/templates (scripts/fetch_vocabs.sh);
+#   TEXT        a real text for our bench's prefill (../shared is not there: carry a copy, never commit it).
 # Env: PRESET (llama3.2-1b), TYPES ("Q4_K_M Q4_0"), THREADS ("1 2 4 8 16"), REPS (3), GEN (32).
 # Writes to $OUT: machine.txt (CPU, memory), build.log, and bench_threads.{txt,jsonl} (scripts/bench_threads.sh).
 set -uo pipefail
