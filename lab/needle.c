@@ -9,6 +9,7 @@
 
 #include "lab/eval.h"
 #include "lab/needle.h"
+#include "lab/prompt.h"
 
 /* The task as Mohtashami & Jaggi (2023, "Landmark Attention") posed it. */
 static const char *k_prefix = "There is an important info hidden inside a lot of irrelevant text. "
@@ -16,40 +17,8 @@ static const char *k_prefix = "There is an important info hidden inside a lot of
 static const char *k_classic[] = { " The grass is green.", " The sky is blue.", " The sun is yellow.",
                                    " Here we go.", " There and back again." };
 
-/* ---- a growable int array ---- */
-typedef struct ivec { int *v; int n, cap; } ivec;
-
-static int ivec_reserve(ivec *a, int need) {
-    if (need <= a->cap) return 0;
-    int cap = a->cap ? a->cap : 64;
-    while (cap < need) cap *= 2;
-    int *v = realloc(a->v, (size_t)cap * sizeof(int));
-    if (!v) return -1;
-    a->v = v; a->cap = cap;
-    return 0;
-}
-static int ivec_push(ivec *a, const int *x, int n) {
-    if (ivec_reserve(a, a->n + n)) return -1;
-    memcpy(a->v + a->n, x, (size_t)n * sizeof(int));
-    a->n += n;
-    return 0;
-}
-
-/* Append the tokens of text (no BOS) to a. */
-static vq_status tok_append(const vq_model *m, const char *text, size_t len, int special, ivec *a, vq_err *err) {
-    int need = vq_tokenize(m, text, len, 0, special, NULL, 0, err);
-    if (need < 0) return err && err->code ? err->code : VQ_ERR_ARG;
-    if (ivec_reserve(a, a->n + need)) return vq_err_set(err, VQ_ERR_NOMEM, "needle: out of memory");
-    vq_tokenize(m, text, len, 0, special, a->v + a->n, need, err);
-    a->n += need;
-    return VQ_OK;
-}
-static vq_status tok_str(const vq_model *m, const char *text, int special, ivec *a, vq_err *err) {
-    return tok_append(m, text, strlen(text), special, a, err);
-}
-
 /* The fixed pieces of a prompt for one number. */
-typedef struct pieces { ivec head, needle, tail; } pieces;
+typedef struct pieces { vq_ivec head, needle, tail; } pieces;
 
 static void pieces_free(pieces *p) { free(p->head.v); free(p->needle.v); free(p->tail.v); }
 
@@ -73,19 +42,19 @@ static vq_status build_pieces(const vq_model *m, const vq_needle_params *p, cons
     }
     if (vq_token_add_bos(m) && vq_token_bos(m) >= 0) {
         int bos = vq_token_bos(m);
-        if (ivec_push(&pc->head, &bos, 1)) { s = vq_err_set(err, VQ_ERR_NOMEM, "needle: out of memory"); goto out; }
+        if (vq_ivec_push(&pc->head, &bos, 1)) { s = vq_err_set(err, VQ_ERR_NOMEM, "needle: out of memory"); goto out; }
     }
-    if (chat_head && (s = tok_append(m, chat_head, head_len, 1, &pc->head, err))) goto out;
-    if ((s = tok_str(m, k_prefix, 0, &pc->head, err))) goto out;
+    if (chat_head && (s = vq_tok_append(m, chat_head, head_len, 1, &pc->head, err))) goto out;
+    if ((s = vq_tok_append_str(m, k_prefix, 0, &pc->head, err))) goto out;
     char needle[128];
     snprintf(needle, sizeof needle, " The pass key is %s. Remember it. %s is the pass key.", number, number);
-    if ((s = tok_str(m, needle, 0, &pc->needle, err))) goto out;
+    if ((s = vq_tok_append_str(m, needle, 0, &pc->needle, err))) goto out;
     if (chat_tail) {
-        if ((s = tok_str(m, " What is the pass key?", 0, &pc->tail, err))) goto out;
-        if ((s = tok_str(m, chat_tail, 1, &pc->tail, err))) goto out;
-        s = tok_str(m, "The pass key is", 0, &pc->tail, err);
+        if ((s = vq_tok_append_str(m, " What is the pass key?", 0, &pc->tail, err))) goto out;
+        if ((s = vq_tok_append_str(m, chat_tail, 1, &pc->tail, err))) goto out;
+        s = vq_tok_append_str(m, "The pass key is", 0, &pc->tail, err);
     } else {
-        s = tok_str(m, " What is the pass key? The pass key is", 0, &pc->tail, err);
+        s = vq_tok_append_str(m, " What is the pass key? The pass key is", 0, &pc->tail, err);
     }
 out:
     free(chat);
@@ -123,40 +92,8 @@ int vq_needle_min_ctx(const vq_model *m, const vq_needle_params *p, vq_err *err)
 typedef struct unit_src {
     const vq_needle_params *p;
     int next_classic;
-    const char *text, *cur, *end;   /* text filler: the current line's unread part */
-    const char *scan;               /* text filler: where the next line search starts */
-    int wraps;
+    vq_sentences text;              /* text filler (lab/prompt.h) */
 } unit_src;
-
-/* Next sentence of the text filler into buf (" " + sentence), or 0 when the text has none. */
-static int next_text_unit(unit_src *u, char *buf, size_t cap) {
-    for (;;) {
-        while (u->cur < u->end && *u->cur == ' ') u->cur++;
-        if (u->cur < u->end) {
-            /* a sentence ends at " . " (WikiText-2 raw spacing) or at the line's end */
-            const char *e = u->cur, *stop = u->end;
-            for (; e + 2 < u->end; e++)
-                if (e[0] == ' ' && e[1] == '.' && e[2] == ' ') { stop = e + 2; break; }
-            size_t n = (size_t)(stop - u->cur);
-            if (n > cap - 2) n = cap - 2;     /* an overlong "sentence" is cut (it stays one unit) */
-            buf[0] = ' ';
-            memcpy(buf + 1, u->cur, n);
-            buf[n + 1] = 0;
-            u->cur = stop;
-            return 1;
-        }
-        /* next line: skip empty lines and " = Heading = " lines */
-        if (!*u->scan) { u->scan = u->text; if (++u->wraps > 2) return 0; }
-        const char *ls = u->scan, *le = strchr(ls, '\n');
-        if (!le) le = ls + strlen(ls);
-        u->scan = *le ? le + 1 : le;
-        const char *a = ls, *b = le;
-        while (a < b && (*a == ' ' || *a == '\t' || *a == '\r')) a++;
-        while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r')) b--;
-        if (a == b || *a == '=') continue;
-        u->cur = a; u->end = b;
-    }
-}
 
 static uint64_t splitmix(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -185,15 +122,8 @@ vq_status vq_needle_build(const vq_model *m, const vq_needle_params *p, vq_needl
                           "at least %d tokens", p->ctx, p->n_gen, min_ctx);
 
     unit_src u = { .p = p };
-    if (p->filler == VQ_NEEDLE_FILLER_TEXT) {
-        size_t len = strlen(p->filler_text);
-        u.text = p->filler_text;
-        u.scan = u.text + vq_rng_u64(&rng) % len;
-        const char *nl = strchr(u.scan, '\n');      /* start at a line start */
-        u.scan = nl ? nl + 1 : u.text;
-        u.cur = u.end = u.scan;
-    }
-    ivec fill = { 0 }, bounds = { 0 };
+    if (p->filler == VQ_NEEDLE_FILLER_TEXT) vq_sentences_start(&u.text, p->filler_text, vq_rng_u64(&rng));
+    vq_ivec fill = { 0 }, bounds = { 0 };
     char *ftext = NULL; size_t ftext_n = 0, ftext_cap = 0;  /* the units' text, to keep the number out */
     pieces pc = { 0 };
     int budget;                 /* filler tokens: what the pieces and the answer leave */
@@ -211,7 +141,7 @@ vq_status vq_needle_build(const vq_model *m, const vq_needle_params *p, vq_needl
     char unit[2048];
     while (fill.n < budget) {
         if (p->filler == VQ_NEEDLE_FILLER_TEXT) {
-            if (!next_text_unit(&u, unit, sizeof unit)) {
+            if (!vq_sentences_next(&u.text, unit, sizeof unit)) {
                 s = vq_err_set(err, VQ_ERR_FORMAT, "needle: the filler text has no sentences (only headings or blank lines)");
                 goto fail;
             }
@@ -220,8 +150,8 @@ vq_status vq_needle_build(const vq_model *m, const vq_needle_params *p, vq_needl
             u.next_classic = (u.next_classic + 1) % (int)VQ_ARRAY_LEN(k_classic);
         }
         int start = fill.n;
-        if (ivec_push(&bounds, &start, 1)) goto nomem;
-        if ((s = tok_str(m, unit, 0, &fill, err))) goto fail;
+        if (vq_ivec_push(&bounds, &start, 1)) goto nomem;
+        if ((s = vq_tok_append_str(m, unit, 0, &fill, err))) goto fail;
         out->max_unit = VQ_MAX(out->max_unit, fill.n - start);
         size_t ul = strlen(unit);
         if (ftext_n + ul + 1 > ftext_cap) {
@@ -235,7 +165,7 @@ vq_status vq_needle_build(const vq_model *m, const vq_needle_params *p, vq_needl
     }
     fill.n = budget;                        /* the last sentence is cut to fit exactly */
     while (bounds.n > 0 && bounds.v[bounds.n - 1] >= budget) bounds.n--;
-    if (ivec_push(&bounds, &budget, 1)) goto nomem;
+    if (vq_ivec_push(&bounds, &budget, 1)) goto nomem;
 
     for (int tries = 0; ftext && strstr(ftext, number); tries++) {
         if (tries == 1000) { s = vq_err_set(err, VQ_ERR_ARG, "needle: no %d-digit number is absent from the filler", p->digits); goto fail; }
@@ -255,11 +185,11 @@ vq_status vq_needle_build(const vq_model *m, const vq_needle_params *p, vq_needl
     for (int i = 0; i < bounds.n; i++)
         if (fabs(bounds.v[i] - target) < fabs(at - target)) at = bounds.v[i];
 
-    ivec pr = { 0 };
-    if (ivec_push(&pr, pc.head.v, pc.head.n) || ivec_push(&pr, fill.v, at)) goto nomem_pr;
+    vq_ivec pr = { 0 };
+    if (vq_ivec_push(&pr, pc.head.v, pc.head.n) || vq_ivec_push(&pr, fill.v, at)) goto nomem_pr;
     out->needle_at = pr.n;
-    if (ivec_push(&pr, pc.needle.v, pc.needle.n) || ivec_push(&pr, fill.v + at, budget - at) ||
-        ivec_push(&pr, pc.tail.v, pc.tail.n)) goto nomem_pr;
+    if (vq_ivec_push(&pr, pc.needle.v, pc.needle.n) || vq_ivec_push(&pr, fill.v + at, budget - at) ||
+        vq_ivec_push(&pr, pc.tail.v, pc.tail.n)) goto nomem_pr;
     out->tok = pr.v; out->n = pr.n;
     out->needle_len = pc.needle.n;
     out->filler_total = budget;

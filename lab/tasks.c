@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "lab/eval.h"
+#include "lab/prompt.h"
 
 /* words for keys, variable names' stand-ins and CWE's lists: common English nouns, each a
  * separate word of the vocabularies we run (a key needs to be findable, not rare) */
@@ -51,35 +52,6 @@ int vq_task_default_n_gen(vq_task_kind k) {
     case VQ_TASK_VT: return 32;
     default: return 64;
     }
-}
-
-/* ---- token arrays ---- */
-typedef struct ivec { int *v; int n, cap; } ivec;
-static int ivec_push(ivec *a, const int *x, int n) {
-    if (n <= 0) return 0;   /* nothing to copy (x may be NULL) */
-    if (a->n + n > a->cap) {
-        int cap = a->cap ? a->cap : 256;
-        while (cap < a->n + n) cap *= 2;
-        int *v = realloc(a->v, (size_t)cap * sizeof(int));
-        if (!v) return -1;
-        a->v = v; a->cap = cap;
-    }
-    memcpy(a->v + a->n, x, (size_t)n * sizeof(int));
-    a->n += n;
-    return 0;
-}
-static vq_status tok(const vq_model *m, const char *text, size_t len, int special, ivec *a, vq_err *err) {
-    int need = vq_tokenize(m, text, len, 0, special, NULL, 0, err);
-    if (need < 0) return err && err->code ? err->code : VQ_ERR_ARG;
-    int *buf = malloc((size_t)(need ? need : 1) * sizeof(int));
-    if (!buf) return vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory");
-    vq_tokenize(m, text, len, 0, special, buf, need, err);
-    int bad = ivec_push(a, buf, need);
-    free(buf);
-    return bad ? vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory") : VQ_OK;
-}
-static vq_status tok_s(const vq_model *m, const char *text, int special, ivec *a, vq_err *err) {
-    return tok(m, text, strlen(text), special, a, err);
 }
 
 /* ---- the task's text: instruction, lines to place, question and primer ---- */
@@ -203,7 +175,7 @@ static vq_status check(const vq_task_params *p, vq_err *err) {
 }
 
 /* head (BOS, chat head, instruction) and tail (question, chat tail, primer) */
-static vq_status frame(const vq_model *m, const vq_task_params *p, const task_text *t, ivec *head, ivec *tail,
+static vq_status frame(const vq_model *m, const vq_task_params *p, const task_text *t, vq_ivec *head, vq_ivec *tail,
                        vq_err *err) {
     vq_status s = VQ_OK;
     char *chat = NULL, *mark = NULL;
@@ -218,73 +190,47 @@ static vq_status frame(const vq_model *m, const vq_task_params *p, const task_te
     }
     if (vq_token_add_bos(m) && vq_token_bos(m) >= 0) {
         int bos = vq_token_bos(m);
-        if (ivec_push(head, &bos, 1)) { s = vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory"); goto out; }
+        if (vq_ivec_push(head, &bos, 1)) { s = vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory"); goto out; }
     }
-    if (chat && (s = tok(m, chat, (size_t)(mark - chat), 1, head, err))) goto out;
-    if ((s = tok_s(m, t->instr, 0, head, err))) goto out;
-    if ((s = tok_s(m, t->question, 0, tail, err))) goto out;
-    if (chat && (s = tok_s(m, mark + 1, 1, tail, err))) goto out;
-    s = tok_s(m, chat ? t->primer + 1 : t->primer, 0, tail, err);   /* after a chat tail: no leading space */
+    if (chat && (s = vq_tok_append(m, chat, (size_t)(mark - chat), 1, head, err))) goto out;
+    if ((s = vq_tok_append_str(m, t->instr, 0, head, err))) goto out;
+    if ((s = vq_tok_append_str(m, t->question, 0, tail, err))) goto out;
+    if (chat && (s = vq_tok_append_str(m, mark + 1, 1, tail, err))) goto out;
+    s = vq_tok_append_str(m, chat ? t->primer + 1 : t->primer, 0, tail, err);   /* after a chat tail: no leading space */
 out:
     free(chat);
     return s;
 }
 
-/* the next filler unit: a sentence of the text (WikiText-2 raw: sentences end at " . "), or the
- * classic sentences in turn */
-typedef struct filler { const char *text, *scan, *cur, *end; int classic, wraps; } filler;
+/* the next filler unit: a sentence of the text (lab/prompt.h), or the classic sentences in turn */
+typedef struct filler { int use_text, classic; vq_sentences text; } filler;
 static int next_unit(filler *f, char *buf, size_t cap) {
-    if (!f->text) {
+    if (!f->use_text) {
         snprintf(buf, cap, "%s", k_classic[f->classic]);
         f->classic = (f->classic + 1) % (int)VQ_ARRAY_LEN(k_classic);
         return 1;
     }
-    for (;;) {
-        while (f->cur < f->end && *f->cur == ' ') f->cur++;
-        if (f->cur < f->end) {
-            const char *e = f->cur, *stop = f->end;
-            for (; e + 2 < f->end; e++)
-                if (e[0] == ' ' && e[1] == '.' && e[2] == ' ') { stop = e + 2; break; }
-            size_t n = VQ_MIN((size_t)(stop - f->cur), cap - 2);
-            buf[0] = ' ';
-            memcpy(buf + 1, f->cur, n);
-            buf[n + 1] = 0;
-            f->cur = stop;
-            return 1;
-        }
-        if (!*f->scan) { f->scan = f->text; if (++f->wraps > 2) return 0; }
-        const char *ls = f->scan, *le = strchr(ls, '\n');
-        if (!le) le = ls + strlen(ls);
-        f->scan = *le ? le + 1 : le;
-        const char *a = ls, *b = le;
-        while (a < b && (*a == ' ' || *a == '\t' || *a == '\r')) a++;
-        while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r')) b--;
-        if (a == b || *a == '=') continue;
-        f->cur = a; f->end = b;
-    }
+    return vq_sentences_next(&f->text, buf, cap);
 }
 
 /* body of a line task: filler units up to the budget, the lines at sorted seeded unit boundaries */
 static vq_status body_lines(const vq_model *m, const vq_task_params *p, const task_text *t, vq_rng *r, int budget,
-                            ivec *body, vq_err *err) {
-    ivec line_tok[8] = { { 0 } };
+                            vq_ivec *body, vq_err *err) {
+    vq_ivec line_tok[8] = { { 0 } };
     int lines_n = 0;
     vq_status s = VQ_OK;
     for (int i = 0; i < t->n_lines && !s; i++) {
-        s = tok_s(m, t->lines[i], 0, &line_tok[i], err);
+        s = vq_tok_append_str(m, t->lines[i], 0, &line_tok[i], err);
         lines_n += line_tok[i].n;
     }
-    ivec fill = { 0 }, bounds = { 0 };
+    vq_ivec fill = { 0 }, bounds = { 0 };
     if (!s && budget - lines_n < 1)
         s = vq_err_set(err, VQ_ERR_RANGE, "tasks: ctx %d is too small for %s: its fixed parts and %d answer tokens "
                        "leave no room for filler", p->ctx, vq_task_name(p->kind), p->n_gen);
     filler f = { 0 };
     if (!s && p->kind != VQ_TASK_VT && p->filler_text && p->filler_text[0]) {   /* VT: RULER's noise */
-        f.text = p->filler_text;
-        f.scan = f.text + vq_rng_u64(r) % strlen(f.text);
-        const char *nl = strchr(f.scan, '\n');
-        f.scan = nl ? nl + 1 : f.text;
-        f.cur = f.end = f.scan;
+        f.use_text = 1;
+        vq_sentences_start(&f.text, p->filler_text, vq_rng_u64(r));
     }
     char unit[2048];
     while (!s && fill.n < budget - lines_n) {
@@ -293,8 +239,8 @@ static vq_status body_lines(const vq_model *m, const vq_task_params *p, const ta
             break;
         }
         int at = fill.n;
-        if (ivec_push(&bounds, &at, 1)) s = vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory");
-        else s = tok_s(m, unit, 0, &fill, err);
+        if (vq_ivec_push(&bounds, &at, 1)) s = vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory");
+        else s = vq_tok_append_str(m, unit, 0, &fill, err);
     }
     if (!s) {
         /* whole sentences only: when the last one does not fit, the filler ends before it (a prompt
@@ -311,11 +257,11 @@ static vq_status body_lines(const vq_model *m, const vq_task_params *p, const ta
             for (int j = i; j > 0 && at[j] < at[j - 1]; j--) { int x = at[j]; at[j] = at[j - 1]; at[j - 1] = x; }
         int from = 0;
         for (int i = 0; i < t->n_lines && !s; i++) {
-            if (ivec_push(body, fill.v + from, at[i] - from) || ivec_push(body, line_tok[i].v, line_tok[i].n))
+            if (vq_ivec_push(body, fill.v + from, at[i] - from) || vq_ivec_push(body, line_tok[i].v, line_tok[i].n))
                 s = vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory");
             from = at[i];
         }
-        if (!s && ivec_push(body, fill.v + from, fill.n - from)) s = vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory");
+        if (!s && vq_ivec_push(body, fill.v + from, fill.n - from)) s = vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory");
     }
     for (int i = 0; i < 8; i++) free(line_tok[i].v);
     free(fill.v); free(bounds.v);
@@ -327,7 +273,7 @@ static vq_status body_lines(const vq_model *m, const vq_task_params *p, const ta
  * the 10 most frequent words of what was kept (refused when the 10th ties the 11th) */
 /* one CWE list of n_items: 10 common words (order[0..9]) c_freq times each, uncommon ones 3 times,
  * shuffled, tokenized item by item up to the budget; returns the items kept (counts per word) */
-static int cwe_list(const vq_model *m, const int *order, int n_items, vq_rng *r, int budget, ivec *body,
+static int cwe_list(const vq_model *m, const int *order, int n_items, vq_rng *r, int budget, vq_ivec *body,
                     int *count, vq_status *st, vq_err *err) {
     int c_freq = VQ_MAX(6, n_items * 3 / 100), n_unc = VQ_MIN(N_WORDS - 10, VQ_MAX(0, n_items - 10 * c_freq) / 3);
     int n_list = 10 * c_freq + 3 * n_unc;
@@ -347,10 +293,10 @@ static int cwe_list(const vq_model *m, const int *order, int n_items, vq_rng *r,
     vq_status s = VQ_OK;
     for (int i = 0; i < n_list && !s; i++) {
         snprintf(item, sizeof item, " %d. %s", i + 1, k_words[list[i]]);
-        ivec it = { 0 };
-        s = tok_s(m, item, 0, &it, err);
+        vq_ivec it = { 0 };
+        s = vq_tok_append_str(m, item, 0, &it, err);
         if (!s && body->n + it.n > budget) { free(it.v); break; }
-        if (!s && ivec_push(body, it.v, it.n)) s = vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory");
+        if (!s && vq_ivec_push(body, it.v, it.n)) s = vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory");
         count[list[i]]++;
         kept++;
         free(it.v);
@@ -364,10 +310,10 @@ static int cwe_list(const vq_model *m, const int *order, int n_items, vq_rng *r,
  * (3 times each), shuffled, ending within one item of the budget. A first list planned for short
  * items tells how many fit; the list is then planned for that many and made again (cut by at
  * most a few items, so it still ends within one item of the budget). The answers are the 10 most frequent words kept (refused on a tie). */
-static vq_status body_cwe(const vq_model *m, const vq_task_params *p, vq_rng *r, int budget, ivec *body,
+static vq_status body_cwe(const vq_model *m, const vq_task_params *p, vq_rng *r, int budget, vq_ivec *body,
                           vq_task_prompt *out, vq_err *err) {
-    ivec probe = { 0 };
-    vq_status s = tok_s(m, " 10. umbrella", 0, &probe, err);   /* tokens of a short item */
+    vq_ivec probe = { 0 };
+    vq_status s = vq_tok_append_str(m, " 10. umbrella", 0, &probe, err);   /* tokens of a short item */
     int per = probe.n > 0 ? probe.n : 4;
     free(probe.v);
     if (s) return s;
@@ -405,7 +351,7 @@ vq_status vq_task_build(const vq_model *m, const vq_task_params *p, vq_task_prom
     vq_rng_seed(&r, p->seed);
     task_text t;
     if ((s = make_text(p->kind, &r, &t, out, err))) return s;
-    ivec head = { 0 }, tail = { 0 }, body = { 0 }, all = { 0 };
+    vq_ivec head = { 0 }, tail = { 0 }, body = { 0 }, all = { 0 };
     if ((s = frame(m, p, &t, &head, &tail, err))) goto done;
     int budget = p->ctx - p->n_gen - head.n - tail.n;
     if (budget < 1) {
@@ -416,7 +362,7 @@ vq_status vq_task_build(const vq_model *m, const vq_task_params *p, vq_task_prom
     s = p->kind == VQ_TASK_CWE ? body_cwe(m, p, &r, budget, &body, out, err)
                                : body_lines(m, p, &t, &r, budget, &body, err);
     if (s) goto done;
-    if (ivec_push(&all, head.v, head.n) || ivec_push(&all, body.v, body.n) || ivec_push(&all, tail.v, tail.n)) {
+    if (vq_ivec_push(&all, head.v, head.n) || vq_ivec_push(&all, body.v, body.n) || vq_ivec_push(&all, tail.v, tail.n)) {
         s = vq_err_set(err, VQ_ERR_NOMEM, "tasks: out of memory");
         goto done;
     }
