@@ -16,7 +16,10 @@
 #      f16 as written and re-coded at load (@q8_0, @q4_0, @q4_1), and the Q4_K_M file;
 #   4. bench.log: bench_cuda_fwd on the same tiny model (Q4_K_M, @q4_0, @q8_0, f16): CUDA row vs
 #      CPU row (all cores), interleaved, same run;
-#   5. memcheck.log: compute-sanitizer memcheck of test_cuda_ops and test_cuda_forward (tiny model).
+#   5. memcheck.log: compute-sanitizer memcheck of test_cuda_ops and test_cuda_forward (tiny model);
+#   6. bench1b.log (only when STEPS names bench1b): the Llama-3.2-1B shape made on the machine (f16,
+#      2.4 GiB, ~40 s of Python), bench_cuda_fwd on the GPU alone (--cpu 0) as f16 and re-coded at
+#      load @q8_0 and @q4_0: tok/s and the weights' GB/s at that rate.
 # STEPS (default "test bench memcheck") picks the steps after 1-2; REPS (default 5) and TOKENS
 # (default 256) size the benchmark. The exit status is that of the first failing step (the later
 # ones still run).
@@ -69,6 +72,15 @@ step memcheck
   compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_cuda_forward synth/mistral-tiny-Q4_K_M.gguf | tail -4 ||
       fail "memcheck test_cuda_forward exit $?"; } > "$OUT/memcheck.log" 2>&1
 cat "$OUT/memcheck.log"
+}
+
+want bench1b && {
+step bench1b
+L=$M/llama3.2-1b-f16.gguf
+{ PYTHONPATH=$PWD/py python3 scripts/make_synthetic_gguf.py llama3.2-1b --type f16 -o $L 2>&1 | tail -1
+  for w in "" @q8_0 @q4_0; do $B/bench_cuda_fwd $L$w --tokens $TOKENS --reps $REPS --cpu 0 || fail "bench_cuda_fwd 1b$w exit $?"; done
+  rm -f $L; } > "$OUT/bench1b.log" 2>&1
+cat "$OUT/bench1b.log"
 }
 
 step done rc=$rc

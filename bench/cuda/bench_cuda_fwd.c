@@ -4,7 +4,8 @@
  *   bench_cuda_fwd MODEL[@WEIGHTS] [--prompt P] [--tokens N] [--reps R] [--cpu 0|1]
  * Each arm: P tokens decoded one at a time (untimed), then N decode steps timed, logits fetched
  * to the host after every step (what a generate loop needs); arms interleaved R times; the
- * median and range of tokens/s are printed, and one CSV line (arm, model, weights, tok/s). */
+ * median and range of tokens/s are printed, the weights' bytes per token read at that rate (GB/s),
+ * and one CSV line (arm, model, weights, tok/s). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,11 @@ int main(int argc, char **argv) {
         }
     qsort(tg, (size_t)R, sizeof(double), cmpd);
     printf("cuda: %.1f tok/s median [%.1f, %.1f] over %d reps of %d tokens after %d\n", tg[R / 2], tg[0], tg[R - 1], R, N, P);
+    /* the weights on the device, all read once per token when the output matrix is the tied
+     * embedding (an untied embedding table is read one row a token: then this over-counts) */
+    const double wb = (double)vq_cuda_row_bytes(row);
+    printf("cuda: weights %.1f MB per token%s -> %.1f GB/s at the median\n", wb / 1e6,
+           m->output.data == m->tok_embd.data ? "" : " (untied embedding: over-counted)", wb * tg[R / 2] / 1e9);
     if (cpu) {
         qsort(tc, (size_t)R, sizeof(double), cmpd);
         printf("cpu:  %.1f tok/s median [%.1f, %.1f]; cuda / cpu %.2fx\n", tc[R / 2], tc[0], tc[R - 1], tg[R / 2] / tc[R / 2]);
