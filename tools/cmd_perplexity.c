@@ -43,6 +43,7 @@ static const char *ppl_help =
     "                        together, one batched forward per token, each arm its own cache;\n"
     "                        same figures, the weights read once for all arms; tok/s is then\n"
     "                        the pass's text tokens per second, shared by the arms)\n"
+    CLI_DEVICE_HELP
     "  -b, --batch N         prefill chunk (default 64)\n"
     "  -t, --threads N       threads\n"
     "      --json            machine-readable output, with every window's figures per arm\n"
