@@ -3,8 +3,9 @@
  * through a row of this table, so a device is a row, not a copy of the pass:
  *   - "cpu" (src/model/ops_cpu.c): the kernels of kernels.h on host memory, the store a vq_kv;
  *     the same calls forward.c made before the table existed, so the same bits;
- *   - "cuda" (src/backend/cuda/cuda_row.c, built only with VQ_CUDA): the kernels of vq_cuda.h on
- *     device memory, the store a device cache in the CPU cache's code layouts.
+ *   - "cuda" (src/backend/cuda/cuda_row.cu, built only with VQ_CUDA): the kernels of vq_cuda.h on
+ *     device memory, the store a device cache in the CPU cache's code layouts; a model reaches it
+ *     through the device row vq_device_cuda (below, "devices").
  * Plain C, no device type: a row's context and store are opaque pointers.
  *
  * Memory. Activations are buffers the row allocates (alloc); `host` says whether the pass may

@@ -28,9 +28,8 @@ vq_status vq_session_cpu_only(const vq_session *s, const char *what, vq_err *err
                       "CPU's cache only", what, s->m->dev_name);
 }
 
-/* The device's store for a session (m->dev): what it holds today is plain f16 rows, every layer, no
- * window, sink or eviction (docs/cuda.md), so any other spec is refused by name, never turned into
- * f16. The row takes one token per call: a prompt runs as decode steps (n_batch 1). */
+/* A device's store holds one spec (d->store_spec; the GPU's: plain f16 rows, every layer, no window,
+ * sink or eviction: docs/cuda.md): any other is refused by name, never turned into it. */
 static vq_status spec_on_device(const vq_kv_spec *spec, const vq_device *d, const char *name, vq_err *err) {
     vq_kv_spec *held = vq_kv_spec_parse(d->store_spec, err);
     if (!held) return err && err->code ? err->code : VQ_ERR_NOMEM;
@@ -52,6 +51,8 @@ vq_status vq_kv_spec_check_device(const vq_kv_spec *spec, const char *device, vq
     return st || !d ? st : spec_on_device(spec, d, device, err);
 }
 
+/* The device's store and forward scratch for a session (m->dev). The row takes max_batch tokens per
+ * call (the GPU's: 1, so a prompt runs as decode steps). */
 static vq_status device_store(vq_session *s, const vq_kv_spec *spec, const vq_kv_dims *dims, vq_err *err) {
     const vq_model *m = s->m;
     const vq_device *d = m->dev;

@@ -1,7 +1,9 @@
 /* vq_cuda.h: the CUDA backend's contract with the C side (no CUDA type appears here, so the CPU
- * code and its compilers never see one). Built only with -DVQ_CUDA=ON (docs/cuda.md); the static
- * library vq_cuda holds the kernels (attn_*.cu) and this header's host functions, vq_backend the
- * C part (cuda_kv.c: a cache's codec states described for the kernels).
+ * code and its compilers never see one). Built only with VQ_CUDA on (docs/cuda.md): the kernels
+ * (attn_*.cu, ops.cu) and this header's host functions (attn_host.cu, cuda_row.cu) are one object
+ * of the backend layer (vq_cuda_lib.o, in libveloxquant), beside the C part (cuda_kv.c: a cache's
+ * codec states described for the kernels). The device row vq_device_cuda (cuda_row.cu) is how the
+ * library reaches them (backend/ops.h "devices").
  *
  * What exists: decode attention (one query token per sequence) straight from the KV cache's code
  * bytes, GQA (n_heads query heads over n_kv_heads), split over the context flash-decoding style,
