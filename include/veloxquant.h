@@ -73,6 +73,12 @@ typedef struct vq_model_params {
     const char *weights;
     int copy_weights;             /* 1: read the file into memory instead of mapping it (the
                                    * baseline of the sharing measurement); 0: map it */
+    /* Where the forward pass runs: NULL or "cpu"; "cuda" or "cuda:N" (also llama.cpp's "CUDA0").
+     * A GPU model holds a copy of every weight in device memory (made once, here) and its
+     * sessions keep their KV cache there. Refused at load (VQ_ERR_UNSUPPORTED, the message says
+     * why), never run on the CPU instead: a library built without CUDA, no usable GPU or driver,
+     * a weight type or attention shape the GPU has no kernel for. docs/cuda.md has what runs. */
+    const char *device;
 } vq_model_params;
 
 VQ_API vq_model_params vq_model_default_params(void);
@@ -119,6 +125,8 @@ VQ_API int         vq_model_n_vocab(const vq_model *m);
 VQ_API int         vq_model_n_ctx_train(const vq_model *m);
 VQ_API const char *vq_model_chat_template(const vq_model *m);   /* NULL when the file has none */
 VQ_API const char *vq_model_path(const vq_model *m);
+/* Where the model runs: "cpu" or "cuda:N". */
+VQ_API const char *vq_model_device(const vq_model *m);
 
 /* ---- tokenizer ---------------------------------------------------------------------------------- */
 /* Encode len bytes of text. add_bos: prepend BOS (-1: as the model file asks). parse_special:
@@ -208,6 +216,11 @@ VQ_API vq_status vq_kv_spec_bytes_at(const vq_kv_spec *s, const vq_model *m, int
  * sliding-window layer's ring holds up to one batch more than its window (docs/gemma.md). */
 VQ_API vq_status vq_kv_spec_bytes_batch(const vq_kv_spec *s, const vq_model *m, int n_ctx, int n_batch,
                                         int n_rows, size_t *bytes, vq_err *err);
+/* VQ_OK when sessions of a model on `device` (vq_model_params.device) can hold this spec; else
+ * VQ_ERR_UNSUPPORTED naming the spec and what the device's store holds (the GPU's: plain f16 for
+ * now), or VQ_ERR_ARG for a device name that is none. Only the names are looked at: no GPU is
+ * probed, so a program can refuse a run before it loads anything. */
+VQ_API vq_status vq_kv_spec_check_device(const vq_kv_spec *s, const char *device, vq_err *err);
 /* Every codec with its parameters, then the store keys, one per line; returns the length needed. */
 VQ_API size_t vq_kv_spec_help(char *buf, size_t cap);
 

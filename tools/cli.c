@@ -99,6 +99,14 @@ int common_opt(opts *o, int argc, char **argv, int *i) {
         o->kv_layers[o->n_kv_layers++] = TAKE();   /* checked by parse_specs, on the spec value */
         return 1;
     }
+    if (!strcmp(a, "--device") || !strcmp(a, "-dev")) {
+        const char *cmd = o->command;
+        if (strcmp(cmd, "generate") && strcmp(cmd, "perplexity") && strcmp(cmd, "bench"))
+            die("%s: %s is for generate, perplexity and bench", cmd, a);
+        if (!v || !*v) die("%s needs a device: cpu, cuda or cuda:N", a);
+        o->device = TAKE();   /* checked by the library: vq_kv_spec_check_device, vq_model_load */
+        return 1;
+    }
     if (!strcmp(a, "--json")) { o->json = 1; return 1; }
     if (!strcmp(a, "--weights")) { if (!v || !*v) die("%s needs a spec (e.g. q8_0 or q4_0,embd=q8_0)", a); o->weights = TAKE(); return 1; }
     if (!strcmp(a, "--copy-weights")) { o->copy_weights = 1; return 1; }
@@ -118,6 +126,10 @@ void parse_specs(opts *o, vq_kv_spec **specs) {
             if (!w) die("--kv-layers: %s", err.msg);   /* names the value and the --kv it met */
             vq_kv_spec_free(specs[a]);
             specs[a] = w;
+        }
+        if (o->device && vq_kv_spec_check_device(specs[a], o->device, &err)) {   /* before anything is loaded */
+            if (err.code == VQ_ERR_ARG) die("--device: %s", err.msg);
+            die("--kv %s: %s", vq_kv_spec_given(specs[a]), err.msg);
         }
         if (o->n_kv_layers) {   /* the label names the spec made: "q4_0@0,-1=f16" */
             snprintf(o->kv_label[a], sizeof o->kv_label[a], "%s", vq_kv_spec_given(specs[a]));
@@ -211,6 +223,7 @@ vq_model *load_model(const opts *o) {
     p.n_threads = o->threads;
     p.weights = o->weights;
     p.copy_weights = o->copy_weights;
+    p.device = o->device;
     vq_err err;
     vq_model *m = vq_model_load(o->model, &p, &err);
     if (!m) die("%s", err.msg);

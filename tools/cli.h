@@ -36,6 +36,7 @@ typedef struct opts {
     int batch, threads, json;
     const char *weights;                  /* --weights: re-code the weights at load */
     int copy_weights;                     /* --copy-weights: read the file instead of mapping it */
+    const char *device;                   /* --device / -dev: cpu, cuda, cuda:N (NULL: cpu) */
     uint64_t seed;
     const char *command;                  /* argv[1] */
 } opts;
@@ -43,12 +44,14 @@ void opts_init(opts *o, const char *command);
 /* Returns 1 when argv[*i] was a shared option (its value consumed). */
 int common_opt(opts *o, int argc, char **argv, int *i);
 /* Parse every arm of o (die naming the bad one): its --kv with every --kv-layers override added
- * (vq_kv_spec_with_layers), the f16 arm when --kv-layers comes without --kv. specs[o->n_kv]; free
- * with free_specs. The arms' labels (kv_list, kv) then name the specs made. */
+ * (vq_kv_spec_with_layers), the f16 arm when --kv-layers comes without --kv; with --device, an arm
+ * the device's KV store cannot hold dies naming it (vq_kv_spec_check_device, before any load).
+ * specs[o->n_kv]; free with free_specs. The arms' labels (kv_list, kv) then name the specs made. */
 void parse_specs(opts *o, vq_kv_spec **specs);
 void free_specs(vq_kv_spec **specs, int n);
 
-/* Load -m (with --tokenizer, -t); the library's message when it fails. */
+/* Load -m (with --tokenizer, -t, --weights, --device); the library's message when it fails (a
+ * device the build or the machine lacks: the reason, never a run on the CPU instead). */
 vq_model *load_model(const opts *o);
 /* A file's bytes, NUL-terminated ("-": stdin). Only regular files (a FIFO or a device is refused
  * without blocking on it) of at most CLI_MAX_TEXT_BYTES; a NUL byte in the text is refused with
@@ -57,6 +60,14 @@ char *read_text(const char *path, const char *what, size_t *len);
 /* Checks that path names a regular file that can be opened, without blocking on a FIFO. */
 void check_regular_file(const char *path, const char *what);
 int *tokenize_all(const vq_model *m, const char *text, size_t len, int add_bos, int special, int *n_out);
+
+/* The --device lines of a command's --help. */
+#define CLI_DEVICE_HELP \
+    "      --device DEV      where the model runs: cpu (default), cuda or cuda:N (also -dev DEV,\n" \
+    "                        and llama.cpp's CUDA0). On the GPU a prompt runs as decode steps (one\n" \
+    "                        token per pass: no batched prefill yet) and the KV cache is f16 only\n" \
+    "                        (another --kv is refused); refused with the reason, never run on the\n" \
+    "                        CPU instead, when the build or the machine has no CUDA GPU (docs/cuda.md)\n"
 
 /* Progress bar on stderr when it is a terminal. */
 void progress(long done, long total, void *user);

@@ -31,6 +31,7 @@ static const char *bench_help =
     "      --gen N           decode tokens timed per repeat (default 32)\n"
     "      --bw-mb MB        read-bandwidth buffer (default 1024); --bw-reps N passes before and\n"
     "                        N after the run (default 5)\n"
+    CLI_DEVICE_HELP
     "  -b, --batch N         prefill chunk (default 64)\n"
     "  -t, --threads N       threads\n"
     "      --json            the report as JSON (every raw repeat + the summary)\n"
@@ -373,6 +374,9 @@ int cmd_bench(int argc, char **argv) {
     if (rss_only && o.n_kv != 1)
         die("bench --rss-only: give exactly one --kv (got %d): one arm per process, so no arm inherits another's freed memory", o.n_kv);
     if (rss_only && json_file) die("bench --rss-only: --json-file is for the throughput report (use --json)");
+    if (o.device && (rss_only || fill))
+        die("bench --device %s: %s runs on the CPU's cache only (not on a device yet)", o.device,
+            rss_only ? "--rss-only" : "--fill");
     vq_kv_spec *specs[CLI_MAX_ARMS];
     parse_specs(&o, specs);   /* a bad spec fails before any timing */
     out_file *jf = json_file ? out_open(json_file) : NULL;   /* and an unwritable --json-file too */

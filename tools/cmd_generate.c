@@ -38,6 +38,7 @@ static const char *generate_help =
     "      --kv-layers L=SPEC  per-layer override, appended to every --kv as '@L=SPEC': layers L\n"
     "                        (comma list, a..b ranges, negative = from the end) use SPEC, e.g.\n"
     "                        --kv q4_0 --kv-layers 0,-1=f16 -> q4_0@0,-1=f16 (repeatable)\n"
+    CLI_DEVICE_HELP
     "      --verbose         print timings and KV cache bytes to stderr\n"
     "      --json            print a JSON summary instead of streaming text\n";
 
@@ -152,14 +153,15 @@ int cmd_generate(int argc, char **argv) {
         json_knum(&j, "prefill_tps", "%.2f", pre_tps);
         json_knum(&j, "decode_tps", "%.2f", dec_tps);
         json_kstr(&j, "kv", o.kv);
+        json_kstr(&j, "device", vq_model_device(m));
         json_kuint(&j, "kv_bytes", kv_bytes);
         json_knum(&j, "kv_bits_per_elem", "%.3f", kv_bits);
         json_kbool(&j, "stopped_eog", gr.stop == VQ_STOP_EOG);
         json_obj_end(&j);
         if (json_end(&j)) die("writing the output failed: %s", strerror(errno ? errno : EIO));
     } else if (verbose) {
-        fprintf(stderr, "prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s | kv %s: %zu bytes, %.3f bits/elem | threads %d, %s\n",
-                gr.n_prompt, pre_tps, gr.n_gen, dec_tps, o.kv, kv_bytes, kv_bits, vq_max_threads(),
+        fprintf(stderr, "prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s | kv %s: %zu bytes, %.3f bits/elem | device %s | threads %d, %s\n",
+                gr.n_prompt, pre_tps, gr.n_gen, dec_tps, o.kv, kv_bytes, kv_bits, vq_model_device(m), vq_max_threads(),
                 vq_kernels_isa_name());
     }
     free(prompt);

@@ -43,6 +43,7 @@ static const char *ppl_help =
     "                        together, one batched forward per token, each arm its own cache;\n"
     "                        same figures, the weights read once for all arms; tok/s is then\n"
     "                        the pass's text tokens per second, shared by the arms)\n"
+    CLI_DEVICE_HELP
     "  -b, --batch N         prefill chunk (default 64)\n"
     "  -t, --threads N       threads\n"
     "      --json            machine-readable output, with every window's figures per arm\n"
@@ -156,8 +157,9 @@ int cmd_perplexity(int argc, char **argv) {
             snprintf(msg, sizeof msg, "perplexity: %s: no token was scored (%s)", o.file,
                      pa.paragraphs ? "the text has no paragraph of two or more tokens" : "the text is too short");
         }
-    char model_path[1024];
+    char model_path[1024], device[32];
     snprintf(model_path, sizeof model_path, "%s", vq_model_path(m));
+    snprintf(device, sizeof device, "%s", vq_model_device(m));
     free(text);
     free_specs(specs, o.n_kv);
     vq_model_free(m);
@@ -172,6 +174,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (o.json) {
         json_obj(&j);
         json_kstr(&j, "model", model_path);
+        json_kstr(&j, "device", device);
         json_kint(&j, "ctx", pa.n_ctx);
         json_kstr(&j, "mode", mode);
         json_kstr(&j, "score", score);

@@ -3,8 +3,9 @@
  * through a row of this table, so a device is a row, not a copy of the pass:
  *   - "cpu" (src/model/ops_cpu.c): the kernels of kernels.h on host memory, the store a vq_kv;
  *     the same calls forward.c made before the table existed, so the same bits;
- *   - "cuda" (src/backend/cuda/cuda_row.c, built only with VQ_CUDA): the kernels of vq_cuda.h on
- *     device memory, the store a device cache in the CPU cache's code layouts.
+ *   - "cuda" (src/backend/cuda/cuda_row.cu, built only with VQ_CUDA): the kernels of vq_cuda.h on
+ *     device memory, the store a device cache in the CPU cache's code layouts; a model reaches it
+ *     through the device row vq_device_cuda (below, "devices").
  * Plain C, no device type: a row's context and store are opaque pointers.
  *
  * Memory. Activations are buffers the row allocates (alloc); `host` says whether the pass may
@@ -65,4 +66,39 @@ struct vq_ops {
     vq_status (*kv_attend)(void *ctx, void *store, int layer, int n, const int *pos, const float *q, float *out,
                            vq_err *err);
 };
+
+/* ---- devices (device.c): the rows a model can be bound to ----
+ * A device row turns "cuda:N" into a context for its ops row: the model's buffers copied to the
+ * device once (mirror: vq_model_tensors hands each over), and it makes the KV stores sessions keep
+ * there. The CPU is no device row: a model without one runs on vq_ops_cpu with a vq_kv cache.
+ * A row whose backend this build lacks keeps its name and says why (ops NULL, `why` set), so a
+ * request for it is refused by name instead of running elsewhere. Plain C, no device type. */
+typedef struct vq_device {
+    const char *name;                 /* "cuda" */
+    const vq_ops *ops;                /* NULL: not built in (why) */
+    const char *why;                  /* why this build lacks it (NULL when built) */
+    const char *store_spec;           /* the one KV spec its store holds (vq_kv_spec text) */
+    /* devices present; 0 with why (a message) when none is usable */
+    int    (*count)(char *why, size_t cap);
+    void  *(*open)(int index, vq_err *err);                         /* ops's context on device index */
+    vq_status (*mirror)(void *ctx, const void *host, size_t bytes, vq_err *err);
+    size_t (*bytes)(const void *ctx);                               /* device bytes mirrored */
+    void   (*describe)(void *ctx, char *buf, size_t cap);           /* the device's name */
+    void   (*close)(void *ctx);
+    /* a store of max_ctx positions for every layer (span: per layer attention span, 0 all;
+     * softcap: attention soft-capping, 0 none); refuses what it cannot hold (VQ_ERR_UNSUPPORTED) */
+    void  *(*store_create)(void *ctx, int n_layers, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+                           const int *span, float softcap, vq_err *err);
+    void   (*store_free)(void *store);
+    int    (*store_truncate)(void *store, int n);                   /* keep positions < n; rows kept */
+    size_t (*store_bytes)(const void *store);
+    int    store_bits;                                              /* bits per K/V element held */
+} vq_device;
+
+/* "cpu" or "none" (or NULL, ""): *dev = NULL (the CPU row); "cuda", "cuda:N", "CUDA<N>" (llama.cpp's
+ * names): the row and the index, built or not, nothing probed. VQ_ERR_ARG for a name no row has. */
+vq_status vq_device_parse(const char *text, const vq_device **dev, int *index, vq_err *err);
+/* vq_device_parse, then VQ_ERR_UNSUPPORTED for a row this build lacks, or no usable device of it on
+ * this machine, and VQ_ERR_ARG for an index past the devices present (the message says which). */
+vq_status vq_device_find(const char *text, const vq_device **dev, int *index, vq_err *err);
 #endif

@@ -581,6 +581,7 @@ vq_model *vq_model_open_ex(const char *path, const char *tok_path, int copy, vq_
 
 void vq_model_free(vq_model *m) {
     if (!m) return;
+    vq_model_device_release(m);
     if (m->tok) vq_tokenizer_free(m->tok);
     if (m->gguf) vq_gguf_close(m->gguf);
     if (m->l2c) vq_l2c_close(m->l2c);

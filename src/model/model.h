@@ -118,6 +118,11 @@ typedef struct vq_model {
     int copied;                             /* the file was read into memory, not mapped */
     char weights[2048];                     /* the --weights spec applied at load ("" none) */
     void **owned; int n_owned;              /* weights re-quantized at load (freed with it) */
+    /* the device row the model is bound to (model_device.c; NULL: the CPU row) and its context
+     * (the device copies of the buffers the pass reads) */
+    const struct vq_device *dev;
+    void *dev_ctx;
+    char dev_name[32];                      /* "cuda:0" ("" on the CPU) */
 } vq_model;
 
 /* Load a GGUF file, a reservoir (formats/reservoir.h), or a llama2.c checkpoint (tokenizer path
@@ -161,6 +166,13 @@ vq_gguf_layout_fn vq_model_layouts(void);
  * when a model is bound to it (backend/ops.h). fn returns nonzero to stop (returned). */
 typedef int (*vq_model_tensor_fn)(void *user, const void *data, size_t bytes);
 int vq_model_tensors(const vq_model *m, vq_model_tensor_fn fn, void *user);
+/* Bind the model to a device ("cpu"/NULL: nothing; "cuda", "cuda:N": vq_device_find's names):
+ * refuses, before copying anything, a device this build or machine lacks, a matrix type the row
+ * has no kernel for and an attention shape its store cannot hold (VQ_ERR_UNSUPPORTED, named);
+ * then mirrors every buffer the pass reads (after any re-coding of the weights: call it last).
+ * vq_model_free releases it (model_device.c). */
+vq_status vq_model_to_device(vq_model *m, const char *device, vq_err *err);
+void      vq_model_device_release(vq_model *m);
 
 /* Scratch for a forward pass over up to max_batch tokens at once, for caches of n_ctx positions
  * (a longrope model turns by its long factors when n_ctx exceeds its original context, as

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/ops.h"
 #include "session/session_impl.h"
 
 unsigned vq_version_number(void) { return VQ_VERSION_NUMBER; }
@@ -25,8 +26,14 @@ vq_model *vq_model_load(const char *path, const vq_model_params *p, vq_err *err)
     if (p->n_threads > 0) omp_set_num_threads(p->n_threads);
     vq_wspec ws;
     if (p->weights && vq_wspec_parse(p->weights, &ws, err)) return NULL;
+    {   /* a device this build or machine lacks is refused before the file is read */
+        const vq_device *d;
+        int ix;
+        if (vq_device_find(p->device, &d, &ix, err)) return NULL;
+    }
     vq_model *m = vq_model_open_ex(path, p->tokenizer_path, p->copy_weights != 0, err);
     if (m && p->weights && vq_model_requantize(m, &ws, err)) { vq_model_free(m); return NULL; }
+    if (m && vq_model_to_device(m, p->device, err)) { vq_model_free(m); return NULL; }   /* last: the weights as run */
     return m;
 }
 
@@ -54,6 +61,7 @@ int vq_model_n_vocab(const vq_model *m) { return m ? m->cfg.vocab_size : 0; }
 int vq_model_n_ctx_train(const vq_model *m) { return m ? m->cfg.train_ctx : 0; }
 const char *vq_model_chat_template(const vq_model *m) { return m ? m->chat_template : NULL; }
 const char *vq_model_path(const vq_model *m) { return m ? m->path : ""; }
+const char *vq_model_device(const vq_model *m) { return m && m->dev ? m->dev_name : "cpu"; }
 
 int vq_tokenize(const vq_model *m, const char *text, size_t len, int add_bos, int parse_special,
                 int *out, int max_out, vq_err *err) {

@@ -38,14 +38,15 @@ vq_status vq_kv_spec_bytes(const vq_kv_spec *s, const vq_model *m, int n_ctx, si
 }
 
 void vq_session_set_ref_attention(vq_session *s, int on) {
-    if (s) vq_kv_set_ref_attend(s->kv, on);
+    if (s && s->kv) vq_kv_set_ref_attend(s->kv, on);   /* a device store has no reference path */
 }
-int vq_session_kv_page_rows(const vq_session *s) { return s ? vq_kv_page_rows(s->kv) : 0; }
-size_t vq_session_kv_page_bytes(const vq_session *s) { return s ? vq_kv_page_bytes(s->kv) : 0; }
-static int layer_ok(const vq_session *s, int layer) { return s && layer >= 0 && layer < s->m->cfg.n_layers; }
+/* the page figures describe the CPU's cache: 0 for a session whose cache is on a device */
+int vq_session_kv_page_rows(const vq_session *s) { return s && s->kv ? vq_kv_page_rows(s->kv) : 0; }
+size_t vq_session_kv_page_bytes(const vq_session *s) { return s && s->kv ? vq_kv_page_bytes(s->kv) : 0; }
+static int layer_ok(const vq_session *s, int layer) { return s && s->kv && layer >= 0 && layer < s->m->cfg.n_layers; }
 int vq_session_kv_pages(const vq_session *s, int layer) { return layer_ok(s, layer) ? vq_kv_pages(s->kv, layer) : 0; }
 int vq_session_kv_rows(const vq_session *s, int layer) { return layer_ok(s, layer) ? vq_kv_rows(s->kv, layer) : 0; }
-int vq_session_kv_window_rows(const vq_session *s) { return s ? vq_kv_window_rows(s->kv) : 0; }
+int vq_session_kv_window_rows(const vq_session *s) { return s && s->kv ? vq_kv_window_rows(s->kv) : 0; }
 
 const char *vq_session_kv_codec(const vq_session *s, int layer, int side, char *buf, size_t cap) {
     if (!buf || !cap) return "";

@@ -35,6 +35,7 @@ vq_status vq_lab_session_observe(vq_session *s, const int *tokens, int n, vq_err
 vq_status vq_lab_session_evict_scores(const vq_session *s, int layer, float *scores, int32_t *pos,
                                       vq_err *err) {
     if (!s) return vq_err_set(err, VQ_ERR_ARG, "vq_lab_session_evict_scores: no session");
+    if (vq_session_cpu_only(s, "eviction scores", err)) return err ? err->code : VQ_ERR_UNSUPPORTED;
     return vq_kv_evict_scores(s->kv, layer, scores, pos, err);
 }
 
@@ -227,6 +228,7 @@ vq_status vq_lab_session_fill_repeat(vq_session *dst, const vq_session *src, int
     vq_err_clear(err);
     if (!dst || !src) return vq_err_set(err, VQ_ERR_ARG, "fill: no session");
     if (dst->m != src->m) return vq_err_set(err, VQ_ERR_ARG, "fill: the two sessions hold different models");
+    if (vq_session_cpu_only(dst, "fill (--fill)", err)) return err ? err->code : VQ_ERR_UNSUPPORTED;
     if (dst->n_tok != dst->pos || src->n_tok != src->pos)
         return vq_err_set(err, VQ_ERR_STATE, "fill: a session holds a pending token (run it first)");
     if (src->pos < 1) return vq_err_set(err, VQ_ERR_STATE, "fill: the source session holds no tokens");

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/ops.h"
 #include "session/session_impl.h"
 
 vq_session_params vq_session_default_params(void) {
@@ -13,10 +14,63 @@ vq_session_params vq_session_default_params(void) {
 void vq_session_free(vq_session *s) {
     if (!s) return;
     vq_kv_destroy(s->kv);
+    if (s->store) s->m->dev->store_free(s->store);
+    free(s->store_spec);
     vq_fwd_destroy(s->f);
     free(s->tokens);
     free(s->logits);
     free(s);
+}
+
+vq_status vq_session_cpu_only(const vq_session *s, const char *what, vq_err *err) {
+    if (!s || s->kv) return VQ_OK;
+    return vq_err_set(err, VQ_ERR_UNSUPPORTED, "%s: the session's KV cache is on device %s, and this runs on the "
+                      "CPU's cache only", what, s->m->dev_name);
+}
+
+/* A device's store holds one spec (d->store_spec; the GPU's: plain f16 rows, every layer, no window,
+ * sink or eviction: docs/cuda.md): any other is refused by name, never turned into it. */
+static vq_status spec_on_device(const vq_kv_spec *spec, const vq_device *d, const char *name, vq_err *err) {
+    vq_kv_spec *held = vq_kv_spec_parse(d->store_spec, err);
+    if (!held) return err && err->code ? err->code : VQ_ERR_NOMEM;
+    const int same = vq_kv_spec_equal(spec, held);
+    vq_kv_spec_free(held);
+    if (!same)
+        return vq_err_set(err, VQ_ERR_UNSUPPORTED, "device %s: the KV spec '%s' cannot be held there yet: its store "
+                          "keeps plain %s rows only (no other codec, window, sink, eviction or per-layer override); "
+                          "use --kv %s (docs/cuda.md)", name, vq_kv_spec_given(spec), d->store_spec, d->store_spec);
+    return VQ_OK;
+}
+
+vq_status vq_kv_spec_check_device(const vq_kv_spec *spec, const char *device, vq_err *err) {
+    vq_err_clear(err);
+    if (!spec) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_spec_check_device: no spec");
+    const vq_device *d;
+    int ix;
+    vq_status st = vq_device_parse(device, &d, &ix, err);
+    return st || !d ? st : spec_on_device(spec, d, device, err);
+}
+
+/* The device's store and forward scratch for a session (m->dev). The row takes max_batch tokens per
+ * call (the GPU's: 1, so a prompt runs as decode steps). */
+static vq_status device_store(vq_session *s, const vq_kv_spec *spec, const vq_kv_dims *dims, vq_err *err) {
+    const vq_model *m = s->m;
+    const vq_device *d = m->dev;
+    vq_status st = spec_on_device(spec, d, m->dev_name, err);
+    if (st) return st;
+    s->store_spec = strdup(vq_kv_spec_text(spec));
+    if (!s->store_spec) return vq_err_set(err, VQ_ERR_NOMEM, "vq_session_create: out of memory");
+    s->n_batch = d->ops->max_batch > 0 ? VQ_MIN(s->n_batch, d->ops->max_batch) : s->n_batch;
+    s->store = d->store_create(m->dev_ctx, dims->n_layers, dims->n_heads, dims->n_kv_heads, dims->head_dim, s->n_ctx,
+                               dims->span, dims->softcap, err);
+    if (!s->store) return err && err->code ? err->code : VQ_ERR_NOMEM;
+    s->f = vq_fwd_create_ops(m, s->n_batch, s->n_ctx, d->ops, m->dev_ctx, err);
+    return s->f ? VQ_OK : (err && err->code ? err->code : VQ_ERR_NOMEM);
+}
+
+/* keep positions < n in the session's cache: the rows kept (a coded block whole or not at all) */
+static int cache_truncate(vq_session *s, int n) {
+    return s->store ? s->m->dev->store_truncate(s->store, n) : vq_kv_truncate(s->kv, n);
 }
 
 vq_session *vq_session_create(const vq_model *m, const vq_kv_spec *spec, const vq_session_params *p,
@@ -48,13 +102,17 @@ vq_session *vq_session_create(const vq_model *m, const vq_kv_spec *spec, const v
     s->n_batch = n_batch;
     s->kv_seed = p->kv_seed;
     vq_kv_dims dims = vq_model_kv_dims(m, n_ctx);
-    dims.max_append = n_batch;   /* forward appends at most a batch per call (a ring's bound) */
-    s->kv = vq_kv_create(spec, &dims, p->kv_seed, err);
-    if (!s->kv || vq_kv_check_model(s->kv, vq_model_config_hash(m, NULL, 0), err)) {   /* calib=FILE */
-        vq_session_free(s);
-        return NULL;
+    if (m->dev) {   /* the model is on a device: its store holds the rows, its row runs the pass */
+        if (device_store(s, spec, &dims, err)) { vq_session_free(s); return NULL; }
+    } else {
+        dims.max_append = n_batch;   /* forward appends at most a batch per call (a ring's bound) */
+        s->kv = vq_kv_create(spec, &dims, p->kv_seed, err);
+        if (!s->kv || vq_kv_check_model(s->kv, vq_model_config_hash(m, NULL, 0), err)) {   /* calib=FILE */
+            vq_session_free(s);
+            return NULL;
+        }
+        s->f = vq_fwd_create(m, n_batch, n_ctx, err);
     }
-    s->f = vq_fwd_create(m, n_batch, n_ctx, err);
     s->tokens = malloc((size_t)n_ctx * sizeof(int));
     s->logits = malloc((size_t)m->cfg.vocab_size * sizeof(float));
     if (!s->f || !s->tokens || !s->logits) {
@@ -79,15 +137,16 @@ static vq_status check_finite(const float *x, size_t n, vq_err *err) {
 /* step = 0 (lab_tap.c's observe only): the eviction step that would end the call is left undone */
 vq_status vq_session_run(vq_session *s, const int *tokens, int n, float *logits, int all, int step, vq_err *err) {
     const int V = s->m->cfg.vocab_size, pos0 = s->pos;
-    vq_kv_evict_begin(s->kv, pos0, n);
+    if (s->kv) vq_kv_evict_begin(s->kv, pos0, n);
     for (int i = 0; i < n; i += s->n_batch) {
         int nb = VQ_MIN(s->n_batch, n - i), last = i + nb == n;
         float *dst = all && logits ? logits + (size_t)i * V : s->logits;
         int nl = all && logits ? nb : (last ? 1 : 0);
-        vq_status st = vq_forward(s->m, s->f, s->kv, tokens + i, nb, s->pos, nl ? dst : NULL, nl, err);
+        vq_status st = s->store ? vq_forward_store(s->m, s->f, s->store, tokens + i, nb, s->pos, nl ? dst : NULL, nl, err)
+                                : vq_forward(s->m, s->f, s->kv, tokens + i, nb, s->pos, nl ? dst : NULL, nl, err);
         if (!st && nl) st = check_finite(dst, (size_t)nl * V, err);
         if (st) {   /* the cache may hold part of the chunk: cut it back to what the tokens say */
-            s->pos = vq_kv_truncate(s->kv, s->pos);
+            s->pos = cache_truncate(s, s->pos);
             s->n_tok = s->pos;
             s->have_logits = 0;
             return st;
@@ -96,7 +155,7 @@ vq_status vq_session_run(vq_session *s, const int *tokens, int n, float *logits,
         s->pos += nb;
         s->n_tok = s->pos;
     }
-    if (step) vq_kv_evict_end(s->kv, pos0, n);   /* an eviction step when a prompt ends or one is due */
+    if (step && s->kv) vq_kv_evict_end(s->kv, pos0, n);   /* an eviction step when a prompt ends or one is due */
     if (n > 0) {
         if (all && logits) memcpy(s->logits, logits + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
         else if (logits) memcpy(logits, s->logits, (size_t)V * sizeof(float));
@@ -152,6 +211,13 @@ vq_status vq_decode_batch(vq_session *const *ss, int n, const int *tokens, float
         if (st) return st;
     }
     const int V = m->cfg.vocab_size, cap = ss[0]->n_batch;
+    if (m->dev) {   /* no batched pass over device stores yet: each session's token in turn */
+        for (int a = 0; a < n; a++) {
+            vq_status st = vq_session_run(ss[a], tokens + a, 1, logits ? logits + (size_t)a * V : NULL, 0, 1, err);
+            if (st) return st;
+        }
+        return VQ_OK;
+    }
     vq_kv *kvs[cap];
     int pos[cap];
     for (int i = 0; i < n; i += cap) {
@@ -190,12 +256,21 @@ int vq_session_pos(const vq_session *s) { return s ? s->n_tok : 0; }
 int vq_session_n_ctx(const vq_session *s) { return s ? s->n_ctx : 0; }
 const int *vq_session_tokens(const vq_session *s) { return s ? s->tokens : NULL; }
 const vq_model *vq_session_model(const vq_session *s) { return s ? s->m : NULL; }
-size_t vq_session_kv_bytes(const vq_session *s) { return s ? vq_kv_bytes(s->kv) : 0; }
-double vq_session_kv_bits(const vq_session *s) { return s ? vq_kv_bits_per_elem(s->kv) : 0; }
-size_t vq_session_scratch_bytes(const vq_session *s) {
-    return s ? vq_fwd_bytes(s->f) + vq_kv_scratch_bytes(s->kv) : 0;
+size_t vq_session_kv_bytes(const vq_session *s) {
+    if (s && s->store) return s->m->dev->store_bytes(s->store);   /* allocated whole, for n_ctx rows */
+    return s ? vq_kv_bytes(s->kv) : 0;
 }
-const char *vq_session_kv_spec_text(const vq_session *s) { return s ? vq_kv_spec_str(s->kv) : ""; }
+double vq_session_kv_bits(const vq_session *s) {
+    if (s && s->store) return s->m->dev->store_bits;
+    return s ? vq_kv_bits_per_elem(s->kv) : 0;
+}
+size_t vq_session_scratch_bytes(const vq_session *s) {
+    return s ? vq_fwd_bytes(s->f) + (s->kv ? vq_kv_scratch_bytes(s->kv) : 0) : 0;
+}
+const char *vq_session_kv_spec_text(const vq_session *s) {
+    if (s && s->store) return s->store_spec;
+    return s ? vq_kv_spec_str(s->kv) : "";
+}
 
 vq_status vq_session_truncate(vq_session *s, int n, vq_err *err) {
     vq_err_clear(err);
@@ -206,7 +281,7 @@ vq_status vq_session_truncate(vq_session *s, int n, vq_err *err) {
         s->n_tok = n;
         return VQ_OK;
     }
-    int kept = vq_kv_truncate(s->kv, n);
+    int kept = cache_truncate(s, n);
     if (kept < 0) return vq_err_set(err, VQ_ERR_ARG, "vq_session_truncate: cache refused %d", n);
     s->pos = kept;
     s->n_tok = kept;

@@ -12,7 +12,9 @@
 
 struct vq_session {
     const vq_model *m;
-    vq_kv *kv;
+    vq_kv *kv;           /* the CPU's cache; NULL when the model is on a device (store) */
+    void *store;         /* the device row's store (m->dev): the KV rows live on the device */
+    char *store_spec;    /* the spec's normalized text (the device store's) */
     vq_fwd *f;
     int n_ctx, n_batch;
     uint64_t kv_seed;
@@ -23,7 +25,9 @@ struct vq_session {
     int have_logits;
 };
 
-/* The cache of a session (white-box tests). */
+/* VQ_ERR_UNSUPPORTED naming `what` when the session's cache is on a device (a CPU-only path). */
+vq_status vq_session_cpu_only(const vq_session *s, const char *what, vq_err *err);
+/* The cache of a session (white-box tests; NULL on a device). */
 static inline vq_kv *vq_session_kv(vq_session *s) { return s->kv; }
 /* Run the pending token (generated, not yet in the cache), if any. */
 vq_status vq_session_flush(vq_session *s, vq_err *err);

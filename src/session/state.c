@@ -127,6 +127,7 @@ vq_status vq_session_save(const vq_session *s, const char *path, vq_err *err) {
     if (!s || !path || !*path) return vq_err_set(err, VQ_ERR_ARG, "vq_session_save: no session or no path");
     if (strlen(path) + 16 >= PATH_MAX)
         return vq_err_set(err, VQ_ERR_ARG, "vq_session_save: path '%.200s...' is too long", path);
+    if (vq_session_cpu_only(s, "vq_session_save", err)) return err ? err->code : VQ_ERR_UNSUPPORTED;
     if (vq_kv_evicting(s->kv))   /* nothing is written: the format has no eviction scores */
         return vq_err_set(err, VQ_ERR_STATE, "session state '%.300s': the session's cache evicts tokens "
                           "(%.200s); the state format holds no eviction scores, so saving is refused",
@@ -316,6 +317,7 @@ static vq_status apply_body(vq_session *s, const st_head *h, const uint8_t *b, c
 vq_status vq_session_load(vq_session *s, const char *path, vq_err *err) {
     vq_err_clear(err);
     if (!s || !path || !*path) return vq_err_set(err, VQ_ERR_ARG, "vq_session_load: no session or no path");
+    if (vq_session_cpu_only(s, "vq_session_load", err)) return err ? err->code : VQ_ERR_UNSUPPORTED;
     uint64_t size;
     int fd = open_state(path, &size, err);
     if (fd < 0) return err ? err->code : VQ_ERR_IO;

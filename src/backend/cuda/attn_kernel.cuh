@@ -650,11 +650,16 @@ cudaError_t launch_split_tq4(int D, int G, const Params &p, dim3 grid, cudaStrea
 template <int KT, int D, int G>
 cudaError_t launch_one(const Params &p, dim3 grid, cudaStream_t st) {
     constexpr int sm = smem_bytes<KT, D, G>();
-    static bool attr = false;   /* set once per instantiation (benign race: same value) */
-    if (!attr) {
+    /* the attribute is the device's: set once per instantiation and device (bit d of devs; a
+     * device past 63 sets it every launch). Benign race: every writer sets the same value. */
+    static unsigned long long devs = 0;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 64;
+    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+    if (!(devs & bit) || !bit) {
         cudaError_t e = cudaFuncSetAttribute(attn_split<KT, D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
         if (e != cudaSuccess) return e;
-        attr = true;
+        devs |= bit;
     }
     attn_split<KT, D, G><<<grid, NT, sm, st>>>(p);
     return cudaGetLastError();

@@ -3,6 +3,7 @@
  * pointers mapped to their mirrored copies, and the row's KV store (f16 rows in device memory,
  * attention by the decode kernels of attn_host.cu). Host code only. */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <cuda_runtime.h>
 #include "backend/ops.h"
@@ -16,9 +17,11 @@ struct vq_cuda_row {
     struct range { const uint8_t *host; size_t bytes; void *dev; } *r;   /* sorted by host */
     int n, cap;
     size_t bytes;
+    int device;                 /* the CUDA device index every op and allocation runs on */
 };
 
 struct vq_cuda_kvs {
+    int device;
     int n_layers, n_heads, n_kv_heads, head_dim, max_ctx;
     int *span, *rows;
     void **k, **v;              /* per layer: n_kv_heads x max_ctx x head_dim fp16 */
@@ -33,6 +36,19 @@ namespace {
 vq_status cuerr(vq_err *err, cudaError_t e, const char *what) {
     return vq_err_set(err, VQ_ERR_IO, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
+
+/* every op runs on the row's device: the calling thread's current device is set when it differs
+ * (a program may drive rows on several devices, or threads that never chose one) */
+cudaError_t on_device(int device) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == device) return cudaSuccess;
+    return cudaSetDevice(device);
+}
+#define ON_DEVICE(ctx)                                                                                   \
+    do {                                                                                                 \
+        cudaError_t e_ = on_device(((const vq_cuda_row *)(ctx))->device);                                \
+        if (e_ != cudaSuccess) return cuerr(err, e_, "selecting the device");                            \
+    } while (0)
 
 /* the device copy of a model pointer (NULL: never mirrored) */
 const void *dev_of(const vq_cuda_row *r, const void *host) {
@@ -49,15 +65,20 @@ const void *dev_of(const vq_cuda_row *r, const void *host) {
 }
 
 #define DEV(ptr, what)                                                                                   \
+    ON_DEVICE(ctx);                                                                                      \
     const void *ptr##_d = dev_of((const vq_cuda_row *)ctx, ptr);                                         \
     if (!ptr##_d) return vq_err_set(err, VQ_ERR_STATE, "backend cuda: %s was not mirrored to the device", what)
 
-void *row_alloc(void *, size_t bytes) {
+void *row_alloc(void *ctx, size_t bytes) {
     void *p = NULL;
+    if (on_device(((const vq_cuda_row *)ctx)->device) != cudaSuccess) return NULL;
     return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
 }
-void row_free(void *, void *buf) { cudaFree(buf); }
-vq_status row_download(void *, void *dst, const void *buf, size_t bytes, vq_err *err) {
+void row_free(void *ctx, void *buf) {
+    if (buf && on_device(((const vq_cuda_row *)ctx)->device) == cudaSuccess) cudaFree(buf);
+}
+vq_status row_download(void *ctx, void *dst, const void *buf, size_t bytes, vq_err *err) {
+    ON_DEVICE(ctx);
     cudaError_t e = cudaMemcpy(dst, buf, bytes, cudaMemcpyDeviceToHost);
     return e == cudaSuccess ? VQ_OK : cuerr(err, e, "download");
 }
@@ -107,20 +128,24 @@ vq_status row_add_bias(void *ctx, float *y, const float *b, int n, int dim, vq_e
     return s;
 }
 
-vq_status row_add(void *, float *y, const float *x, size_t count, vq_err *err) {
+vq_status row_add(void *ctx, float *y, const float *x, size_t count, vq_err *err) {
+    ON_DEVICE(ctx);
     return vq_cuda_add(y, x, (int)count, NULL, err);
 }
-vq_status row_scale(void *, float *x, float a, size_t count, vq_err *err) {
+vq_status row_scale(void *ctx, float *x, float a, size_t count, vq_err *err) {
+    ON_DEVICE(ctx);
     return vq_cuda_scale(x, a, (int)count, NULL, err);
 }
-vq_status row_glu(void *, float *gate, const float *up, size_t count, int gelu, vq_err *err) {
+vq_status row_glu(void *ctx, float *gate, const float *up, size_t count, int gelu, vq_err *err) {
+    ON_DEVICE(ctx);
     return vq_cuda_glu(gate, up, (int)count, gelu, NULL, err);
 }
-vq_status row_softcap(void *, float *x, float cap, size_t count, vq_err *err) {
+vq_status row_softcap(void *ctx, float *x, float cap, size_t count, vq_err *err) {
+    ON_DEVICE(ctx);
     return vq_cuda_softcap(x, cap, (int)count, NULL, err);
 }
 
-vq_status row_kv_append(void *, void *store, int layer, int pos0, int n, const float *k, const float *v,
+vq_status row_kv_append(void *ctx, void *store, int layer, int pos0, int n, const float *k, const float *v,
                         vq_err *err) {
     vq_cuda_kvs *s = (vq_cuda_kvs *)store;
     if (!s) return vq_err_set(err, VQ_ERR_ARG, "backend cuda: no store (a vq_cuda_kvs)");
@@ -130,6 +155,7 @@ vq_status row_kv_append(void *, void *store, int layer, int pos0, int n, const f
                           "(the store takes positions in order)", layer, s->rows[layer], pos0);
     if (pos0 + n > s->max_ctx)
         return vq_err_set(err, VQ_ERR_RANGE, "backend cuda: %d rows past the store's %d", pos0 + n, s->max_ctx);
+    ON_DEVICE(ctx);
     const size_t kvd = (size_t)s->n_kv_heads * s->head_dim;
     for (int t = 0; t < n; t++) {
         vq_status st = vq_cuda_kv_put_f16(s->k[layer], s->head_stride, s->n_kv_heads, s->head_dim, pos0 + t,
@@ -142,12 +168,13 @@ vq_status row_kv_append(void *, void *store, int layer, int pos0, int n, const f
     return VQ_OK;
 }
 
-vq_status row_kv_attend(void *, void *store, int layer, int n, const int *pos, const float *q, float *out,
+vq_status row_kv_attend(void *ctx, void *store, int layer, int n, const int *pos, const float *q, float *out,
                         vq_err *err) {
     vq_cuda_kvs *s = (vq_cuda_kvs *)store;
     vq_status st = one_token(n, err);
     if (st) return st;
     if (!s || layer < 0 || layer >= s->n_layers) return vq_err_set(err, VQ_ERR_ARG, "backend cuda: layer %d", layer);
+    ON_DEVICE(ctx);
     vq_cuda_seq seq;
     memset(&seq, 0, sizeof seq);
     seq.k = s->k[layer];
@@ -169,15 +196,21 @@ extern "C" const vq_ops vq_ops_cuda = {
     row_rope, row_add_bias, row_add, row_scale, row_glu, row_softcap, row_kv_append, row_kv_attend,
 };
 
-extern "C" vq_cuda_row *vq_cuda_row_create(vq_err *err) {
-    if (vq_cuda_device_count() == 0) {
-        vq_err_set(err, VQ_ERR_IO, "backend cuda: no CUDA device");
+extern "C" vq_cuda_row *vq_cuda_row_create_on(int device, vq_err *err) {
+    const int n = vq_cuda_device_count();
+    if (device < 0 || device >= n) {
+        vq_err_set(err, VQ_ERR_IO, n ? "backend cuda: no CUDA device %d (%d present)" : "backend cuda: no CUDA device",
+                   device, n);
         return NULL;
     }
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) { cuerr(err, e, "selecting the device"); return NULL; }
     vq_cuda_row *r = (vq_cuda_row *)calloc(1, sizeof *r);
     if (!r) vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
+    else r->device = device;
     return r;
 }
+extern "C" vq_cuda_row *vq_cuda_row_create(vq_err *err) { return vq_cuda_row_create_on(0, err); }
 
 extern "C" vq_status vq_cuda_row_mirror(vq_cuda_row *r, const void *host, size_t bytes, vq_err *err) {
     const uint8_t *p = (const uint8_t *)host;
@@ -194,7 +227,8 @@ extern "C" vq_status vq_cuda_row_mirror(vq_cuda_row *r, const void *host, size_t
         r->cap = cap;
     }
     void *d = NULL;
-    cudaError_t e = cudaMalloc(&d, bytes);
+    cudaError_t e = on_device(r->device);
+    if (e == cudaSuccess) e = cudaMalloc(&d, bytes);
     if (e == cudaSuccess) e = cudaMemcpy(d, p, bytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
         cudaFree(d);
@@ -214,6 +248,7 @@ extern "C" size_t vq_cuda_row_bytes(const vq_cuda_row *r) { return r ? r->bytes 
 
 extern "C" void vq_cuda_row_destroy(vq_cuda_row *r) {
     if (!r) return;
+    (void)on_device(r->device);
     for (int i = 0; i < r->n; i++) cudaFree(r->r[i].dev);
     free(r->r);
     free(r);
@@ -240,6 +275,7 @@ extern "C" vq_cuda_kvs *vq_cuda_kvs_create(int n_layers, int n_heads, int n_kv_h
     }
     vq_cuda_kvs *s = (vq_cuda_kvs *)calloc(1, sizeof *s);
     if (!s) { vq_err_set(err, VQ_ERR_NOMEM, "out of memory"); return NULL; }
+    if (cudaGetDevice(&s->device) != cudaSuccess) s->device = 0;   /* the caller's current device */
     s->n_layers = n_layers; s->n_heads = n_heads; s->n_kv_heads = n_kv_heads; s->head_dim = head_dim;
     s->max_ctx = max_ctx;
     s->span = (int *)calloc((size_t)n_layers, sizeof(int));
@@ -279,6 +315,7 @@ extern "C" vq_cuda_kvs *vq_cuda_kvs_create(int n_layers, int n_heads, int n_kv_h
 
 extern "C" void vq_cuda_kvs_destroy(vq_cuda_kvs *s) {
     if (!s) return;
+    (void)on_device(s->device);
     for (int l = 0; l < s->n_layers; l++) {
         if (s->k) cudaFree(s->k[l]);
         if (s->v) cudaFree(s->v[l]);
@@ -293,4 +330,58 @@ extern "C" void vq_cuda_kvs_clear(vq_cuda_kvs *s) {
     if (s) memset(s->rows, 0, (size_t)s->n_layers * sizeof(int));
 }
 
+extern "C" int vq_cuda_kvs_truncate(vq_cuda_kvs *s, int n) {
+    if (!s) return 0;
+    if (n < 0) n = 0;
+    for (int l = 0; l < s->n_layers; l++)
+        if (s->rows[l] > n) s->rows[l] = n;   /* f16 rows stand alone: nothing to recompute */
+    return n;
+}
+
 extern "C" size_t vq_cuda_kvs_bytes(const vq_cuda_kvs *s) { return s ? s->bytes : 0; }
+
+
+/* ---- the CUDA device row (backend/ops.h "devices") ---- */
+namespace {
+int dev_count(char *why, size_t cap) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (why) snprintf(why, cap, "cudaGetDeviceCount: %s (no NVIDIA GPU or driver on this machine?)",
+                          cudaGetErrorString(e));
+        return 0;
+    }
+    if (n == 0 && why) snprintf(why, cap, "the CUDA driver reports no device");
+    return n;
+}
+void *dev_open(int index, vq_err *err) { return vq_cuda_row_create_on(index, err); }
+vq_status dev_mirror(void *ctx, const void *host, size_t bytes, vq_err *err) {
+    return vq_cuda_row_mirror((vq_cuda_row *)ctx, host, bytes, err);
+}
+size_t dev_bytes(const void *ctx) { return vq_cuda_row_bytes((const vq_cuda_row *)ctx); }
+void dev_describe(void *ctx, char *buf, size_t cap) {
+    cudaDeviceProp pr;
+    const int d = ((const vq_cuda_row *)ctx)->device;
+    if (cudaGetDeviceProperties(&pr, d) != cudaSuccess) { snprintf(buf, cap, "cuda:%d", d); return; }
+    snprintf(buf, cap, "cuda:%d, %s (sm_%d%d, %d SMs, %.0f MiB)", d, pr.name, pr.major, pr.minor,
+             pr.multiProcessorCount, pr.totalGlobalMem / 1048576.0);
+}
+void dev_close(void *ctx) { vq_cuda_row_destroy((vq_cuda_row *)ctx); }
+void *dev_store_create(void *ctx, int n_layers, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
+                       const int *span, float softcap, vq_err *err) {
+    cudaError_t e = on_device(((const vq_cuda_row *)ctx)->device);
+    if (e != cudaSuccess) { cuerr(err, e, "selecting the device"); return NULL; }
+    vq_cuda_kvs *s = vq_cuda_kvs_create(n_layers, n_heads, n_kv_heads, head_dim, max_ctx, span, softcap, err);
+    if (!s && err && err->code == VQ_ERR_ARG) err->code = VQ_ERR_UNSUPPORTED;   /* the model is fine; the store lacks it */
+    return s;
+}
+void dev_store_free(void *store) { vq_cuda_kvs_destroy((vq_cuda_kvs *)store); }
+int dev_store_truncate(void *store, int n) { return vq_cuda_kvs_truncate((vq_cuda_kvs *)store, n); }
+size_t dev_store_bytes(const void *store) { return vq_cuda_kvs_bytes((const vq_cuda_kvs *)store); }
+}  // namespace
+
+extern "C" const vq_device vq_device_cuda = {
+    "cuda", &vq_ops_cuda, NULL, "f16", dev_count, dev_open, dev_mirror, dev_bytes, dev_describe, dev_close,
+    dev_store_create, dev_store_free, dev_store_truncate, dev_store_bytes, 16,
+};

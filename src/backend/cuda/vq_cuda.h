@@ -1,7 +1,9 @@
 /* vq_cuda.h: the CUDA backend's contract with the C side (no CUDA type appears here, so the CPU
- * code and its compilers never see one). Built only with -DVQ_CUDA=ON (docs/cuda.md); the static
- * library vq_cuda holds the kernels (attn_*.cu) and this header's host functions, vq_backend the
- * C part (cuda_kv.c: a cache's codec states described for the kernels).
+ * code and its compilers never see one). Built only with VQ_CUDA on (docs/cuda.md): the kernels
+ * (attn_*.cu, ops.cu) and this header's host functions (attn_host.cu, cuda_row.cu) are one object
+ * of the backend layer (vq_cuda_lib.o, in libveloxquant), beside the C part (cuda_kv.c: a cache's
+ * codec states described for the kernels). The device row vq_device_cuda (cuda_row.cu) is how the
+ * library reaches them (backend/ops.h "devices").
  *
  * What exists: decode attention (one query token per sequence) straight from the KV cache's code
  * bytes, GQA (n_heads query heads over n_kv_heads), split over the context flash-decoding style,
@@ -130,18 +132,21 @@ vq_status vq_cuda_argmax(const float *x, int n, int *out, void *stream, vq_err *
 struct vq_ops;
 extern const struct vq_ops vq_ops_cuda;
 typedef struct vq_cuda_row vq_cuda_row;
-vq_cuda_row *vq_cuda_row_create(vq_err *err);
+vq_cuda_row *vq_cuda_row_create(vq_err *err);                 /* on device 0 */
+vq_cuda_row *vq_cuda_row_create_on(int device, vq_err *err);  /* every op and copy on that device */
 /* a buffer of the model the pass reads: copied to the device once (fits vq_model_tensor_fn when
  * wrapped); a pointer inside it then maps to the copy */
 vq_status vq_cuda_row_mirror(vq_cuda_row *r, const void *host, size_t bytes, vq_err *err);
 size_t    vq_cuda_row_bytes(const vq_cuda_row *r);   /* device bytes of the mirrored buffers */
 void      vq_cuda_row_destroy(vq_cuda_row *r);
 typedef struct vq_cuda_kvs vq_cuda_kvs;
-/* span: per layer attention span (0: all), copied; NULL: all unbounded */
+/* span: per layer attention span (0: all), copied; NULL: all unbounded. On the calling thread's
+ * current device (the device row sets it to the row's). */
 vq_cuda_kvs *vq_cuda_kvs_create(int n_layers, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
                                 const int *span, float softcap, vq_err *err);
 void   vq_cuda_kvs_destroy(vq_cuda_kvs *s);
 void   vq_cuda_kvs_clear(vq_cuda_kvs *s);
+int    vq_cuda_kvs_truncate(vq_cuda_kvs *s, int n);   /* keep positions < n; returns n */
 size_t vq_cuda_kvs_bytes(const vq_cuda_kvs *s);
 
 /* Runtime helpers for C callers (tests, tools): device count (0 when there is no device or no
