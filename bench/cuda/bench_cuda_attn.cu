@@ -68,12 +68,12 @@ static double copy_bw(size_t bytes, int reps, float *med_ms) {
 }
 
 struct Kind { const char *label, *codec, *params; int f32_only; };
-/* the 4-bit codes run on the tensor-core kernel by default (vq_cuda_attn_tc); "f32" rows time the
+/* q8_0 and the 4-bit codes run on the tensor-core kernel by default (vq_cuda_attn_tc); "f32" rows time the
  * float32 kernel on the same codes */
 static const Kind KINDS[] = {
     {"f16", "f16", "", 0}, {"q8_0", "q8_0", "", 0}, {"q4_0:rotate=1", "q4_0", "rotate=1", 0},
     {"turboquant_mse:bits=4", "turboquant_mse", "bits=4", 0},
-    {"q4_0:rotate=1 f32", "q4_0", "rotate=1", 1}, {"turboquant_mse:bits=4 f32", "turboquant_mse", "bits=4", 1},
+    {"q8_0 f32", "q8_0", "", 1}, {"q4_0:rotate=1 f32", "q4_0", "rotate=1", 1}, {"turboquant_mse:bits=4 f32", "turboquant_mse", "bits=4", 1},
 };
 
 static vq_cuda_kv_format make_format(const Kind &k, int D, int H, int Hkv, vq_codec_state *sk, vq_codec_state *sv) {

@@ -18,7 +18,7 @@
  * check is ||out - ref|| <= ||E||, and the relative error ||out - ref|| / ||ref|| is printed with
  * the bound's ||E|| / ||ref||.
  *
- * The tensor-core path (vq_cuda_attn_tc: q4_0 and 4-bit TurboQuant with fp16 norms, the default;
+ * The tensor-core path (vq_cuda_attn_tc: q8_0, q4_0 and 4-bit TurboQuant with fp16 norms, the default;
  * every such case runs on both paths, "tc" and "f32", on the same rows). Its arithmetic: the
  * query (after scaling and rotation in float32), the key elements, the value elements and the
  * softmax weights are rounded to fp16 (u_h = 2^-11, round to nearest; below 2^-14 the spacing is
@@ -30,15 +30,15 @@
  *         + chunk/128 (rescales) + 4 (the warps' merge) + splits + 1 + log2 D;
  *   d_r = [(2D + 2 log2 D + 8) u + 2 u_h] ||q|| ||k_r|| / sqrt(D): the score of row r is
  *         sum_c q^_c k^_c with q^ = q (1 + e), k^ = k (1 + e'), |e|, |e'| <= u_h (the key element
- *         in fp16: TQ4's centroid, q4_0's (n - 8) x scale), so |score^ - score| <= 2 u_h
+ *         in fp16: TQ4's centroid, q4_0's (n - 8) x scale, q8_0's n x scale), so |score^ - score| <= 2 u_h
  *         sum_c |q_c k_c| <= 2 u_h ||q|| ||k_r|| (Cauchy-Schwarz; the rotation is orthonormal),
  *         plus the truncating fp32 sums (TQ4's norm multiplies the fp32 score: u);
  *   T   = 2 u_h sum_r P_r ||v_r|| + eta sum_r (||v_r|| + sqrt(D) cmax) / den: the value sum is
  *         sum_r w^_r x^_r / l with the weight w_r (p_r, times the row norm for TQ4) rounded to fp16
- *         (u_h w_r + eta) and the value element x^ (TQ4 centroid, q4_0 (n - 8) x scale) rounded to
+ *         (u_h w_r + eta) and the value element x^ (TQ4 centroid, q4_0 (n - 8) x scale, q8_0 n x scale) rounded to
  *         fp16 (u_h), while l sums the fp32 weights; P_r = the softmax weight, den >= 1 the
  *         softmax denominator relative to the largest score, cmax the largest code value (TQ4:
- *         max |centroid|, q4_0: 8), norms because the rotation back is orthonormal.
+ *         max |centroid|, q4_0: 8, q8_0: 128), norms because the rotation back is orthonormal.
  * The check is then ||out - ref|| <= sqrt(sum over heads of B^2) (first order, as above).
  * Arguments: --small (fewer, shorter cases: compute-sanitizer). */
 #include <math.h>
@@ -227,7 +227,7 @@ static int run_case(const kv_case *kc, int D, int H, int Hkv, int n_seqs, int ma
     const double m_tc = 2.0 * pl.chunk / 4 + pl.chunk / 128.0 + 4 + pl.n_splits + 1 + l2d;
     const double uh = ldexp(1.0, -11), eta = ldexp(1.0, -25);
     const int tq = f.type == VQ_CUDA_KV_TQ4;
-    double cmax = 8.0;
+    double cmax = f.type == VQ_CUDA_KV_Q8_0 ? 128.0 : 8.0;
     if (tq) {
         cmax = 0;
         for (int i = 0; i < 16; i++) cmax = fmax(cmax, fabs(f.cent_v[i]));

@@ -30,7 +30,7 @@ extern "C" int vq_cuda_attn_tc(const vq_cuda_kv_format *f) {
     if (f->f32_only) return 0;
     const char *e = getenv("VQ_CUDA_ATTN");
     if (e && !strcmp(e, "f32")) return 0;
-    return f->type == VQ_CUDA_KV_Q4_0 || (f->type == VQ_CUDA_KV_TQ4 && !f->norm32);
+    return f->type == VQ_CUDA_KV_Q8_0 || f->type == VQ_CUDA_KV_Q4_0 || (f->type == VQ_CUDA_KV_TQ4 && !f->norm32);
 }
 
 extern "C" vq_cuda_plan vq_cuda_attn_plan(const vq_cuda_kv_format *f, int n_seqs, int max_coded) {
@@ -86,11 +86,13 @@ extern "C" vq_status vq_cuda_attn_decode(const vq_cuda_kv_format *f, const vq_cu
     cudaError_t e;
     if (vq_cuda_attn_tc(f)) {   /* coded splits on the tensor cores, then split 0 (fp16 rows) on the float32 kernel */
         const dim3 tgrid(pl.n_splits, f->n_kv_heads, n_seqs), fgrid(1, f->n_kv_heads, n_seqs);
-        e = f->type == VQ_CUDA_KV_Q4_0 ? vqc::launch_tc_q4(f->head_dim, G, p, tgrid, st)
-                                       : vqc::launch_tc_tq4(f->head_dim, G, p, tgrid, st);
+        e = f->type == VQ_CUDA_KV_Q8_0   ? vqc::launch_tc_q8(f->head_dim, G, p, tgrid, st)
+            : f->type == VQ_CUDA_KV_Q4_0 ? vqc::launch_tc_q4(f->head_dim, G, p, tgrid, st)
+                                         : vqc::launch_tc_tq4(f->head_dim, G, p, tgrid, st);
         if (e != cudaSuccess) return cuerr(err, e, "attention split kernel launch (tensor cores)");
-        e = f->type == VQ_CUDA_KV_Q4_0 ? vqc::launch_split_q4(f->head_dim, G, p, fgrid, st)
-                                       : vqc::launch_split_tq4(f->head_dim, G, p, fgrid, st);
+        e = f->type == VQ_CUDA_KV_Q8_0   ? vqc::launch_split_q8(f->head_dim, G, p, fgrid, st)
+            : f->type == VQ_CUDA_KV_Q4_0 ? vqc::launch_split_q4(f->head_dim, G, p, fgrid, st)
+                                         : vqc::launch_split_tq4(f->head_dim, G, p, fgrid, st);
     } else switch (f->type) {
     case VQ_CUDA_KV_F16: e = vqc::launch_split_f16(f->head_dim, G, p, grid, st); break;
     case VQ_CUDA_KV_Q8_0: e = vqc::launch_split_q8(f->head_dim, G, p, grid, st); break;

@@ -1,5 +1,5 @@
-/* attn_tc.cuh: the tensor-core split kernel for 4-bit codes (q4_0 and turboquant_mse 4-bit with
- * fp16 norms), the default path for those codes (vq_cuda_attn_tc; the float32 kernel of
+/* attn_tc.cuh: the tensor-core split kernel for coded rows (q8_0, q4_0 and turboquant_mse 4-bit
+ * with fp16 norms), the default path for those codes (vq_cuda_attn_tc; the float32 kernel of
  * attn_kernel.cuh stays selectable: vq_cuda_kv_format.f32_only or VQ_CUDA_ATTN=f32). Same grid,
  * plan, workspace and combine as the float32 kernel; only the coded splits run here (the fp16
  * rows of split 0 keep the float32 kernel). docs/cuda.md has the design; in short:
@@ -38,7 +38,7 @@ template <int KT, int D> struct TLay {
     static constexpr int KT_BYTES = (8 * KBLK + 15) / 16 * 16;
     static constexpr int VT_BYTES = (TT * VROW + 15) / 16 * 16;
     static constexpr int STAGE = KT_BYTES + VT_BYTES;
-    static constexpr int STAGES = 3;
+    static constexpr int STAGES = KT == VQ_CUDA_KV_Q8_0 ? 2 : 3;   /* q8_0: 34 KB a stage */
     static constexpr int RED = 4 * 8 * D * 4 + 2 * 4 * 8 * 4;   /* warp merge: o[4][8][D], m/l[4][8] */
     static constexpr int LUT = KT == VQ_CUDA_KV_TQ4 ? 2 * 256 * 8 * 4 : 0;   /* after the stages */
     static constexpr int SMEM = (STAGES * STAGE > RED ? STAGES * STAGE : RED) + LUT;
@@ -72,6 +72,14 @@ __device__ __forceinline__ uint32_t q4_byte(uint32_t w) {
     return h2u(__hfma2(h, __halves2half2(__float2half(1.0f), __float2half(0.0625f)),
                        __halves2half2(__float2half(-1032.0f), __float2half(-72.0f))));
 }
+/* q8_0: byte j of wa and of wb (int8) -> (a_j, b_j), exact */
+template <int J>
+__device__ __forceinline__ uint32_t q8_pair(uint32_t wa, uint32_t wb) {
+    const uint32_t t = __byte_perm(wa, wb, J | ((4 + J) << 8));
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;\n" : "=r"(r) : "r"(t), "r"(0x00FF00FFu), "r"(0x64806480u));   /* (t & b) ^ c */
+    return h2u(__hsub2(u2h(r), __float2half2_rn(1152.0f)));
+}
 /* q4_0: byte j of wa and of wb -> (lo_a - 8, lo_b - 8) and (hi_a - 8, hi_b - 8), exact */
 template <int J>
 __device__ __forceinline__ void q4_pair(uint32_t wa, uint32_t wb, uint32_t &lo, uint32_t &hi) {
@@ -82,22 +90,27 @@ __device__ __forceinline__ void q4_pair(uint32_t wa, uint32_t wb, uint32_t &lo, 
 }
 
 /* The coordinates lane g's value fragments cover: x = 0 .. D/8 - 1 (8 per 32-bit word of codes) */
-template <int D>
+template <int KT, int D>
 __device__ __forceinline__ int tc_vcoord(int g, int x) {
-    const int wi = g + 8 * (x >> 3), jj = x & 7;
-    return 32 * (wi >> 2) + 4 * (wi & 3) + (jj & 3) + 16 * (jj >> 2);
+    if constexpr (KT == VQ_CUDA_KV_Q8_0) {   /* words g + 16 wq + 8 h of 4 coordinates each */
+        const int wi = g + 16 * (x >> 3) + 8 * ((x >> 2) & 1);
+        return 4 * wi + (x & 3);
+    } else {
+        const int wi = g + 8 * (x >> 3), jj = x & 7;
+        return 32 * (wi >> 2) + 4 * (wi & 3) + (jj & 3) + 16 * (jj >> 2);
+    }
 }
 /* The coordinates of query fragment register (k-step s, half e: 0 -> k 2t, 2t+1; 1 -> 2t+8, 2t+9), element h */
 template <int KT>
 __device__ __forceinline__ int tc_qcoord(int s, int t, int e, int h) {
-    if constexpr (KT == VQ_CUDA_KV_TQ4) return 16 * s + 2 * t + 8 * e + h;
+    if constexpr (KT != VQ_CUDA_KV_Q4_0) return 16 * s + 2 * t + 8 * e + h;   /* TQ4 and q8_0: natural order */
     else return 32 * (s >> 1) + 8 * (s & 1) + t + 4 * e + 16 * h;   /* q4_0: byte (lo, hi) = (c, c + 16) */
 }
 
 template <int KT, int D>
 __global__ void __launch_bounds__(NT, 3) attn_split_tc(const __grid_constant__ Params p, int Gp) {
     using L = TLay<KT, D>;
-    constexpr bool TQ = KT == VQ_CUDA_KV_TQ4;
+    constexpr bool TQ = KT == VQ_CUDA_KV_TQ4, Q8 = KT == VQ_CUDA_KV_Q8_0;
     constexpr int NS = D / 16;
     extern __shared__ __align__(16) uint8_t dyn[];
     __shared__ __align__(16) float qs[8 * D];
@@ -212,6 +225,28 @@ __global__ void __launch_bounds__(NT, 3) attn_split_tc(const __grid_constant__ P
                 rs[2 * i] = f.x;
                 rs[2 * i + 1] = f.y;
             }
+        } else if constexpr (Q8) {   /* q8_0: columns are coordinates; the rows' scales multiply in fp16 */
+#pragma unroll
+            for (int gi = 0; gi < D / 32; gi++) {
+                const uint8_t *grp = kw + gi * 544;
+                const uint2 sv2 = *(const uint2 *)(grp + 4 * (g & 3));
+                const __half2 s01 = u2h(sv2.x), s23 = u2h(sv2.y);
+                const __half2 sj[4] = {__low2half2(s01), __high2half2(s01), __low2half2(s23), __high2half2(s23)};
+#pragma unroll
+                for (int k2 = 0; k2 < 2; k2++) {
+                    const int k = 2 * gi + k2;
+                    const uint8_t *col = grp + 32 + (16 * k2 + 2 * t) * 16;   /* columns 16 k2 + 2t, +1, +8, +9 */
+                    const uint32_t w0 = *(const uint32_t *)col, w1 = *(const uint32_t *)(col + 16);
+                    const uint32_t w2 = *(const uint32_t *)(col + 128), w3 = *(const uint32_t *)(col + 144);
+                    const uint32_t ba[4] = {q8_pair<0>(w0, w1), q8_pair<1>(w0, w1), q8_pair<2>(w0, w1), q8_pair<3>(w0, w1)};
+                    const uint32_t bb[4] = {q8_pair<0>(w2, w3), q8_pair<1>(w2, w3), q8_pair<2>(w2, w3), q8_pair<3>(w2, w3)};
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        mma16816(sc[j], aq[k][0], 0u, aq[k][1], 0u, h2u(__hmul2(u2h(ba[j]), sj[j])), h2u(__hmul2(u2h(bb[j]), sj[j])));
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) rs[i] = 1.0f;
         } else {   /* q4_0: the B rows' scales (rows 4 (g & 3) + j of the lane's block) multiply the codes in fp16 */
 #pragma unroll
             for (int gi = 0; gi < D / 32; gi++) {
@@ -283,8 +318,8 @@ __global__ void __launch_bounds__(NT, 3) attn_split_tc(const __grid_constant__ P
 #pragma unroll
         for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
-            for (int wq = 0; wq < D / 64; wq++) {   /* one code word per row: coordinates x = 8 wq .. 8 wq + 7 */
-                const int wi = g + 8 * wq;
+            for (int wq = 0; wq < D / 64; wq++) {   /* coordinates x = 8 wq .. 8 wq + 7: one code word a row (q8_0: two) */
+                const int wi = g + (Q8 ? 16 : 8) * wq;
                 uint32_t va[2][8];   /* [row pair (2mi, 2mi + 1)][x]: half2 (row i, row i + 4) */
 #pragma unroll
                 for (int pr = 0; pr < 2; pr++) {
@@ -302,6 +337,24 @@ __global__ void __launch_bounds__(NT, 3) attn_split_tc(const __grid_constant__ P
                         va[pr][5] = lut<1>(lutv, ih, k4);
                         va[pr][6] = lut<2>(lutv, ih, k4);
                         va[pr][7] = lut<3>(lutv, ih, k4);
+                    } else if constexpr (Q8) {
+                        const int gi = wi >> 3, off = 34 * gi + 2 + 4 * (wi & 7);   /* words wi and wi + 8: same group */
+                        const uint32_t wa0 = ld32_a2(ra + off), wb0 = ld32_a2(rb + off);
+                        const uint32_t wa1 = ld32_a2(ra + off + 34), wb1 = ld32_a2(rb + off + 34);
+                        const int ia = r0 + i, ib = r0 + i + 4;
+                        const uint32_t sa = ia >= a && ia < b ? *(const uint16_t *)(ra + 34 * gi) : 0u;
+                        const uint32_t sb = ib >= a && ib < b ? *(const uint16_t *)(rb + 34 * gi) : 0u;
+                        const uint32_t sa1 = ia >= a && ia < b ? *(const uint16_t *)(ra + 34 * gi + 34) : 0u;
+                        const uint32_t sb1 = ib >= a && ib < b ? *(const uint16_t *)(rb + 34 * gi + 34) : 0u;
+                        const __half2 s2 = u2h(sa | (sb << 16)), s21 = u2h(sa1 | (sb1 << 16));
+                        va[pr][0] = h2u(__hmul2(u2h(q8_pair<0>(wa0, wb0)), s2));
+                        va[pr][1] = h2u(__hmul2(u2h(q8_pair<1>(wa0, wb0)), s2));
+                        va[pr][2] = h2u(__hmul2(u2h(q8_pair<2>(wa0, wb0)), s2));
+                        va[pr][3] = h2u(__hmul2(u2h(q8_pair<3>(wa0, wb0)), s2));
+                        va[pr][4] = h2u(__hmul2(u2h(q8_pair<0>(wa1, wb1)), s21));
+                        va[pr][5] = h2u(__hmul2(u2h(q8_pair<1>(wa1, wb1)), s21));
+                        va[pr][6] = h2u(__hmul2(u2h(q8_pair<2>(wa1, wb1)), s21));
+                        va[pr][7] = h2u(__hmul2(u2h(q8_pair<3>(wa1, wb1)), s21));
                     } else {
                         const int gi = wi >> 2, off = 18 * gi + 2 + 4 * (wi & 3);
                         const uint32_t wa = ld32_a2(ra + off), wb = ld32_a2(rb + off);
@@ -339,7 +392,7 @@ __global__ void __launch_bounds__(NT, 3) attn_split_tc(const __grid_constant__ P
     if (t == 0) { wm[warp * 8 + g] = m_run; wl[warp * 8 + g] = l_run; }
 #pragma unroll
     for (int m = 0; m < NS; m++) {
-        const int ca = tc_vcoord<D>(g, 2 * m), cb = tc_vcoord<D>(g, 2 * m + 1);
+        const int ca = tc_vcoord<KT, D>(g, 2 * m), cb = tc_vcoord<KT, D>(g, 2 * m + 1);
         float *w0 = wo + (size_t)(warp * 8 + 2 * t) * D, *w1 = w0 + D;
         w0[ca] = o[m][0]; w1[ca] = o[m][1]; w0[cb] = o[m][2]; w1[cb] = o[m][3];
     }

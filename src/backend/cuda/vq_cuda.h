@@ -77,7 +77,7 @@ typedef struct vq_cuda_plan { int chunk, n_splits; size_t workspace_bytes; } vq_
 vq_cuda_plan vq_cuda_attn_plan(const vq_cuda_kv_format *f, int n_seqs, int max_coded);
 
 /* 1 when vq_cuda_attn_decode runs f's coded rows on the tensor cores (fp16 operands, fp32 sums:
- * q4_0, and turboquant_mse 4-bit with fp16 norms, unless f->f32_only or the environment's
+ * q8_0, q4_0, and turboquant_mse 4-bit with fp16 norms, unless f->f32_only or the environment's
  * VQ_CUDA_ATTN=f32), 0 when on the float32 kernels. The test derives its bound from it. */
 int vq_cuda_attn_tc(const vq_cuda_kv_format *f);
 
