@@ -11,7 +11,7 @@
  * Codes are random 16-bit halves of moderate magnitude (so every scale and norm is finite);
  * timing does not depend on the values. Block formats come from the real codec table.
  *
- * usage: bench_cuda_attn [--csv FILE] [--quick] */
+ * usage: bench_cuda_attn [--csv FILE] [--quick] [--no-sweep] */
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <math.h>
@@ -176,11 +176,12 @@ static Result time_case(const vq_cuda_kv_format &f, int ctx, int batch, size_t l
 
 int main(int argc, char **argv) {
     const char *csv = NULL;
-    int quick = 0;
+    int quick = 0, sweep = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else { fprintf(stderr, "usage: %s [--csv FILE] [--quick]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--no-sweep")) sweep = 0;
+        else { fprintf(stderr, "usage: %s [--csv FILE] [--quick] [--no-sweep]\n", argv[0]); return 2; }
     }
     if (vq_cuda_device_count() == 0) { fprintf(stderr, "no CUDA device\n"); return 77; }
     cudaDeviceProp pr;
@@ -214,7 +215,7 @@ int main(int argc, char **argv) {
         sv.codec->fini(&sv);
     }
     /* the split plan's one knob, on the 4-bit codes: blocks per multiprocessor it aims at */
-    {
+    if (sweep) {
         vq_codec_state sk, sv;
         const vq_cuda_kv_format f = make_format(KINDS[3], D, H, Hkv, &sk, &sv);
         printf("split sweep (turboquant_mse:bits=4), VQ_CUDA_BLOCKS_PER_SM:\n");
