@@ -44,14 +44,48 @@ template <int KT, int D> struct TLay {
     static constexpr int SMEM = (STAGES * STAGE > RED ? STAGES * STAGE : RED) + LUT;
 };
 
+#define VQ_HD __host__ __device__ __forceinline__
+/* Fragments are 32-bit words holding two fp16 (low half: the lower index). The helpers below run
+ * on the device (the kernel) and on the host (tests/cuda/test_cuda_tcfrag.cu checks the fragment
+ * builders against the codecs' decode without a GPU). */
 __device__ __forceinline__ uint32_t h2u(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
 __device__ __forceinline__ __half2 u2h(uint32_t u) { return *reinterpret_cast<__half2 *>(&u); }
-__device__ __forceinline__ uint32_t pack_h2(float lo, float hi) { return h2u(__floats2half2_rn(lo, hi)); }
-__device__ __forceinline__ uint32_t lop_andor(uint32_t a, uint32_t b, uint32_t c) {   /* (a & b) | c */
-    uint32_t r;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
+VQ_HD float hlo(uint32_t u) { return __half2float(__ushort_as_half((unsigned short)(u & 0xFFFFu))); }
+VQ_HD float hhi(uint32_t u) { return __half2float(__ushort_as_half((unsigned short)(u >> 16))); }
+VQ_HD uint32_t pack_h2(float lo, float hi) {
+    return (uint32_t)__half_as_ushort(__float2half_rn(lo)) | ((uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16);
 }
+/* a * b (+ c), element-wise, rounded once to fp16 (the products here are exact in float) */
+VQ_HD uint32_t hmul2u(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return h2u(__hmul2(u2h(a), u2h(b)));
+#else
+    return pack_h2(hlo(a) * hlo(b), hhi(a) * hhi(b));
+#endif
+}
+VQ_HD uint32_t hfma2u(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef __CUDA_ARCH__
+    return h2u(__hfma2(u2h(a), u2h(b), u2h(c)));
+#else
+    return pack_h2((float)((double)hlo(a) * hlo(b) + hlo(c)), (float)((double)hhi(a) * hhi(b) + hhi(c)));
+#endif
+}
+VQ_HD uint32_t bperm(uint32_t x, uint32_t y, uint32_t s) {   /* __byte_perm (selector bit 3 never set here) */
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t v = ((uint64_t)y << 32) | x;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
+    return r;
+#endif
+}
+VQ_HD uint32_t lop_andor(uint32_t a, uint32_t b, uint32_t c) { return (a & b) | c; }   /* one LOP3 */
+VQ_HD uint32_t ld32a2(const uint8_t *p) {   /* 4 bytes at a 2-byte aligned address */
+    const uint16_t *h = (const uint16_t *)p;
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
+VQ_HD uint32_t hdup(uint16_t h) { return (uint32_t)h | ((uint32_t)h << 16); }
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -60,38 +94,33 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 }
 /* table entry of byte j of x: byte offset (x_j << 5) | k4 into a [256][8] u32 table */
 template <int J>
-__device__ __forceinline__ uint32_t lut(const uint32_t *tab, uint32_t x, uint32_t k4) {
+VQ_HD uint32_t lut(const uint32_t *tab, uint32_t x, uint32_t k4) {
     const uint32_t off = J == 0 ? lop_andor(x << 5, 0x1FE0u, k4) : lop_andor(x >> (8 * J - 5), 0x1FE0u, k4);
     return *(const uint32_t *)((const char *)tab + off);
 }
 /* q4_0 byte j of w -> half2 (lo - 8, hi - 8), exact */
 template <int J>
-__device__ __forceinline__ uint32_t q4_byte(uint32_t w) {
-    const uint32_t t = __byte_perm(w, 0u, 0x4040u | J | (J << 8));
-    const __half2 h = u2h(lop_andor(t, 0x00F0000Fu, 0x64006400u));
-    return h2u(__hfma2(h, __halves2half2(__float2half(1.0f), __float2half(0.0625f)),
-                       __halves2half2(__float2half(-1032.0f), __float2half(-72.0f))));
+VQ_HD uint32_t q4_byte(uint32_t w) {
+    const uint32_t t = bperm(w, 0u, 0x4040u | J | (J << 8));
+    return hfma2u(lop_andor(t, 0x00F0000Fu, 0x64006400u), 0x2C003C00u /* (1, 1/16) */, 0xD480E408u /* (-1032, -72) */);
 }
 /* q8_0: byte j of wa and of wb (int8) -> (a_j, b_j), exact */
 template <int J>
-__device__ __forceinline__ uint32_t q8_pair(uint32_t wa, uint32_t wb) {
-    const uint32_t t = __byte_perm(wa, wb, J | ((4 + J) << 8));
-    uint32_t r;
-    asm("lop3.b32 %0, %1, %2, %3, 0x6A;\n" : "=r"(r) : "r"(t), "r"(0x00FF00FFu), "r"(0x64806480u));   /* (t & b) ^ c */
-    return h2u(__hsub2(u2h(r), __float2half2_rn(1152.0f)));
+VQ_HD uint32_t q8_pair(uint32_t wa, uint32_t wb) {
+    const uint32_t t = bperm(wa, wb, J | ((4 + J) << 8));
+    return hfma2u((t & 0x00FF00FFu) ^ 0x64806480u, 0x3C003C00u /* 1 */, 0xE480E480u /* -1152 */);
 }
 /* q4_0: byte j of wa and of wb -> (lo_a - 8, lo_b - 8) and (hi_a - 8, hi_b - 8), exact */
 template <int J>
-__device__ __forceinline__ void q4_pair(uint32_t wa, uint32_t wb, uint32_t &lo, uint32_t &hi) {
-    const uint32_t t = __byte_perm(wa, wb, J | ((4 + J) << 8));
-    const __half2 l = u2h(lop_andor(t, 0x000F000Fu, 0x64006400u)), h = u2h(lop_andor(t, 0x00F000F0u, 0x64006400u));
-    lo = h2u(__hsub2(l, __float2half2_rn(1032.0f)));
-    hi = h2u(__hfma2(h, __float2half2_rn(0.0625f), __float2half2_rn(-72.0f)));
+VQ_HD void q4_pair(uint32_t wa, uint32_t wb, uint32_t &lo, uint32_t &hi) {
+    const uint32_t t = bperm(wa, wb, J | ((4 + J) << 8));
+    lo = hfma2u(lop_andor(t, 0x000F000Fu, 0x64006400u), 0x3C003C00u, 0xE408E408u /* -1032 */);
+    hi = hfma2u(lop_andor(t, 0x00F000F0u, 0x64006400u), 0x2C002C00u /* 1/16 */, 0xD480D480u /* -72 */);
 }
 
-/* The coordinates lane g's value fragments cover: x = 0 .. D/8 - 1 (8 per 32-bit word of codes) */
+/* The coordinates lane g's value fragments cover: x = 0 .. D/8 - 1 */
 template <int KT, int D>
-__device__ __forceinline__ int tc_vcoord(int g, int x) {
+VQ_HD int tc_vcoord(int g, int x) {
     if constexpr (KT == VQ_CUDA_KV_Q8_0) {   /* words g + 16 wq + 8 h of 4 coordinates each */
         const int wi = g + 16 * (x >> 3) + 8 * ((x >> 2) & 1);
         return 4 * wi + (x & 3);
@@ -102,15 +131,105 @@ __device__ __forceinline__ int tc_vcoord(int g, int x) {
 }
 /* The coordinates of query fragment register (k-step s, half e: 0 -> k 2t, 2t+1; 1 -> 2t+8, 2t+9), element h */
 template <int KT>
-__device__ __forceinline__ int tc_qcoord(int s, int t, int e, int h) {
+VQ_HD int tc_qcoord(int s, int t, int e, int h) {
     if constexpr (KT != VQ_CUDA_KV_Q4_0) return 16 * s + 2 * t + 8 * e + h;   /* TQ4 and q8_0: natural order */
     else return 32 * (s >> 1) + 8 * (s & 1) + t + 4 * e + 16 * h;   /* q4_0: byte (lo, hi) = (c, c + 16) */
+}
+
+/* Key B fragments of k-step k for lane (g, t), the warp's two key blocks at kw2 (kblk bytes each):
+ * ba[j] (k 2t, 2t+1) and bb[j] (k 2t+8, 2t+9) of n-tile j = row 4 (g & 3) + j of block g >> 2.
+ * q4_0 / q8_0: code x the row's scale, rounded to fp16; TQ4: centroids (the norm is applied to
+ * the fp32 score). */
+template <int KT, int D>
+VQ_HD void tc_kfrag(const uint8_t *kw2, int kblk, int g, int t, int k, const uint32_t *lutk, uint32_t k4,
+                    uint32_t (&ba)[4], uint32_t (&bb)[4]) {
+    const uint8_t *kw = kw2 + (size_t)(g >> 2) * kblk + 4 * (g & 3);   /* the lane's quad of rows */
+    if constexpr (KT == VQ_CUDA_KV_TQ4) {
+        const uint32_t wa = *(const uint32_t *)(kw + 32 + (8 * k + t) * 16);
+        const uint32_t wb = *(const uint32_t *)(kw + 32 + (8 * k + t + 4) * 16);
+        ba[0] = lut<0>(lutk, wa, k4); ba[1] = lut<1>(lutk, wa, k4); ba[2] = lut<2>(lutk, wa, k4); ba[3] = lut<3>(lutk, wa, k4);
+        bb[0] = lut<0>(lutk, wb, k4); bb[1] = lut<1>(lutk, wb, k4); bb[2] = lut<2>(lutk, wb, k4); bb[3] = lut<3>(lutk, wb, k4);
+    } else {
+        constexpr int GB = KT == VQ_CUDA_KV_Q8_0 ? 544 : 288;   /* 32 coordinates x 16 rows */
+        const int gi = k >> 1, k2 = k & 1;
+        const uint8_t *grp = kw + gi * GB;
+        const uint16_t *sc = (const uint16_t *)(grp + 4 * (g & 3));   /* scales of rows 4 (g & 3) + j */
+        uint32_t ra[4], rb[4];
+        if constexpr (KT == VQ_CUDA_KV_Q8_0) {
+            const uint8_t *col = grp + 32 + (16 * k2 + 2 * t) * 16;   /* columns 16 k2 + 2t, +1, +8, +9 */
+            const uint32_t w0 = *(const uint32_t *)col, w1 = *(const uint32_t *)(col + 16);
+            const uint32_t w2 = *(const uint32_t *)(col + 128), w3 = *(const uint32_t *)(col + 144);
+            ra[0] = q8_pair<0>(w0, w1); ra[1] = q8_pair<1>(w0, w1); ra[2] = q8_pair<2>(w0, w1); ra[3] = q8_pair<3>(w0, w1);
+            rb[0] = q8_pair<0>(w2, w3); rb[1] = q8_pair<1>(w2, w3); rb[2] = q8_pair<2>(w2, w3); rb[3] = q8_pair<3>(w2, w3);
+        } else {
+            const uint32_t wa = *(const uint32_t *)(grp + 32 + (8 * k2 + t) * 16);
+            const uint32_t wb = *(const uint32_t *)(grp + 32 + (8 * k2 + t + 4) * 16);
+            ra[0] = q4_byte<0>(wa); ra[1] = q4_byte<1>(wa); ra[2] = q4_byte<2>(wa); ra[3] = q4_byte<3>(wa);
+            rb[0] = q4_byte<0>(wb); rb[1] = q4_byte<1>(wb); rb[2] = q4_byte<2>(wb); rb[3] = q4_byte<3>(wb);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t s2 = hdup(sc[j]);
+            ba[j] = hmul2u(ra[j], s2);
+            bb[j] = hmul2u(rb[j], s2);
+        }
+    }
+}
+
+/* Value A fragments (V^T) of lane g for the row pairs (i, i + 4), i = 2 mi and 2 mi + 1, of the
+ * lane's 8 rows at vr (vrb bytes apart), coordinates x = 8 wq .. 8 wq + 7 (tc_vcoord):
+ * va[pr][x - 8 wq] = half2 (row i, row i + 4). q4_0 / q8_0 multiply by the row's scale in fp16;
+ * a row whose bit in ok is 0 gets scale 0 (its bytes may be stale). TQ4: centroids. */
+template <int KT, int D>
+VQ_HD void tc_vfrag(const uint8_t *vr, int vrb, int g, int mi, int wq, unsigned ok, const uint32_t *lutv, uint32_t k4,
+                    uint32_t (&va)[2][8]) {
+#pragma unroll
+    for (int pr = 0; pr < 2; pr++) {
+        const int i = 2 * mi + pr;
+        const uint8_t *ra = vr + (size_t)i * vrb, *rb = vr + (size_t)(i + 4) * vrb;
+        const bool oka = (ok >> i) & 1u, okb = (ok >> (i + 4)) & 1u;
+        if constexpr (KT == VQ_CUDA_KV_TQ4) {
+            const int wi = g + 8 * wq;
+            const uint32_t wa = ld32a2(ra + 2 + 4 * wi), wb = ld32a2(rb + 2 + 4 * wi);
+            const uint32_t il = lop_andor(wa, 0x0F0F0F0Fu, (wb << 4) & 0xF0F0F0F0u);
+            const uint32_t ih = lop_andor(wb, 0xF0F0F0F0u, (wa >> 4) & 0x0F0F0F0Fu);
+            va[pr][0] = lut<0>(lutv, il, k4); va[pr][1] = lut<1>(lutv, il, k4);
+            va[pr][2] = lut<2>(lutv, il, k4); va[pr][3] = lut<3>(lutv, il, k4);
+            va[pr][4] = lut<0>(lutv, ih, k4); va[pr][5] = lut<1>(lutv, ih, k4);
+            va[pr][6] = lut<2>(lutv, ih, k4); va[pr][7] = lut<3>(lutv, ih, k4);
+        } else if constexpr (KT == VQ_CUDA_KV_Q8_0) {
+            const int wi = g + 16 * wq, gi = wi >> 3, off = 34 * gi + 2 + 4 * (wi & 7);   /* words wi, wi + 8: groups gi, gi + 1 */
+            const uint32_t wa0 = ld32a2(ra + off), wb0 = ld32a2(rb + off), wa1 = ld32a2(ra + off + 34), wb1 = ld32a2(rb + off + 34);
+            const uint32_t sa0 = oka ? *(const uint16_t *)(ra + 34 * gi) : 0u, sb0 = okb ? *(const uint16_t *)(rb + 34 * gi) : 0u;
+            const uint32_t sa1 = oka ? *(const uint16_t *)(ra + 34 * gi + 34) : 0u, sb1 = okb ? *(const uint16_t *)(rb + 34 * gi + 34) : 0u;
+            const uint32_t s0 = sa0 | (sb0 << 16), s1 = sa1 | (sb1 << 16);
+            va[pr][0] = hmul2u(q8_pair<0>(wa0, wb0), s0); va[pr][1] = hmul2u(q8_pair<1>(wa0, wb0), s0);
+            va[pr][2] = hmul2u(q8_pair<2>(wa0, wb0), s0); va[pr][3] = hmul2u(q8_pair<3>(wa0, wb0), s0);
+            va[pr][4] = hmul2u(q8_pair<0>(wa1, wb1), s1); va[pr][5] = hmul2u(q8_pair<1>(wa1, wb1), s1);
+            va[pr][6] = hmul2u(q8_pair<2>(wa1, wb1), s1); va[pr][7] = hmul2u(q8_pair<3>(wa1, wb1), s1);
+        } else {
+            const int wi = g + 8 * wq, gi = wi >> 2, off = 18 * gi + 2 + 4 * (wi & 3);
+            const uint32_t wa = ld32a2(ra + off), wb = ld32a2(rb + off);
+            const uint32_t sa = oka ? *(const uint16_t *)(ra + 18 * gi) : 0u, sb = okb ? *(const uint16_t *)(rb + 18 * gi) : 0u;
+            const uint32_t s2 = sa | (sb << 16);
+            uint32_t lw[4], hw[4];
+            q4_pair<0>(wa, wb, lw[0], hw[0]);
+            q4_pair<1>(wa, wb, lw[1], hw[1]);
+            q4_pair<2>(wa, wb, lw[2], hw[2]);
+            q4_pair<3>(wa, wb, lw[3], hw[3]);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                va[pr][j] = hmul2u(lw[j], s2);
+                va[pr][4 + j] = hmul2u(hw[j], s2);
+            }
+        }
+    }
 }
 
 template <int KT, int D>
 __global__ void __launch_bounds__(NT, 3) attn_split_tc(const __grid_constant__ Params p, int Gp) {
     using L = TLay<KT, D>;
-    constexpr bool TQ = KT == VQ_CUDA_KV_TQ4, Q8 = KT == VQ_CUDA_KV_Q8_0;
+    constexpr bool TQ = KT == VQ_CUDA_KV_TQ4;
     constexpr int NS = D / 16;
     extern __shared__ __align__(16) uint8_t dyn[];
     __shared__ __align__(16) float qs[8 * D];
@@ -204,68 +323,25 @@ __global__ void __launch_bounds__(NT, 3) attn_split_tc(const __grid_constant__ P
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) sc[j][e] = 0.0f;
-        const uint8_t *kw = kt + (size_t)(2 * warp + (g >> 2)) * kblk + 4 * (g & 3);   /* this lane's words */
-        float rs[8];   /* the score rows' scale: TQ4 norm; q4_0 applies its scales per group */
+        const uint8_t *kw2 = kt + (size_t)(2 * warp) * kblk;   /* the warp's two key blocks */
+#pragma unroll
+        for (int k = 0; k < NS; k++) {
+            uint32_t ba[4], bb[4];
+            tc_kfrag<KT, D>(kw2, kblk, g, t, k, lutk, k4, ba, bb);
+#pragma unroll
+            for (int j = 0; j < 4; j++) mma16816(sc[j], aq[k][0], 0u, aq[k][1], 0u, ba[j], bb[j]);
+        }
+        float rs[8];   /* the score rows' factor: TQ4's norm, else 1 (scales are in the key fragments) */
         if constexpr (TQ) {
-#pragma unroll
-            for (int k = 0; k < NS; k++) {
-                const uint32_t wa = *(const uint32_t *)(kw + 32 + (8 * k + t) * 16);
-                const uint32_t wb = *(const uint32_t *)(kw + 32 + (8 * k + t + 4) * 16);
-                const uint32_t ba[4] = {lut<0>(lutk, wa, k4), lut<1>(lutk, wa, k4), lut<2>(lutk, wa, k4), lut<3>(lutk, wa, k4)};
-                const uint32_t bb[4] = {lut<0>(lutk, wb, k4), lut<1>(lutk, wb, k4), lut<2>(lutk, wb, k4), lut<3>(lutk, wb, k4)};
-#pragma unroll
-                for (int j = 0; j < 4; j++) mma16816(sc[j], aq[k][0], 0u, aq[k][1], 0u, ba[j], bb[j]);
-            }
-            const uint8_t *kr = kt + (size_t)(2 * warp + (t >> 1)) * kblk;   /* block of the lane's score rows */
+            const uint8_t *kr = kw2 + (size_t)(t >> 1) * kblk;   /* block of the lane's score rows 8t .. 8t + 7 */
             const uint4 nv = *(const uint4 *)(kr + 16 * (t & 1));
             const uint32_t nw[4] = {nv.x, nv.y, nv.z, nv.w};
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const float2 f = __half22float2(u2h(nw[i]));
-                rs[2 * i] = f.x;
-                rs[2 * i + 1] = f.y;
+                rs[2 * i] = hlo(nw[i]);
+                rs[2 * i + 1] = hhi(nw[i]);
             }
-        } else if constexpr (Q8) {   /* q8_0: columns are coordinates; the rows' scales multiply in fp16 */
-#pragma unroll
-            for (int gi = 0; gi < D / 32; gi++) {
-                const uint8_t *grp = kw + gi * 544;
-                const uint2 sv2 = *(const uint2 *)(grp + 4 * (g & 3));
-                const __half2 s01 = u2h(sv2.x), s23 = u2h(sv2.y);
-                const __half2 sj[4] = {__low2half2(s01), __high2half2(s01), __low2half2(s23), __high2half2(s23)};
-#pragma unroll
-                for (int k2 = 0; k2 < 2; k2++) {
-                    const int k = 2 * gi + k2;
-                    const uint8_t *col = grp + 32 + (16 * k2 + 2 * t) * 16;   /* columns 16 k2 + 2t, +1, +8, +9 */
-                    const uint32_t w0 = *(const uint32_t *)col, w1 = *(const uint32_t *)(col + 16);
-                    const uint32_t w2 = *(const uint32_t *)(col + 128), w3 = *(const uint32_t *)(col + 144);
-                    const uint32_t ba[4] = {q8_pair<0>(w0, w1), q8_pair<1>(w0, w1), q8_pair<2>(w0, w1), q8_pair<3>(w0, w1)};
-                    const uint32_t bb[4] = {q8_pair<0>(w2, w3), q8_pair<1>(w2, w3), q8_pair<2>(w2, w3), q8_pair<3>(w2, w3)};
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        mma16816(sc[j], aq[k][0], 0u, aq[k][1], 0u, h2u(__hmul2(u2h(ba[j]), sj[j])), h2u(__hmul2(u2h(bb[j]), sj[j])));
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < 8; i++) rs[i] = 1.0f;
-        } else {   /* q4_0: the B rows' scales (rows 4 (g & 3) + j of the lane's block) multiply the codes in fp16 */
-#pragma unroll
-            for (int gi = 0; gi < D / 32; gi++) {
-                const uint8_t *grp = kw + gi * 288;
-                const uint2 sv2 = *(const uint2 *)(grp + 4 * (g & 3));   /* scales of rows 4 (g & 3) + j: + 8 (g & 3) from the group */
-                const __half2 s01 = u2h(sv2.x), s23 = u2h(sv2.y);
-                const __half2 sj[4] = {__low2half2(s01), __high2half2(s01), __low2half2(s23), __high2half2(s23)};
-#pragma unroll
-                for (int k2 = 0; k2 < 2; k2++) {
-                    const int k = 2 * gi + k2;
-                    const uint32_t wa = *(const uint32_t *)(grp + 32 + (8 * k2 + t) * 16);
-                    const uint32_t wb = *(const uint32_t *)(grp + 32 + (8 * k2 + t + 4) * 16);
-                    const uint32_t ba[4] = {q4_byte<0>(wa), q4_byte<1>(wa), q4_byte<2>(wa), q4_byte<3>(wa)};
-                    const uint32_t bb[4] = {q4_byte<0>(wb), q4_byte<1>(wb), q4_byte<2>(wb), q4_byte<3>(wb)};
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        mma16816(sc[j], aq[k][0], 0u, aq[k][1], 0u, h2u(__hmul2(u2h(ba[j]), sj[j])), h2u(__hmul2(u2h(bb[j]), sj[j])));
-                }
-            }
+        } else {
 #pragma unroll
             for (int i = 0; i < 8; i++) rs[i] = 1.0f;
         }
@@ -315,71 +391,19 @@ __global__ void __launch_bounds__(NT, 3) attn_split_tc(const __grid_constant__ P
             }
         }
         /* ---- values: O^T += V^T P^T, row pairs (i, i + 4), i = 0..3; MMA 0: i = 0, 1; MMA 1: i = 2, 3 ---- */
+        unsigned ok = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) ok |= (r0 + i >= a && r0 + i < b ? 1u : 0u) << i;
 #pragma unroll
         for (int mi = 0; mi < 2; mi++) {
 #pragma unroll
-            for (int wq = 0; wq < D / 64; wq++) {   /* coordinates x = 8 wq .. 8 wq + 7: one code word a row (q8_0: two) */
-                const int wi = g + (Q8 ? 16 : 8) * wq;
-                uint32_t va[2][8];   /* [row pair (2mi, 2mi + 1)][x]: half2 (row i, row i + 4) */
+            for (int wq = 0; wq < D / 64; wq++) {
+                uint32_t va[2][8];
+                tc_vfrag<KT, D>(vr, vrb, g, mi, wq, ok, lutv, k4, va);
 #pragma unroll
-                for (int pr = 0; pr < 2; pr++) {
-                    const int i = 2 * mi + pr;
-                    const uint8_t *ra = vr + (size_t)i * vrb, *rb = vr + (size_t)(i + 4) * vrb;
-                    if constexpr (TQ) {
-                        const uint32_t wa = ld32_a2(ra + 2 + 4 * wi), wb = ld32_a2(rb + 2 + 4 * wi);
-                        const uint32_t il = lop_andor(wa, 0x0F0F0F0Fu, (wb << 4) & 0xF0F0F0F0u);
-                        const uint32_t ih = lop_andor(wb, 0xF0F0F0F0u, (wa >> 4) & 0x0F0F0F0Fu);
-                        va[pr][0] = lut<0>(lutv, il, k4);
-                        va[pr][1] = lut<1>(lutv, il, k4);
-                        va[pr][2] = lut<2>(lutv, il, k4);
-                        va[pr][3] = lut<3>(lutv, il, k4);
-                        va[pr][4] = lut<0>(lutv, ih, k4);
-                        va[pr][5] = lut<1>(lutv, ih, k4);
-                        va[pr][6] = lut<2>(lutv, ih, k4);
-                        va[pr][7] = lut<3>(lutv, ih, k4);
-                    } else if constexpr (Q8) {
-                        const int gi = wi >> 3, off = 34 * gi + 2 + 4 * (wi & 7);   /* words wi and wi + 8: same group */
-                        const uint32_t wa0 = ld32_a2(ra + off), wb0 = ld32_a2(rb + off);
-                        const uint32_t wa1 = ld32_a2(ra + off + 34), wb1 = ld32_a2(rb + off + 34);
-                        const int ia = r0 + i, ib = r0 + i + 4;
-                        const uint32_t sa = ia >= a && ia < b ? *(const uint16_t *)(ra + 34 * gi) : 0u;
-                        const uint32_t sb = ib >= a && ib < b ? *(const uint16_t *)(rb + 34 * gi) : 0u;
-                        const uint32_t sa1 = ia >= a && ia < b ? *(const uint16_t *)(ra + 34 * gi + 34) : 0u;
-                        const uint32_t sb1 = ib >= a && ib < b ? *(const uint16_t *)(rb + 34 * gi + 34) : 0u;
-                        const __half2 s2 = u2h(sa | (sb << 16)), s21 = u2h(sa1 | (sb1 << 16));
-                        va[pr][0] = h2u(__hmul2(u2h(q8_pair<0>(wa0, wb0)), s2));
-                        va[pr][1] = h2u(__hmul2(u2h(q8_pair<1>(wa0, wb0)), s2));
-                        va[pr][2] = h2u(__hmul2(u2h(q8_pair<2>(wa0, wb0)), s2));
-                        va[pr][3] = h2u(__hmul2(u2h(q8_pair<3>(wa0, wb0)), s2));
-                        va[pr][4] = h2u(__hmul2(u2h(q8_pair<0>(wa1, wb1)), s21));
-                        va[pr][5] = h2u(__hmul2(u2h(q8_pair<1>(wa1, wb1)), s21));
-                        va[pr][6] = h2u(__hmul2(u2h(q8_pair<2>(wa1, wb1)), s21));
-                        va[pr][7] = h2u(__hmul2(u2h(q8_pair<3>(wa1, wb1)), s21));
-                    } else {
-                        const int gi = wi >> 2, off = 18 * gi + 2 + 4 * (wi & 3);
-                        const uint32_t wa = ld32_a2(ra + off), wb = ld32_a2(rb + off);
-                        /* the rows' scales; a row nobody sees gets 0 (its bytes may be stale) */
-                        const int ia = r0 + i, ib = r0 + i + 4;
-                        const uint32_t sa = ia >= a && ia < b ? *(const uint16_t *)(ra + 18 * gi) : 0u;
-                        const uint32_t sb = ib >= a && ib < b ? *(const uint16_t *)(rb + 18 * gi) : 0u;
-                        const __half2 s2 = u2h(sa | (sb << 16));
-                        uint32_t lw[4], hw[4];
-                        q4_pair<0>(wa, wb, lw[0], hw[0]);
-                        q4_pair<1>(wa, wb, lw[1], hw[1]);
-                        q4_pair<2>(wa, wb, lw[2], hw[2]);
-                        q4_pair<3>(wa, wb, lw[3], hw[3]);
-#pragma unroll
-                        for (int j = 0; j < 4; j++) {
-                            va[pr][j] = h2u(__hmul2(u2h(lw[j]), s2));
-                            va[pr][4 + j] = h2u(__hmul2(u2h(hw[j]), s2));
-                        }
-                    }
-                }
-#pragma unroll
-                for (int mm = 0; mm < 4; mm++) {
-                    const int m = 4 * wq + mm;
-                    mma16816(o[m], va[0][2 * mm], va[0][2 * mm + 1], va[1][2 * mm], va[1][2 * mm + 1], pb[2 * mi], pb[2 * mi + 1]);
-                }
+                for (int mm = 0; mm < 4; mm++)
+                    mma16816(o[4 * wq + mm], va[0][2 * mm], va[0][2 * mm + 1], va[1][2 * mm], va[1][2 * mm + 1], pb[2 * mi],
+                             pb[2 * mi + 1]);
             }
         }
     }
