@@ -15,6 +15,9 @@
 #   5. bench.log + bench.csv: bench_cuda_attn (our kernels, copy bandwidth);
 #   6. sdpa.log + sdpa.csv + table.md: bench/cuda/sdpa_baseline.py (torch SDPA fp16 flash on the
 #      same shapes, same card, same run) and the side-by-side table.
+# Knobs: VQ_PREBUILT=1 runs prebuilt/ binaries (built elsewhere with -DVQ_CUDA=ON) without building;
+# BENCH_ARGS are passed to bench_cuda_attn (--quick, --no-sweep); memcheck runs last, under
+# MEMCHECK_TIMEOUT seconds (default 300).
 # Everything lands in $OUT (8 files: the device tool brings back at most 8); commit it under docs/results/cuda/<date>-<card>/ and summarise it in
 # docs/cuda.md. The exit status is that of the first failing step (the later ones still run).
 set -uo pipefail
@@ -35,7 +38,9 @@ step build
 J=$(nproc)
 GEN=""; command -v ninja >/dev/null && GEN="-G Ninja"
 BIN=""
-if cmake -S . -B build-gpu $GEN -DCMAKE_BUILD_TYPE=Release -DVQ_CUDA=ON >> "$OUT/build.log" 2>&1 &&
+if [ "${VQ_PREBUILT:-0}" = 1 ] && [ -x prebuilt/test_cuda_attn ]; then
+    BIN=prebuilt; echo "prebuilt/ binaries (VQ_PREBUILT=1)" | tee -a "$OUT/build.log"
+elif cmake -S . -B build-gpu $GEN -DCMAKE_BUILD_TYPE=Release -DVQ_CUDA=ON >> "$OUT/build.log" 2>&1 &&
    cmake --build build-gpu -j "$J" --target test_cuda_attn bench_cuda_attn >> "$OUT/build.log" 2>&1; then
     BIN=build-gpu; echo "built with the full configure"
 else
@@ -57,22 +62,22 @@ step test
 "$BIN/test_cuda_attn" > "$OUT/test.log" 2>&1 || fail "test_cuda_attn exit $?"
 tail -50 "$OUT/test.log"
 
-step memcheck
-if command -v compute-sanitizer >/dev/null; then
-    compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_attn" --small > "$OUT/memcheck.log" 2>&1 ||
-        fail "compute-sanitizer memcheck exit $?"
-    tail -6 "$OUT/memcheck.log"
-else
-    fail "compute-sanitizer not found"
-fi
-
 step bench
-"$BIN/bench_cuda_attn" --csv "$OUT/bench.csv" > "$OUT/bench.log" 2>&1 || fail "bench_cuda_attn exit $?"
+"$BIN/bench_cuda_attn" ${BENCH_ARGS:-} --csv "$OUT/bench.csv" > "$OUT/bench.log" 2>&1 || fail "bench_cuda_attn exit $?"
 cat "$OUT/bench.log"
 
 step sdpa
 PYTHONUNBUFFERED=1 python3 bench/cuda/sdpa_baseline.py --csv "$OUT/sdpa.csv" --ours "$OUT/bench.csv" --md "$OUT/table.md" \
     > "$OUT/sdpa.log" 2>&1 || fail "sdpa_baseline exit $?"
 cat "$OUT/sdpa.log"
+step memcheck
+if command -v compute-sanitizer >/dev/null; then
+    timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_cuda_attn" --small > "$OUT/memcheck.log" 2>&1 ||
+        fail "compute-sanitizer memcheck exit $?"
+    tail -6 "$OUT/memcheck.log"
+else
+    fail "compute-sanitizer not found"
+fi
+
 step done rc=$rc
 exit $rc

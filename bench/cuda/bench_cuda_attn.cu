@@ -11,7 +11,7 @@
  * Codes are random 16-bit halves of moderate magnitude (so every scale and norm is finite);
  * timing does not depend on the values. Block formats come from the real codec table.
  *
- * usage: bench_cuda_attn [--csv FILE] [--quick] */
+ * usage: bench_cuda_attn [--csv FILE] [--quick] [--no-sweep] */
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <math.h>
@@ -67,9 +67,13 @@ static double copy_bw(size_t bytes, int reps, float *med_ms) {
     return 2.0 * bytes / (*med_ms * 1e-3) / 1e9;
 }
 
-struct Kind { const char *label, *codec, *params; };
+struct Kind { const char *label, *codec, *params; int f32_only; };
+/* q8_0 and the 4-bit codes run on the tensor-core kernel by default (vq_cuda_attn_tc); "f32" rows time the
+ * float32 kernel on the same codes */
 static const Kind KINDS[] = {
-    {"f16", "f16", ""}, {"q8_0", "q8_0", ""}, {"q4_0:rotate=1", "q4_0", "rotate=1"}, {"turboquant_mse:bits=4", "turboquant_mse", "bits=4"},
+    {"f16", "f16", "", 0}, {"q8_0", "q8_0", "", 0}, {"q4_0:rotate=1", "q4_0", "rotate=1", 0},
+    {"turboquant_mse:bits=4", "turboquant_mse", "bits=4", 0},
+    {"q8_0 f32", "q8_0", "", 1}, {"q4_0:rotate=1 f32", "q4_0", "rotate=1", 1}, {"turboquant_mse:bits=4 f32", "turboquant_mse", "bits=4", 1},
 };
 
 static vq_cuda_kv_format make_format(const Kind &k, int D, int H, int Hkv, vq_codec_state *sk, vq_codec_state *sv) {
@@ -91,6 +95,7 @@ static vq_cuda_kv_format make_format(const Kind &k, int D, int H, int Hkv, vq_co
     }
     vq_cuda_kv_format f;
     if (vq_cuda_kv_format_init(&f, sk, sv, H, Hkv, &err)) { fprintf(stderr, "format: %s\n", err.msg); exit(1); }
+    f.f32_only = k.f32_only;
     return f;
 }
 
@@ -171,11 +176,12 @@ static Result time_case(const vq_cuda_kv_format &f, int ctx, int batch, size_t l
 
 int main(int argc, char **argv) {
     const char *csv = NULL;
-    int quick = 0;
+    int quick = 0, sweep = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else { fprintf(stderr, "usage: %s [--csv FILE] [--quick]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--no-sweep")) sweep = 0;
+        else { fprintf(stderr, "usage: %s [--csv FILE] [--quick] [--no-sweep]\n", argv[0]); return 2; }
     }
     if (vq_cuda_device_count() == 0) { fprintf(stderr, "no CUDA device\n"); return 77; }
     cudaDeviceProp pr;
@@ -192,7 +198,7 @@ int main(int argc, char **argv) {
     if (out) fprintf(out, "device,kind,ctx,batch,us_median,us_min,GBps,pct_copy,copy_GBps,bytes_per_token_head\n");
     const int D = 128, H = 32, Hkv = 8;
     const int ctxs[] = {32768, 131072}, batches[] = {1, 64};
-    printf("%-22s %7s %5s %11s %11s %9s %7s\n", "kind", "ctx", "batch", "median_us", "min_us", "GB/s", "%copy");
+    printf("%-26s %7s %5s %11s %11s %9s %7s\n", "kind", "ctx", "batch", "median_us", "min_us", "GB/s", "%copy");
     for (const Kind &k : KINDS) {
         vq_codec_state sk, sv;
         const vq_cuda_kv_format f = make_format(k, D, H, Hkv, &sk, &sv);
@@ -200,7 +206,7 @@ int main(int argc, char **argv) {
         for (int ctx : ctxs)
             for (int b : batches) {
                 const Result r = time_case(f, ctx, b, (size_t)pr.l2CacheSize, quick);
-                printf("%-22s %7d %5d %11.1f %11.1f %9.1f %6.1f%%\n", k.label, ctx, b, r.us, r.us_min, r.gbs, 100 * r.gbs / cbw);
+                printf("%-26s %7d %5d %11.1f %11.1f %9.1f %6.1f%%\n", k.label, ctx, b, r.us, r.us_min, r.gbs, 100 * r.gbs / cbw);
                 fflush(stdout);
                 if (out) fprintf(out, "\"%s\",%s,%d,%d,%.2f,%.2f,%.1f,%.2f,%.1f,%.2f\n", pr.name, k.label, ctx, b, r.us, r.us_min,
                                  r.gbs, 100 * r.gbs / cbw, cbw, bpt);
@@ -209,7 +215,7 @@ int main(int argc, char **argv) {
         sv.codec->fini(&sv);
     }
     /* the split plan's one knob, on the 4-bit codes: blocks per multiprocessor it aims at */
-    {
+    if (sweep) {
         vq_codec_state sk, sv;
         const vq_cuda_kv_format f = make_format(KINDS[3], D, H, Hkv, &sk, &sv);
         printf("split sweep (turboquant_mse:bits=4), VQ_CUDA_BLOCKS_PER_SM:\n");

@@ -16,7 +16,31 @@
  *         inverse rotation), else 0; 8u: exp2f and the max subtraction.
  * First-order terms of the standard float error model (Higham, ch. 3); nothing is fitted. The
  * check is ||out - ref|| <= ||E||, and the relative error ||out - ref|| / ||ref|| is printed with
- * the bound's ||E|| / ||ref||. Arguments: --small (fewer, shorter cases: compute-sanitizer). */
+ * the bound's ||E|| / ||ref||.
+ *
+ * The tensor-core path (vq_cuda_attn_tc: q8_0, q4_0 and 4-bit TurboQuant with fp16 norms, the default;
+ * every such case runs on both paths, "tc" and "f32", on the same rows). Its arithmetic: the
+ * query (after scaling and rotation in float32), the key elements, the value elements and the
+ * softmax weights are rounded to fp16 (u_h = 2^-11, round to nearest; below 2^-14 the spacing is
+ * 2^-24, so an absolute error eta = 2^-25 where a weight is subnormal), products of fp16 are exact
+ * in the fp32 accumulators, and the tensor cores' fp32 sums truncate (at most 2u per addition:
+ * Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021).
+ * Per head, the bound is B = ||E|| + T with E as above but
+ *   gA  = (m' + 6) u, m' = 2 chunk/4 (the rows one warp's accumulators add, truncating)
+ *         + chunk/128 (rescales) + 4 (the warps' merge) + splits + 1 + log2 D;
+ *   d_r = [(2D + 2 log2 D + 8) u + 2 u_h] ||q|| ||k_r|| / sqrt(D): the score of row r is
+ *         sum_c q^_c k^_c with q^ = q (1 + e), k^ = k (1 + e'), |e|, |e'| <= u_h (the key element
+ *         in fp16: TQ4's centroid, q4_0's (n - 8) x scale, q8_0's n x scale), so |score^ - score| <= 2 u_h
+ *         sum_c |q_c k_c| <= 2 u_h ||q|| ||k_r|| (Cauchy-Schwarz; the rotation is orthonormal),
+ *         plus the truncating fp32 sums (TQ4's norm multiplies the fp32 score: u);
+ *   T   = 2 u_h sum_r P_r ||v_r|| + eta sum_r (||v_r|| + sqrt(D) cmax) / den: the value sum is
+ *         sum_r w^_r x^_r / l with the weight w_r (p_r, times the row norm for TQ4) rounded to fp16
+ *         (u_h w_r + eta) and the value element x^ (TQ4 centroid, q4_0 (n - 8) x scale, q8_0 n x scale) rounded to
+ *         fp16 (u_h), while l sums the fp32 weights; P_r = the softmax weight, den >= 1 the
+ *         softmax denominator relative to the largest score, cmax the largest code value (TQ4:
+ *         max |centroid|, q4_0: 8, q8_0: 128), norms because the rotation back is orthonormal.
+ * The check is then ||out - ref|| <= sqrt(sum over heads of B^2) (first order, as above).
+ * Arguments: --small (fewer, shorter cases: compute-sanitizer). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,8 +83,9 @@ typedef struct {
 
 #define CK(x) do { vq_err e_ = {0}; vq_status s_ = (x); if (s_) { (void)e_; fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #x); exit(1); } } while (0)
 
-static int run_case(const kv_case *kc, int D, int H, int Hkv, int n_seqs, int maxT, uint64_t seed, double *worst_rel,
-                    double *worst_ratio) {
+/* tc: 1 = the tensor-core path (skipped, returning 0, where the format has none), 0 = float32 */
+static int run_case(const kv_case *kc, int D, int H, int Hkv, int n_seqs, int maxT, uint64_t seed, int tc,
+                    double *worst_rel, double *worst_ratio) {
     vq_rng rng;
     vq_rng_seed(&rng, seed);
     vq_err err = {0};
@@ -85,6 +110,12 @@ static int run_case(const kv_case *kc, int D, int H, int Hkv, int n_seqs, int ma
     if (vq_cuda_kv_format_init(&f, &stk, &stv, H, Hkv, &err)) {
         fprintf(stderr, "format %s:%s: %s\n", kc->codec, kc->params, err.msg);
         return 1;
+    }
+    f.f32_only = !tc;
+    if (tc && !vq_cuda_attn_tc(&f)) {
+        c->fini(&stk);
+        c->fini(&stv);
+        return 0;
     }
     const int rpb = stk.rows_per_block, G = H / Hkv;
     const size_t kbb = stk.block_bytes, vbb = stv.block_bytes;
@@ -193,7 +224,17 @@ static int run_case(const kv_case *kc, int D, int H, int Hkv, int n_seqs, int ma
     const double u = ldexp(1.0, -24), l2d = log2((double)D);
     const int nrg = 1024 / D;
     const double m_acc = (double)pl.chunk / nrg + pl.chunk / 64.0 + log2((double)nrg) + pl.n_splits + 1 + l2d;
-    const double gA = (m_acc + 6) * u, gS = (D + 2 * l2d + 8) * u, gR = (f.rot_v ? 2 * (l2d + 2) * u : 0.0);
+    const double m_tc = 2.0 * pl.chunk / 4 + pl.chunk / 128.0 + 4 + pl.n_splits + 1 + l2d;
+    const double uh = ldexp(1.0, -11), eta = ldexp(1.0, -25);
+    const int tq = f.type == VQ_CUDA_KV_TQ4;
+    double cmax = f.type == VQ_CUDA_KV_Q8_0 ? 128.0 : 8.0;
+    if (tq) {
+        cmax = 0;
+        for (int i = 0; i < 16; i++) cmax = fmax(cmax, fabs(f.cent_v[i]));
+    }
+    const double gA = tc ? (m_tc + 6) * u : (m_acc + 6) * u;
+    const double gS = tc ? (2 * D + 2 * l2d + 8) * u + 2 * uh : (D + 2 * l2d + 8) * u;
+    const double gR = (f.rot_v ? 2 * (l2d + 2) * u : 0.0);
     double e2 = 0, r2 = 0, b2 = 0;
     int unwritten = 0;
     double *pr = malloc(sizeof(double) * ((size_t)maxT + 1)), *ref = malloc(sizeof(double) * D), *eb = malloc(sizeof(double) * D);
@@ -219,6 +260,7 @@ static int run_case(const kv_case *kc, int D, int H, int Hkv, int n_seqs, int ma
             double den = 0;
             for (int r = 0; r < q->T; r++) { pr[r] = pr[r] == -INFINITY ? 0.0 : exp(pr[r] - mx); den += pr[r]; }
             for (int i = 0; i < D; i++) { ref[i] = 0; eb[i] = 0; }
+            double T = 0;   /* the tensor-core path's value terms (norm-wise) */
             if (den > 0) {
                 for (int r = 0; r < q->T; r++) {
                     if (pr[r] == 0) continue;
@@ -234,24 +276,28 @@ static int run_case(const kv_case *kc, int D, int H, int Hkv, int n_seqs, int ma
                     const double dr = gS * qn * sqrt(kn) / sqrt((double)D) + 8 * u;
                     for (int i = 0; i < D; i++)
                         eb[i] += pr[r] * (gA * fabs(v[i]) + dr * fabs(v[i] - ref[i]) + gR * sqrt(vn));
+                    if (tc) T += 2 * uh * pr[r] * sqrt(vn) + eta * (sqrt(vn) + sqrt((double)D) * cmax) / den;
                 }
             }
+            double bh2 = 0;
             const float *o = ho + ((size_t)s * H + hq_) * D;
             for (int i = 0; i < D; i++) {
                 if (!isfinite(o[i])) { unwritten++; continue; }
                 e2 += (o[i] - ref[i]) * (o[i] - ref[i]);
                 r2 += ref[i] * ref[i];
-                b2 += eb[i] * eb[i];
+                bh2 += eb[i] * eb[i];
             }
+            b2 += (sqrt(bh2) + T) * (sqrt(bh2) + T);
         }
     }
     const double rel = sqrt(e2 / (r2 > 0 ? r2 : 1)), bnd = sqrt(b2 / (r2 > 0 ? r2 : 1));
-    printf("  %-15s %-16s D=%3d H=%2d Hkv=%d seqs=%d max_coded=%5d chunk=%4d splits=%3d  rel %.3e  bound %.3e%s\n",
-           kc->codec, kc->params, D, H, Hkv, n_seqs, max_coded, pl.chunk, pl.n_splits, rel, bnd,
+    printf("  %-3s %-15s %-16s D=%3d H=%2d Hkv=%d seqs=%d max_coded=%5d chunk=%4d splits=%3d  rel %.3e  bound %.3e%s\n",
+           tc ? "tc" : "f32", kc->codec, kc->params, D, H, Hkv, n_seqs, max_coded, pl.chunk, pl.n_splits, rel, bnd,
            unwritten ? "  UNWRITTEN" : "");
-    CHECKF(unwritten == 0, "%s:%s D=%d: %d output elements not written", kc->codec, kc->params, D, unwritten);
-    CHECKF(sqrt(e2) <= sqrt(b2), "%s:%s D=%d H=%d Hkv=%d: error %.3e over the bound %.3e", kc->codec, kc->params, D, H,
-           Hkv, rel, bnd);
+    CHECKF(unwritten == 0, "%s %s:%s D=%d: %d output elements not written", tc ? "tc" : "f32", kc->codec, kc->params, D,
+           unwritten);
+    CHECKF(sqrt(e2) <= sqrt(b2), "%s %s:%s D=%d H=%d Hkv=%d: error %.3e over the bound %.3e", tc ? "tc" : "f32", kc->codec,
+           kc->params, D, H, Hkv, rel, bnd);
     if (rel > *worst_rel) *worst_rel = rel;
     if (bnd > 0 && rel / bnd > *worst_ratio) *worst_ratio = rel / bnd;
     free(pr); free(ref); free(eb); free(hq); free(ho);
@@ -284,7 +330,9 @@ int main(int argc, char **argv) {
             if (small && si > 1) continue;
             const int D = shapes[si][0], H = shapes[si][1], Hkv = shapes[si][2];
             const int n_seqs = small ? 3 : 6, maxT = small ? 300 : (si == 0 ? 5000 : 1500);
-            if (run_case(&CASES[ci], D, H, Hkv, n_seqs, maxT, vq_rng_u64(&rng), &worst_rel, &worst_ratio)) return 1;
+            const uint64_t cs = vq_rng_u64(&rng);   /* the same rows for both paths */
+            for (int tc = 0; tc < 2; tc++)
+                if (run_case(&CASES[ci], D, H, Hkv, n_seqs, maxT, cs, tc, &worst_rel, &worst_ratio)) return 1;
         }
     printf("worst relative error %.3e, worst error / bound %.3f\n", worst_rel, worst_ratio);
     return vq_t_done();

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cuda/attn_kernel.cuh"
+#include "backend/cuda/attn_tc.cuh"
 
 extern "C" {
 vq_status vq_err_set(vq_err *err, vq_status code, const char *fmt, ...);
@@ -25,6 +26,13 @@ vq_status cuerr(vq_err *err, cudaError_t e, const char *what) {
 }
 }  // namespace
 
+extern "C" int vq_cuda_attn_tc(const vq_cuda_kv_format *f) {
+    if (f->f32_only) return 0;
+    const char *e = getenv("VQ_CUDA_ATTN");
+    if (e && !strcmp(e, "f32")) return 0;
+    return f->type == VQ_CUDA_KV_Q8_0 || f->type == VQ_CUDA_KV_Q4_0 || (f->type == VQ_CUDA_KV_TQ4 && !f->norm32);
+}
+
 extern "C" vq_cuda_plan vq_cuda_attn_plan(const vq_cuda_kv_format *f, int n_seqs, int max_coded) {
     vq_cuda_plan pl;
     /* about one wave of blocks at 4 per multiprocessor; VQ_CUDA_BLOCKS_PER_SM overrides (tuning) */
@@ -35,7 +43,7 @@ extern "C" vq_cuda_plan vq_cuda_attn_plan(const vq_cuda_kv_format *f, int n_seqs
     const long units = (long)(n_seqs > 0 ? n_seqs : 1) * f->n_kv_heads;
     const long per_unit = (target + units - 1) / units;
     long chunk = ((long)max_coded + per_unit - 1) / per_unit;
-    chunk = (chunk + vqc::TILE - 1) / vqc::TILE * vqc::TILE;
+    chunk = (chunk + vqc::TT - 1) / vqc::TT * vqc::TT;   /* whole tiles of either kernel (TT = 2 TILE) */
     if (chunk < 4 * vqc::TILE) chunk = 4 * vqc::TILE;
     pl.chunk = (int)chunk;
     pl.n_splits = max_coded > 0 ? (int)((max_coded + chunk - 1) / chunk) : 1;
@@ -76,7 +84,16 @@ extern "C" vq_status vq_cuda_attn_decode(const vq_cuda_kv_format *f, const vq_cu
     cudaStream_t st = (cudaStream_t)stream;
     const dim3 grid(pl.n_splits + 1, f->n_kv_heads, n_seqs);
     cudaError_t e;
-    switch (f->type) {
+    if (vq_cuda_attn_tc(f)) {   /* coded splits on the tensor cores, then split 0 (fp16 rows) on the float32 kernel */
+        const dim3 tgrid(pl.n_splits, f->n_kv_heads, n_seqs), fgrid(1, f->n_kv_heads, n_seqs);
+        e = f->type == VQ_CUDA_KV_Q8_0   ? vqc::launch_tc_q8(f->head_dim, G, p, tgrid, st)
+            : f->type == VQ_CUDA_KV_Q4_0 ? vqc::launch_tc_q4(f->head_dim, G, p, tgrid, st)
+                                         : vqc::launch_tc_tq4(f->head_dim, G, p, tgrid, st);
+        if (e != cudaSuccess) return cuerr(err, e, "attention split kernel launch (tensor cores)");
+        e = f->type == VQ_CUDA_KV_Q8_0   ? vqc::launch_split_q8(f->head_dim, G, p, fgrid, st)
+            : f->type == VQ_CUDA_KV_Q4_0 ? vqc::launch_split_q4(f->head_dim, G, p, fgrid, st)
+                                         : vqc::launch_split_tq4(f->head_dim, G, p, fgrid, st);
+    } else switch (f->type) {
     case VQ_CUDA_KV_F16: e = vqc::launch_split_f16(f->head_dim, G, p, grid, st); break;
     case VQ_CUDA_KV_Q8_0: e = vqc::launch_split_q8(f->head_dim, G, p, grid, st); break;
     case VQ_CUDA_KV_Q4_0: e = vqc::launch_split_q4(f->head_dim, G, p, grid, st); break;

@@ -646,6 +646,10 @@ cudaError_t launch_split_f16(int D, int G, const Params &p, dim3 grid, cudaStrea
 cudaError_t launch_split_q8(int D, int G, const Params &p, dim3 grid, cudaStream_t st);
 cudaError_t launch_split_q4(int D, int G, const Params &p, dim3 grid, cudaStream_t st);
 cudaError_t launch_split_tq4(int D, int G, const Params &p, dim3 grid, cudaStream_t st);
+/* the tensor-core split kernel (attn_tc.cuh): coded splits only, grid.x = n_splits */
+cudaError_t launch_tc_q8(int D, int G, const Params &p, dim3 grid, cudaStream_t st);
+cudaError_t launch_tc_q4(int D, int G, const Params &p, dim3 grid, cudaStream_t st);
+cudaError_t launch_tc_tq4(int D, int G, const Params &p, dim3 grid, cudaStream_t st);
 
 template <int KT, int D, int G>
 cudaError_t launch_one(const Params &p, dim3 grid, cudaStream_t st) {

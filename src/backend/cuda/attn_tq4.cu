@@ -1,7 +1,10 @@
 /* attn_tq4.cu: the split kernel instantiated for VQ_CUDA_KV_TQ4 (one .cu per code type, so they compile in parallel) */
-#include "backend/cuda/attn_kernel.cuh"
+#include "backend/cuda/attn_tc.cuh"
 namespace vqc {
 cudaError_t launch_split_tq4(int D, int G, const Params &p, dim3 grid, cudaStream_t st) {
     return launch_type<VQ_CUDA_KV_TQ4>(D, G, p, grid, st);
+}
+cudaError_t launch_tc_tq4(int D, int G, const Params &p, dim3 grid, cudaStream_t st) {
+    return launch_tc_type<VQ_CUDA_KV_TQ4>(D, G, p, grid, st);
 }
 }  // namespace vqc
