@@ -21,6 +21,11 @@ static int32_t pos_at(const vq_kvg *g, const vq_kv_layer *L, int c) {
     return ((const int32_t *)(const void *)L->pages[c / g->P])[c % g->P];
 }
 
+/* the position of a layer's row i (coded rows, then the window) */
+static int32_t row_pos(const vq_kvg *g, const vq_kv_layer *L, int i) {
+    return i < L->n_coded ? pos_at(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
+}
+
 /* a step's drop set of one local layer: handed to the group's fate row first (demote= re-codes
  * the rows into its tier; drop: nothing), then dropped from the store */
 static int drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
@@ -32,7 +37,7 @@ static int drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
 static int budget(const vq_kvg *g, int local, int next_pos) {   /* rows per head */
     const vq_evict_cfg *ev = &g->ev.cfg;
     double B = ev->budget_ratio ? ceil(ev->budget * next_pos) : ev->budget;
-    if (ev->pol->budget) B = ev->pol->budget(ev, B, g->gl[local], g->n_layers_all);
+    if (ev->pol->budget) B = ev->pol->budget(ev, B, next_pos, g->gl[local], g->n_layers_all);
     return (int)VQ_MAX(1.0, VQ_MIN(B, (double)(1 << 24)));
 }
 
@@ -44,8 +49,7 @@ static void row_scores(const vq_kvg *g, int local, float *rs, int32_t *posbuf) {
     const int nr = L->n_coded + L->win_count;
     vq_pol_view v = {.sc = L->ev_score, .cap = (size_t)g->ev.cap, .H = g->H, .nr = nr, .pos = NULL, .ev = &g->ev.cfg};
     if (g->ev.cfg.pol->flags & VQ_POL_POS) {
-        for (int i = 0; i < nr; i++)
-            posbuf[i] = i < L->n_coded ? pos_at(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
+        for (int i = 0; i < nr; i++) posbuf[i] = row_pos(g, L, i);
         v.pos = posbuf;
     }
     g->ev.cfg.pol->row_scores(&v, rs);
@@ -60,13 +64,10 @@ static int candidates(vq_kvg *g, int local, int h, int next_pos, vq_ada_cand *ou
     const int rpb = g->rpb_store, nb = L->n_coded / rpb, nr = L->n_coded + L->win_count;
     float *rs = g->ev.tmp, *bs = g->ev.tmp + g->ev.cap;
     row_scores(g, local, rs, (int32_t *)(void *)bs);   /* coded rows and the window (storage order = position order) */
-    if (ev->pol->flags & VQ_POL_POOL) {   /* max-pool, written to bs first, then back */
-        const int k = ev->pool / 2;
-        for (int i = 0; i < nr; i++) {
-            float m = rs[i];
-            for (int j = VQ_MAX(0, i - k); j <= VQ_MIN(nr - 1, i + k); j++) m = rs[j] > m ? rs[j] : m;
-            bs[i] = m;
-        }
+    if (ev->pol->flags & VQ_POL_POOL) {   /* pooled into bs, then back */
+        int nw = nr;   /* avg: the rows before the observation window */
+        if (ev->poolfn) for (nw = 0; nw < nr && row_pos(g, L, nw) < next_pos - ev->obs;) nw++;
+        vq_pool_scores(rs, nr, nw, ev->pool, ev->poolfn, bs);
         memcpy(rs, bs, (size_t)nr * sizeof(float));
     }
     int nc = 0;

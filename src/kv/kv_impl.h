@@ -31,6 +31,11 @@ struct vq_evict_cfg {
     double slope, tau;            /* pyramidkv budget slope; keyformer Gumbel temperature */
     int chunk;                    /* chunkkv: rows per chunk (positions c*chunk .. c*chunk+chunk-1) */
     double squeeze;               /* squeeze: the budget factor of the layers attention changes least */
+    int poolfn;                   /* snapkv/pyramidkv/squeeze pooling: 0 max (over every row), 1 avg
+                                     (kvpress: over the rows before the window, zero-padded) */
+    double beta;                  /* pyramidkv: 0 (not given) the slope schedule; >= 1 the published one */
+    int norm;                     /* h2o acc=: 0 sum; 1 mean over the queries that saw the row (kvpress) */
+    int vnorm;                    /* expected_attention_prompt: 0 (on) scores times ||v|| (kvpress), 1 off */
     const float *layer_w;         /* squeeze: per cache layer budget factors (the store's, from
                                      calib=FILE at create; NULL in a parsed spec) */
     unsigned seen;                /* keys given (parser bookkeeping, bit VQ_PK_*) */

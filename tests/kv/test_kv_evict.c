@@ -32,6 +32,10 @@ static void parsing(void) {
         {"q8_0;evict=streaming_llm,budget=64,recent=0", NULL},
         {"f16;evict=chunkkv,budget=0.5", "f16;evict=chunkkv,budget=0.5,sinks=4,recent=32,every=16,obs=32,chunk=10"},
         {"q4_0;evict=chunkkv,budget=64,obs=8,chunk=16", NULL},
+        {"f16;evict=snapkv,budget=0.5,obs=64,pool=5,poolfn=avg",
+         "f16;evict=snapkv,budget=0.5,sinks=4,recent=32,every=16,obs=64,pool=5,poolfn=avg"},
+        {"f16;evict=pyramidkv,budget=0.5,beta=20", NULL},
+        {"f16;evict=h2o,budget=0.5,acc=mean", "f16;evict=h2o,budget=0.5,sinks=4,recent=32,every=16,acc=mean"},
     };
     for (size_t i = 0; i < VQ_ARRAY_LEN(ok); i++) {
         vq_kv *kv = vq_kv_create_str(ok[i].in, &D, 1, &err);
@@ -57,6 +61,9 @@ static void parsing(void) {
         {"f16;evict=h2o,budget=1.5", "budget=1.5"},
         {"f16;evict=h2o,budget=0.5,obs=8", "obs= does not apply to evict=h2o"},
         {"f16;evict=snapkv,budget=0.5,pool=4", "pool=4"},
+        {"f16;evict=snapkv,budget=0.5,poolfn=mean", "poolfn=mean is out of range (max|avg)"},
+        {"f16;evict=pyramidkv,budget=0.5,beta=0.5", "beta=0.5"},
+        {"f16;evict=snapkv,budget=0.5,acc=mean", "acc= does not apply to evict=snapkv (only to h2o)"},
         {"f16;evict=h2o,budget=0.5,every=0", "every=0"},
         {"f16;evict=h2o,evict=tova,budget=3", "given twice"},
         {"f16;evict=tova,budget=9,tau=2", "tau= does not apply"},
@@ -95,7 +102,10 @@ static void table(void) {
             char spec[400], keys[200] = "";
             size_t o = 0;
             for (int k = VQ_PK_OBS; k < VQ_PK_N; k++)   /* every optional key it declares, at a legal value */
-                if (pol->keys & (1u << k))
+                if (pol->keys & (1u << k) && vq_pol_keys[k].kind == 'm')   /* a mode: its last name */
+                    o += (size_t)snprintf(keys + o, sizeof keys - o, ",%s=%s", vq_pol_keys[k].name,
+                                          strrchr(vq_pol_keys[k].range, '|') + 1);
+                else if (pol->keys & (1u << k))
                     o += (size_t)snprintf(keys + o, sizeof keys - o, ",%s=%.6g", vq_pol_keys[k].name,
                                           vq_pol_keys[k].kind == 'o' ? 3.0 : vq_pol_keys[k].lo);
             snprintf(spec, sizeof spec, "q4_0;evict=%s,budget=0.5%s,heads=%s%s", pol->name, keys, al->name,
@@ -113,7 +123,7 @@ static void table(void) {
             if (pol->keys & (1u << k)) continue;
             char spec[200], says[120];
             snprintf(spec, sizeof spec, "q4_0;evict=%s,budget=0.5,%s=%s", pol->name, vq_pol_keys[k].name,
-                     vq_pol_keys[k].kind == 'o' ? "3" : "1");
+                     vq_pol_keys[k].kind == 'o' ? "3" : vq_pol_keys[k].kind == 'm' ? strrchr(vq_pol_keys[k].range, '|') + 1 : "1");
             snprintf(says, sizeof says, "%s= does not apply to evict=%s (only to ", vq_pol_keys[k].name, pol->name);
             vq_kv_spec *s = vq_kv_spec_parse(spec, &err);
             CHECKF(!s && strstr(err.msg, says), "'%s': %s", spec, s ? "accepted" : err.msg);
@@ -475,6 +485,47 @@ static void squeeze(vq_rng *r, const float *K, const float *V, const float *Q) {
     rmdir(dir);
 }
 
+/* kvpress's options on hand-checked cases: avg pooling (kvpress's snapkv), PyramidKV's published
+ * schedule (kvpress: 960 rows in layer 0 down to 64 in layer 29 at 1024 positions, 50 %), h2o's
+ * mean over the queries that saw a row (kvpress's observed attention) */
+static void kvpress_options(void) {
+    const float rs[7] = {1, 2, 3, 4, 5, 100, 200};
+    float out[7];
+    vq_pool_scores(rs, 7, 5, 3, 1, out);   /* avg of rows 0..4, zero-padded; the window's two as they are */
+    const float want_avg[7] = {1, 2, 3, 4, 3, 100, 200}, want_max[7] = {2, 3, 4, 5, 100, 200, 200};
+    int ok = 1;
+    for (int i = 0; i < 7; i++) ok &= fabsf(out[i] - want_avg[i]) < 1e-6f;
+    CHECKF(ok, "avg pool: %g %g %g %g %g %g %g", out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
+    vq_pool_scores(rs, 7, 5, 3, 0, out);
+    ok = 1;
+    for (int i = 0; i < 7; i++) ok &= out[i] == want_max[i];
+    CHECKF(ok, "max pool: %g %g %g %g %g %g %g", out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
+
+    const vq_kv_policy *py = vq_kv_policy_find("pyramidkv");
+    vq_evict_cfg ev = {.pol = py, .beta = 20, .obs = 64, .slope = 0.5};
+    double sum = 0;
+    for (int l = 0; l < 30; l++) sum += py->budget(&ev, 512, 1024, l, 30);
+    CHECKF(py->budget(&ev, 512, 1024, 0, 30) == 960 && py->budget(&ev, 512, 1024, 29, 30) == 64 &&
+           py->budget(&ev, 512, 1024, 1, 30) == 929 && fabs(sum / 30 - 512) < 0.5,
+           "pyramid 50 %%: %g .. %g, mean %g", py->budget(&ev, 512, 1024, 0, 30), py->budget(&ev, 512, 1024, 29, 30), sum / 30);
+    /* 75 %: max 1497.6 capped at 960, min 2 * 768 - 960 = 576; 25 %: min 12.8 < W: every layer 256 */
+    CHECK(py->budget(&ev, 768, 1024, 0, 30) == 960 && py->budget(&ev, 768, 1024, 29, 30) == 576);
+    CHECK(py->budget(&ev, 256, 1024, 0, 30) == 256 && py->budget(&ev, 256, 1024, 29, 30) == 256);
+    ev.beta = 0;   /* the slope schedule: 512 * 1.5 .. 512 * 0.5 */
+    CHECK(py->budget(&ev, 512, 1024, 0, 30) == 768 && py->budget(&ev, 512, 1024, 29, 30) == 256);
+
+    const vq_kv_policy *h2o = vq_kv_policy_find("h2o");
+    const float sc[2 * 3] = {1, 1, 1, 1, 0, 1};   /* 2 heads x 3 rows, summed: 2, 1, 2 */
+    const int32_t pos[3] = {10, 11, 12};
+    vq_evict_cfg e2 = {.pol = h2o, .norm = 0};
+    vq_pol_view v = {.sc = sc, .cap = 3, .H = 2, .nr = 3, .pos = pos, .ev = &e2};
+    h2o->row_scores(&v, out);
+    CHECKF(out[0] == 2 && out[1] == 1 && out[2] == 2, "h2o sum: %g %g %g", out[0], out[1], out[2]);
+    e2.norm = 1;   /* seen by 3, 2, 1 queries (positions 10..12) */
+    h2o->row_scores(&v, out);
+    CHECKF(fabsf(out[0] - 2.0f / 3) < 1e-6f && out[1] == 0.5f && out[2] == 2, "h2o mean: %g %g %g", out[0], out[1], out[2]);
+}
+
 static int null_writer(void *u, const void *b, size_t n) { (void)u; (void)b; (void)n; return 0; }
 
 int main(void) {
@@ -494,6 +545,7 @@ int main(void) {
     steps(K, V, Q, N);
     chunks(K, V, Q);
     squeeze(&r, K, V, Q);
+    kvpress_options();
     vq_kv *kv = make("f16;evict=h2o,budget=8");
     vq_err err;
     if (kv) {
