@@ -159,6 +159,100 @@ void vq_pool_scores(const float *rs, int nr, int nw, int pool, int fn, float *ou
     for (int i = nw; i < nr; i++) out[i] = rs[i];
 }
 
+void vq_pol_rope(float *x, int d, int rot, int neox, const float *inv, double pos, double mscale) {
+    rot = VQ_MIN(rot, d) & ~1;
+    const int half = rot / 2;
+    for (int i = 0; i < half; i++) {
+        const int a = neox ? i : 2 * i, b = neox ? i + half : a + 1;
+        const double t = pos * inv[i], c = cos(t) * mscale, s = sin(t) * mscale, x0 = x[a], x1 = x[b];
+        x[a] = (float)(x0 * c - x1 * s);
+        x[b] = (float)(x0 * s + x1 * c);
+    }
+}
+
+void vq_pol_avg_rope(float *R, int d, int rot, int neox, const float *inv, double mscale, int p0, int np) {
+    memset(R, 0, (size_t)d * d * sizeof(float));
+    for (int e = 0; e < d; e++) R[(size_t)e * d + e] = 1.0f;   /* the dims RoPE leaves alone */
+    rot = VQ_MIN(rot, d) & ~1;
+    const int half = rot / 2;
+    for (int i = 0; i < half; i++) {   /* each pair: the mean of mscale * [[c, -s], [s, c]] */
+        const int a = neox ? i : 2 * i, b = neox ? i + half : a + 1;
+        double c = 0, s = 0;
+        for (int p = p0; p < p0 + np; p++) { c += cos((double)p * inv[i]); s += sin((double)p * inv[i]); }
+        c *= mscale / np;
+        s *= mscale / np;
+        R[(size_t)a * d + a] = (float)c;
+        R[(size_t)a * d + b] = (float)-s;
+        R[(size_t)b * d + a] = (float)s;
+        R[(size_t)b * d + b] = (float)c;
+    }
+}
+
+/* expected_attention_prompt (kvpress's ExpectedAttentionPress, Devoto et al.): per KV head h and
+ * query head g of its group, the prompt's queries before RoPE have mean m and covariance S (over
+ * the positions >= sinks); the future query is R m, covariance R S R' (R: RoPE averaged over the
+ * next positions, v->rbar); a row's expected logit is z = (R m).k / sqrt(d) + k' R S R' k / (2 d);
+ * the head's score is softmax_rows(z) over the rows at positions >= sinks, averaged over g, times
+ * ||v|| (vnorm=on); summed over the KV heads (rows are shared by a layer's heads). Rows before
+ * sinks get the largest score + 1 (kvpress pads them so; here they are never candidates anyway). */
+static void rows_expected_prompt(const vq_pol_view *v, float *rs) {
+    const int d = v->d, G = v->G, nr = v->nr;
+    const size_t per = 1 + (size_t)d + (size_t)d * d;
+    double *mu = v->work, *m0 = mu + d, *S = m0 + d, *T = S + (size_t)d * d, *z = T + (size_t)d * d, *kr = z + nr;
+    const double isd = 1.0 / sqrt((double)d);
+    for (int i = 0; i < nr; i++) rs[i] = 0;
+    for (int h = 0; h < v->H; h++)
+        for (int g = 0; g < G; g++) {
+            const double *st = v->qs + ((size_t)h * G + g) * per;
+            const double n = st[0];
+            if (!(n > 0)) continue;
+            for (int e = 0; e < d; e++) m0[e] = st[1 + e] / n;
+            for (int a = 0; a < d; a++)   /* S = E[q q'] - m m' (kvpress: centred, divided by n) */
+                for (int b = 0; b < d; b++) S[(size_t)a * d + b] = st[1 + d + (size_t)a * d + b] / n - m0[a] * m0[b];
+            for (int a = 0; a < d; a++) {   /* mu = R m; T = R S */
+                double t = 0;
+                for (int b = 0; b < d; b++) t += v->rbar[(size_t)a * d + b] * m0[b];
+                mu[a] = t;
+                for (int c = 0; c < d; c++) {
+                    double u = 0;
+                    for (int b = 0; b < d; b++) u += v->rbar[(size_t)a * d + b] * S[(size_t)b * d + c];
+                    T[(size_t)a * d + c] = u;
+                }
+            }
+            for (int a = 0; a < d; a++)   /* S <- T R' = R S R' */
+                for (int c = 0; c < d; c++) {
+                    double u = 0;
+                    for (int b = 0; b < d; b++) u += T[(size_t)a * d + b] * v->rbar[(size_t)c * d + b];
+                    S[(size_t)a * d + c] = u;
+                }
+            double mx = -INFINITY, zs = 0;
+            for (int i = 0; i < nr; i++) {
+                if (v->pos[i] < v->ev->sinks) { z[i] = -INFINITY; continue; }
+                const float *k = v->k + ((size_t)i * v->H + h) * d;
+                double lin = 0, quad = 0;
+                for (int a = 0; a < d; a++) {
+                    double t = 0;
+                    for (int b = 0; b < d; b++) t += S[(size_t)a * d + b] * k[b];
+                    kr[a] = t;
+                    lin += mu[a] * k[a];
+                }
+                for (int a = 0; a < d; a++) quad += k[a] * kr[a];
+                z[i] = lin * isd + quad / (2.0 * d);
+                mx = fmax(mx, z[i]);
+            }
+            for (int i = 0; i < nr; i++) zs += z[i] == -INFINITY ? 0 : exp(z[i] - mx);
+            for (int i = 0; i < nr; i++)
+                if (z[i] != -INFINITY) {
+                    const double w = exp(z[i] - mx) / zs / G;
+                    rs[i] += (float)(v->ev->vnorm ? w : w * v->vn[(size_t)i * v->H + h]);
+                }
+        }
+    float top = 0;
+    for (int i = 0; i < nr; i++) top = fmaxf(top, rs[i]);
+    for (int i = 0; i < nr; i++)
+        if (v->pos[i] < v->ev->sinks) rs[i] = top + 1.0f;
+}
+
 /* h2o with acc=mean (kvpress's observed attention): the accumulated attention divided by the
  * number of queries that saw the row, every position from the row's to the newest held (h2o
  * observes every query since the row arrived, and the newest rows are never evicted) */
@@ -260,6 +354,11 @@ static const vq_kv_policy POLICIES[] = {
      "sum over KV heads of the softmax over rows of log sum_g E[exp(q_g . k / sqrt(d))], q_g ~ "
      "N(mean, diag var) of query head g from calib=FILE (kvpress's expected attention, stationary)",
      key_expected, NULL, rows_softmax, NULL, NULL},
+    {"expected_attention_prompt", VQ_POL_QSTATS | VQ_POL_POS, K(VNORM), VQ_POL_CAL_NONE,
+     "kvpress's expected attention: per KV head, the softmax over rows of E[q . k / sqrt(d)] under the "
+     "prompt's own query mean and covariance (before RoPE, positions >= sinks), rotated by RoPE averaged "
+     "over the next 512 positions, averaged over the group, times ||v|| (vnorm=on); summed over KV heads",
+     NULL, NULL, rows_expected_prompt, NULL, NULL},
     {"qfilters", 0, 0, VQ_POL_CAL_FILTER,
      "score = sum over KV heads of k . f, f the head's Q-Filter from calib=FILE (the top direction "
      "of its queries, signed so that a higher score means more attention)", key_filter, NULL, rows_sum, NULL, NULL},

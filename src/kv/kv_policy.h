@@ -83,6 +83,9 @@ enum {
     VQ_POL_WINDOWED = 4,   /* scores from an observation window, cleared after each step */
     VQ_POL_POOL = 8,       /* scores pooled over neighbouring rows (the step: max or avg) */
     VQ_POL_POS = 16,       /* row_scores reads the rows' positions (v->pos) */
+    VQ_POL_QSTATS = 32,    /* the store keeps the statistics of the observed queries before RoPE
+                              (the session gives the layers' RoPE: vq_kv_set_rope); row_scores
+                              reads them, the rows' keys and value norms (v->k, v->vn, v->qs) */
 };
 /* what calib=FILE must give: nothing, the Q-Filters, the query statistics, the layers' attention
  * cosines (squeeze: the store turns them into per-layer budget factors, vq_squeeze_factors) */
@@ -104,6 +107,14 @@ typedef struct vq_pol_view {
     int H, nr;            /* KV heads, rows (coded rows, then the window) */
     const int32_t *pos;   /* the rows' positions (VQ_POL_POS rows only) */
     const vq_evict_cfg *ev;   /* the policy's keys (chunkkv's chunk=) */
+    /* VQ_POL_QSTATS rows only: */
+    int d, G;             /* head dim, query heads per KV head */
+    const float *k;       /* the rows' keys, decoded: [i][h][e] (nr x H x d) */
+    const float *vn;      /* their values' L2 norms: [i][h] */
+    const double *qs;     /* per KV head h, query head g: [h][g] x (1 + d + d*d): the count, the sums
+                             of the queries before RoPE and of their outer products */
+    const float *rbar;    /* d x d (row-major): RoPE's rotation averaged over the next positions */
+    double *work;         /* scratch: 2 * d * d + 3 * d + nr doubles */
 } vq_pol_view;
 
 typedef struct vq_kv_policy {
@@ -156,6 +167,13 @@ const vq_kv_alloc *vq_kv_alloc_find(const char *name);
  * layer cannot keep more than every row): the low group's factor is at most cap and what it cannot
  * take goes back to the high group, (L - n_low * cap) / n_high, still a mean of 1. w[L] out. */
 void vq_squeeze_factors(const float *cos, int L, double p, double cap, float *w);
+/* RoPE as the model applies it (vq_rope's meaning: rot pairs (2i, 2i+1), or (i, i + rot/2) when
+ * neox, at angle pos * inv[i], cos/sin times mscale), on one head's d floats: x <- R(pos) x.
+ * vq_pol_rope(x, ..., -pos, 1 / mscale) undoes it. */
+void vq_pol_rope(float *x, int d, int rot, int neox, const float *inv, double pos, double mscale);
+/* R (d x d, row-major) = the mean over positions p0 .. p0 + np - 1 of RoPE's matrix (kvpress's
+ * expected attention: the future queries' rotation, averaged) */
+void vq_pol_avg_rope(float *R, int d, int rot, int neox, const float *inv, double mscale, int p0, int np);
 /* The pooling of VQ_POL_POOL rows' scores (the step calls it): fn 0 (poolfn=max): out[i] = the
  * max of rs over rows i - pool/2 .. i + pool/2 of 0..nr-1; fn 1 (poolfn=avg, kvpress's snapkv):
  * rows i < nw (those before the observation window) get the sum of rs over the rows of

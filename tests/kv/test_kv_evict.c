@@ -302,7 +302,8 @@ static void steps(const float *K, const float *V, const float *Q, int N) {
                            "f16;evict=streaming_llm,budget=100,sinks=4,recent=0,every=4",
                            "kivi:bits=2,group=32;evict=snapkv,budget=0.3,every=4",
                            "q8_0;evict=pyramidkv,budget=160,every=4",
-                           "f16;evict=keyformer,budget=180,every=4"};
+                           "f16;evict=keyformer,budget=180,every=4",
+                           "q8_0;evict=expected_attention_prompt,budget=180,every=4"};
     int32_t *pos = malloc(sizeof(int32_t) * D.max_ctx);
     float *rk = malloc(sizeof(float) * D.max_ctx * W), *rv = malloc(sizeof(float) * D.max_ctx * W);
     float *out = malloc(sizeof(float) * QW);
@@ -526,6 +527,107 @@ static void kvpress_options(void) {
     CHECKF(fabsf(out[0] - 2.0f / 3) < 1e-6f && out[1] == 0.5f && out[2] == 2, "h2o mean: %g %g %g", out[0], out[1], out[2]);
 }
 
+/* expected_attention_prompt. (1) The row hook on a hand-checked case: d = 2, one KV head, one
+ * query head, queries (1, 0) and (3, 0): mean (2, 0), covariance diag(1, 0); no RoPE (R = I); keys
+ * (1, 0) and (0, 1): logits 2/sqrt(2) + 1/4 and 0; scores softmax times ||v|| (2 and 1); the sink
+ * row above them all. (2) RoPE: the averaged rotation over one position is that position's; a
+ * rotation undone gives the vector back. (3) Through the store (no RoPE set): the scores
+ * vq_kv_evict_scores reports equal a float64 computation from the queries attended and the keys
+ * and values appended, within 1e-5 relative. */
+static void expected_prompt(const float *K, const float *V, const float *Q) {
+    const vq_kv_policy *ea = vq_kv_policy_find("expected_attention_prompt");
+    CHECK(ea && (ea->flags & VQ_POL_QSTATS));
+    if (!ea) return;
+    const double qs[1 + 2 + 4] = {2, 4, 0, 10, 0, 0, 0};   /* n, sum q, sum q q' */
+    const float R[4] = {1, 0, 0, 1}, k[3 * 2] = {5, 5, 1, 0, 0, 1}, vn[3] = {9, 2, 1};
+    const int32_t pos[3] = {0, 1, 2};
+    double work[2 * 4 + 3 * 2 + 3];
+    vq_evict_cfg ev = {.pol = ea, .sinks = 1, .vnorm = 0};
+    vq_pol_view v = {.H = 1, .nr = 3, .pos = pos, .ev = &ev, .d = 2, .G = 1, .k = k, .vn = vn, .qs = qs, .rbar = R,
+                     .work = work};
+    float out[3];
+    ea->row_scores(&v, out);
+    const double z1 = 2.0 / sqrt(2.0) + 1.0 / 4, w1 = exp(z1) / (exp(z1) + 1), w2 = 1 / (exp(z1) + 1);
+    CHECKF(fabs(out[1] - 2 * w1) < 1e-6 && fabs(out[2] - w2) < 1e-6 && fabs(out[0] - (2 * w1 + 1)) < 1e-6,
+           "expected attention, hand case: %g %g %g (want %g %g %g)", out[0], out[1], out[2], 2 * w1 + 1, 2 * w1, w2);
+    ev.vnorm = 1;   /* vnorm=off */
+    ea->row_scores(&v, out);
+    CHECKF(fabs(out[1] - w1) < 1e-6 && fabs(out[2] - w2) < 1e-6, "vnorm=off: %g %g", out[1], out[2]);
+
+    float inv[4] = {1.0f, 0.1f, 0.01f, 0.001f}, M[64], x[8], y[8];
+    for (int neox = 0; neox < 2; neox++) {
+        vq_pol_avg_rope(M, 8, 8, neox, inv, 1.0, 37, 1);
+        for (int e = 0; e < 8; e++) x[e] = y[e] = (float)(e + 1);
+        vq_pol_rope(x, 8, 8, neox, inv, 37, 1.0);
+        double worst = 0;
+        for (int a = 0; a < 8; a++) {
+            double t = 0;
+            for (int b = 0; b < 8; b++) t += M[a * 8 + b] * y[b];
+            worst = fmax(worst, fabs(t - x[a]));
+        }
+        vq_pol_rope(x, 8, 8, neox, inv, -37, 1.0);
+        for (int e = 0; e < 8; e++) worst = fmax(worst, fabs(x[e] - y[e]));
+        CHECKF(worst < 1e-5, "rope (neox %d): the averaged matrix or the inverse off by %g", neox, worst);
+    }
+
+    /* (3) through the store: P rows appended, the last 8 of them attended as queries */
+    vq_err err;
+    vq_kv *kv = make("f32;evict=expected_attention_prompt,budget=1.0,sinks=4");
+    if (!kv) return;
+    const int P = 100, d = D.head_dim, G = D.n_heads / D.n_kv_heads, nq = 8;
+    float *qq = malloc(sizeof(float) * nq * QW), *o = malloc(sizeof(float) * nq * QW), *got = malloc(sizeof(float) * P);
+    int qp[8];
+    for (int t = 0; t < nq; t++) { qp[t] = P - nq + t; memcpy(qq + (size_t)t * QW, Q + (size_t)(t % 4) * QW, QW * sizeof(float)); }
+    for (int t = 0; t < nq; t++) qq[(size_t)t * QW + t] += 0.5f * t;   /* queries that differ */
+    CHECK(vq_kv_append(kv, 0, 0, P, K, V, &err) == VQ_OK);
+    CHECK(vq_kv_attend(kv, 0, nq, qp, qq, o, &err) == VQ_OK);
+    CHECK(vq_kv_evict_scores(kv, 0, got, NULL, &err) == VQ_OK);
+    double *want = calloc((size_t)P, sizeof(double)), *z = malloc(sizeof(double) * P), *mu = malloc(sizeof(double) * d),
+           *S = malloc(sizeof(double) * d * d);
+    for (int h = 0; h < D.n_kv_heads; h++)
+        for (int g = 0; g < G; g++) {
+            const int qh = h * G + g;
+            for (int a = 0; a < d; a++) {
+                mu[a] = 0;
+                for (int t = 0; t < nq; t++) mu[a] += qq[(size_t)t * QW + (size_t)qh * d + a] / (double)nq;
+            }
+            for (int a = 0; a < d; a++)
+                for (int b = 0; b < d; b++) {
+                    double c = 0;
+                    for (int t = 0; t < nq; t++)
+                        c += (qq[(size_t)t * QW + (size_t)qh * d + a] - mu[a]) * (qq[(size_t)t * QW + (size_t)qh * d + b] - mu[b]);
+                    S[(size_t)a * d + b] = c / nq;
+                }
+            double mx = -1e300, zs = 0;
+            for (int i = 4; i < P; i++) {
+                const float *kk = K + (size_t)i * W + (size_t)h * d;
+                double lin = 0, quad = 0;
+                for (int a = 0; a < d; a++) {
+                    lin += mu[a] * kk[a];
+                    for (int b = 0; b < d; b++) quad += kk[a] * S[(size_t)a * d + b] * kk[b];
+                }
+                z[i] = lin / sqrt((double)d) + quad / (2.0 * d);
+                mx = fmax(mx, z[i]);
+            }
+            for (int i = 4; i < P; i++) zs += exp(z[i] - mx);
+            for (int i = 4; i < P; i++) {
+                double vv = 0;
+                for (int a = 0; a < d; a++) vv += (double)V[(size_t)i * W + (size_t)h * d + a] * V[(size_t)i * W + (size_t)h * d + a];
+                want[i] += exp(z[i] - mx) / zs / G * sqrt(vv);
+            }
+        }
+    double worst = 0, top = 0;
+    for (int i = 4; i < P; i++) { worst = fmax(worst, fabs(got[i] - want[i]) / fabs(want[i])); top = fmax(top, want[i]); }
+    int sinks_top = 1;
+    for (int i = 0; i < 4; i++) sinks_top &= got[i] > top;
+    printf("expected_attention_prompt through the store: worst relative error %.3g\n", worst);
+    CHECKF(worst < 1e-5 && sinks_top, "expected_attention_prompt store scores off by %.3g relative (sinks on top %d)",
+           worst, sinks_top);
+    CHECK(vq_kv_bytes(kv) == vq_kv_bytes_tally(kv));
+    free(qq); free(o); free(got); free(want); free(z); free(mu); free(S);
+    vq_kv_destroy(kv);
+}
+
 static int null_writer(void *u, const void *b, size_t n) { (void)u; (void)b; (void)n; return 0; }
 
 int main(void) {
@@ -546,6 +648,7 @@ int main(void) {
     chunks(K, V, Q);
     squeeze(&r, K, V, Q);
     kvpress_options();
+    expected_prompt(K, V, Q);
     vq_kv *kv = make("f16;evict=h2o,budget=8");
     vq_err err;
     if (kv) {
