@@ -21,6 +21,11 @@ static int32_t pos_at(const vq_kvg *g, const vq_kv_layer *L, int c) {
     return ((const int32_t *)(const void *)L->pages[c / g->P])[c % g->P];
 }
 
+/* the position of a layer's row i (coded rows, then the window) */
+static int32_t row_pos(const vq_kvg *g, const vq_kv_layer *L, int i) {
+    return i < L->n_coded ? pos_at(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
+}
+
 /* a step's drop set of one local layer: handed to the group's fate row first (demote= re-codes
  * the rows into its tier; drop: nothing), then dropped from the store */
 static int drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
@@ -32,23 +37,90 @@ static int drop_rows(vq_kvg *g, int local, const unsigned char *drop) {
 static int budget(const vq_kvg *g, int local, int next_pos) {   /* rows per head */
     const vq_evict_cfg *ev = &g->ev.cfg;
     double B = ev->budget_ratio ? ceil(ev->budget * next_pos) : ev->budget;
-    if (ev->pol->budget) B = ev->pol->budget(ev, B, g->gl[local], g->n_layers_all);
+    if (ev->pol->budget) B = ev->pol->budget(ev, B, next_pos, g->gl[local], g->n_layers_all);
     return (int)VQ_MAX(1.0, VQ_MIN(B, (double)(1 << 24)));
+}
+
+/* VQ_POL_QSTATS: the view's keys, value norms, statistics and averaged RoPE for local layer
+ * `local` (next_pos: the step's next position; kvpress averages over the next 512). Returns the
+ * buffer to free (NULL: out of memory, the view left without them). */
+#define VQ_EA_FUTURE 512
+static void *qstats_view(const vq_kvg *g, int local, int next_pos, vq_pol_view *v) {
+    const vq_kv_layer *L = &g->layers[local];
+    const int d = g->d, H = g->H, nr = v->nr, all = nr + L->sink_count;
+    const size_t w = (size_t)H * d;
+    const size_t nf = 2 * (size_t)all * w + (size_t)nr * H + (size_t)d * d + (size_t)all, nd = 2 * (size_t)d * d + 3 * (size_t)d + (size_t)nr;
+    char *buf = malloc(nd * sizeof(double) + nf * sizeof(float));
+    if (!buf) return NULL;
+    double *work = (double *)(void *)buf;
+    float *k = (float *)(void *)(work + nd), *val = k + (size_t)all * w, *vn = val + (size_t)all * w, *R = vn + (size_t)nr * H;
+    int32_t *pos = (int32_t *)(void *)(R + (size_t)d * d);
+    vq_err e;
+    if (vq_kvg_read(g, local, k, val, pos, &e)) { free(buf); return NULL; }
+    for (int i = 0; i < nr; i++)
+        for (int h = 0; h < H; h++) {
+            double t = 0;
+            for (int x = 0; x < d; x++) t += (double)val[(size_t)i * w + (size_t)h * d + x] * val[(size_t)i * w + (size_t)h * d + x];
+            vn[(size_t)i * H + h] = (float)sqrt(t);
+        }
+    const float *rp = g->ev.rope + (size_t)local * (size_t)(d / 2 + 2);
+    vq_pol_avg_rope(R, d, (int)rp[d / 2], g->ev.rope_neox, rp, rp[d / 2 + 1], next_pos, VQ_EA_FUTURE);
+    v->d = d;
+    v->G = g->G;
+    v->k = k;
+    v->vn = vn;
+    v->qs = g->ev.qst + (size_t)local * vq_kvg_qst_floats(g);
+    v->rbar = R;
+    v->work = work;
+    return buf;
+}
+
+void vq_kvg_observe_queries(vq_kvg *g, int local, int n_q, const int *q_pos, const float *q) {
+    const int d = g->d, H = g->H, G = g->G, nh = H * G * g->vh;
+    const size_t per = 1 + (size_t)d + (size_t)d * d;
+    float x[1024];
+    if (!g->ev.qst || d > 1024) return;
+    for (int lo = local; lo < local + g->vh; lo++) {
+        const float *rp = g->ev.rope + (size_t)lo * (size_t)(d / 2 + 2);
+        const int rot = (int)rp[d / 2];
+        const double msc = rp[d / 2 + 1] != 0 ? 1.0 / rp[d / 2 + 1] : 1.0;
+        double *qs = g->ev.qst + (size_t)lo * vq_kvg_qst_floats(g);
+        for (int t = 0; t < n_q; t++) {
+            if (q_pos[t] < g->ev.cfg.sinks) continue;
+            for (int hg = 0; hg < H * G; hg++) {   /* this local layer's query heads */
+                const int qh = (lo - local) * H * G + hg;
+                memcpy(x, q + ((size_t)t * nh + qh) * d, (size_t)d * sizeof(float));
+                if (rot) vq_pol_rope(x, d, rot, g->ev.rope_neox, rp, -(double)q_pos[t], msc);
+                double *st = qs + (size_t)hg * per, *sq = st + 1 + d;
+                st[0] += 1;
+                for (int a = 0; a < d; a++) {
+                    st[1 + a] += x[a];
+                    const double xa = x[a];
+                    for (int b = 0; b < d; b++) sq[(size_t)a * d + b] += xa * x[b];
+                }
+            }
+        }
+    }
 }
 
 /* The score of each row a layer holds (coded rows, then the window; sinks are never candidates):
  * what an eviction step ranks and vq_kv_evict_scores reports. Higher = kept. posbuf: room for the
- * rows' positions (read by rows that score by position). */
-static void row_scores(const vq_kvg *g, int local, float *rs, int32_t *posbuf) {
+ * rows' positions (read by rows that score by position). next_pos: the step's next position. */
+static void row_scores(const vq_kvg *g, int local, float *rs, int32_t *posbuf, int next_pos) {
     const vq_kv_layer *L = &g->layers[local];
     const int nr = L->n_coded + L->win_count;
     vq_pol_view v = {.sc = L->ev_score, .cap = (size_t)g->ev.cap, .H = g->H, .nr = nr, .pos = NULL, .ev = &g->ev.cfg};
     if (g->ev.cfg.pol->flags & VQ_POL_POS) {
-        for (int i = 0; i < nr; i++)
-            posbuf[i] = i < L->n_coded ? pos_at(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
+        for (int i = 0; i < nr; i++) posbuf[i] = row_pos(g, L, i);
         v.pos = posbuf;
     }
+    void *buf = NULL;
+    if ((g->ev.cfg.pol->flags & VQ_POL_QSTATS) && !(buf = qstats_view(g, local, next_pos, &v))) {
+        memset(rs, 0, (size_t)nr * sizeof(float));   /* out of memory: no scores (the oldest rows go) */
+        return;
+    }
     g->ev.cfg.pol->row_scores(&v, rs);
+    free(buf);
 }
 
 /* The candidates of a step of local layer `local` (KV head h of its cache layer) into out, block
@@ -59,14 +131,11 @@ static int candidates(vq_kvg *g, int local, int h, int next_pos, vq_ada_cand *ou
     vq_kv_layer *L = &g->layers[local];
     const int rpb = g->rpb_store, nb = L->n_coded / rpb, nr = L->n_coded + L->win_count;
     float *rs = g->ev.tmp, *bs = g->ev.tmp + g->ev.cap;
-    row_scores(g, local, rs, (int32_t *)(void *)bs);   /* coded rows and the window (storage order = position order) */
-    if (ev->pol->flags & VQ_POL_POOL) {   /* max-pool, written to bs first, then back */
-        const int k = ev->pool / 2;
-        for (int i = 0; i < nr; i++) {
-            float m = rs[i];
-            for (int j = VQ_MAX(0, i - k); j <= VQ_MIN(nr - 1, i + k); j++) m = rs[j] > m ? rs[j] : m;
-            bs[i] = m;
-        }
+    row_scores(g, local, rs, (int32_t *)(void *)bs, next_pos);   /* coded rows and the window (position order) */
+    if (ev->pol->flags & VQ_POL_POOL) {   /* pooled into bs, then back */
+        int nw = nr;   /* avg: the rows before the observation window */
+        if (ev->poolfn) for (nw = 0; nw < nr && row_pos(g, L, nw) < next_pos - ev->obs;) nw++;
+        vq_pool_scores(rs, nr, nw, ev->pool, ev->poolfn, bs);
         memcpy(rs, bs, (size_t)nr * sizeof(float));
     }
     int nc = 0;
@@ -250,9 +319,10 @@ vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *po
     if (!L->ev_score && !(g->ev.cfg.pol && (g->ev.cfg.pol->flags & VQ_POL_POS)))
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_evict_scores: layer %d has no eviction policy", layer);
     const int nr = L->n_coded + L->win_count;
-    for (int i = 0; pos && i < nr; i++)
-        pos[i] = i < L->n_coded ? pos_at(g, L, i) : L->win_pos[(L->win_start + i - L->n_coded) % g->win_cap];
-    row_scores(g, kv->ll[layer], out, (int32_t *)(void *)g->ev.tmp);
+    int32_t top = -1;
+    for (int i = 0; i < nr; i++) top = VQ_MAX(top, row_pos(g, L, i));
+    for (int i = 0; pos && i < nr; i++) pos[i] = row_pos(g, L, i);
+    row_scores(g, kv->ll[layer], out, (int32_t *)(void *)g->ev.tmp, top + 1);
     /* heads=ada: the sum over the KV heads (as the shared layout's score), while they hold the same
      * rows in the same order; once their rows differ there is no one row list to report */
     for (int h = 1; h < g->vh; h++) {
@@ -266,7 +336,7 @@ vq_status vq_kv_evict_scores(const vq_kv *kv, int layer, float *out, int32_t *po
         if ((f & VQ_POL_POS) && !(f & VQ_POL_ATTN) && !g->ev.cfg.pol->observe_row)
             continue;   /* scores from positions alone: the same in every head */
         float *t = g->ev.tmp + g->ev.cap;   /* free here: the positions went to the first half */
-        row_scores(g, kv->ll[layer] + h, t, (int32_t *)(void *)g->ev.tmp);
+        row_scores(g, kv->ll[layer] + h, t, (int32_t *)(void *)g->ev.tmp, top + 1);
         for (int i = 0; i < nr; i++) out[i] += t[i];
     }
     return VQ_OK;

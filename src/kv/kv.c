@@ -39,6 +39,12 @@ static size_t ev_cal_bytes(const vq_kvg *kv) {   /* the group's Q-Filters or que
     return c == VQ_POL_CAL_FILTER ? per : c == VQ_POL_CAL_QSTATS ? per * kv->G * 2
          : c == VQ_POL_CAL_LAYERS ? (size_t)kv->ev.cal_layers * sizeof(float) : 0;
 }
+static size_t ev_q_bytes(const vq_kvg *kv) {   /* VQ_POL_QSTATS: the query statistics and RoPE */
+    if (!kv->ev.cfg.pol || !(kv->ev.cfg.pol->flags & VQ_POL_QSTATS)) return 0;
+    return (size_t)kv->dims.n_layers * ((size_t)kv->H * kv->G * (1 + kv->d + (size_t)kv->d * kv->d) * sizeof(double) +
+                                        (size_t)(kv->d / 2 + 2) * sizeof(float));
+}
+size_t vq_kvg_qst_floats(const vq_kvg *kv) { return (size_t)kv->H * kv->G * (1 + kv->d + (size_t)kv->d * kv->d); }
 static size_t kx_bytes(const vq_kvg *kv) {   /* the key pre-transform (kmean= / kscale=) */
     return kv->kx ? (size_t)(kv->dims.n_layers / kv->vh) * kv->kx_hc * 3 * kv->d * sizeof(float) : 0;
 }
@@ -67,7 +73,7 @@ size_t vq_kvg_bytes(const vq_kvg *kv) {
         b += states_bytes(kv, l);
         b += layer_fixed_bytes(kv) + (size_t)(kv->layers[l].n_pages + kv->layers[l].n_spare) * kv->page_bytes;
     }
-    return b + (kv->ev.raw ? vq_kvg_obs_bytes(kv, kv->ev.raw_cap) : 0) + ev_cal_bytes(kv) + kx_bytes(kv) +
+    return b + (kv->ev.raw ? vq_kvg_obs_bytes(kv, kv->ev.raw_cap) : 0) + ev_cal_bytes(kv) + kx_bytes(kv) + ev_q_bytes(kv) +
            (kv->dm.tier ? vq_kvg_bytes(kv->dm.tier) : 0);
 }
 /* Rows coded (not in the window or the sink) once a layer has taken `rows` rows in order. */
@@ -177,6 +183,7 @@ void vq_kvg_destroy(vq_kvg *kv) {
     vq_aligned_free(kv->enc_tmp);
     kv_free(kv, kv->ev.raw, kv->ev.raw ? vq_kvg_obs_bytes(kv, kv->ev.raw_cap) : 0);
     kv_free(kv, kv->ev.cal, ev_cal_bytes(kv));
+    if (kv->ev.qst) kv_free(kv, kv->ev.qst, ev_q_bytes(kv));
     kv_free(kv, kv->kx, kx_bytes(kv));
     vq_aligned_free(kv->ev.tmp);
     vq_aligned_free(kv->ev.cand);
@@ -434,6 +441,12 @@ vq_kvg *vq_kvg_create(const vq_kv_parsed *spp, const char *spec, const vq_kv_dim
             if (!L->ev_score) goto nomem;
             memset(L->ev_score, 0, ev_score_bytes(kv));
         }
+    }
+    if (ev_q_bytes(kv)) {   /* one block: the statistics, then the layers' RoPE (none set: zeros) */
+        kv->ev.qst = kv_alloc(kv, ev_q_bytes(kv));
+        if (!kv->ev.qst) goto nomem;
+        memset(kv->ev.qst, 0, ev_q_bytes(kv));
+        kv->ev.rope = (float *)(void *)(kv->ev.qst + (size_t)kv->dims.n_layers * vq_kvg_qst_floats(kv));
     }
     if (kv->ev.cfg.pol) {   /* eviction scratch (like enc_tmp: outside the tally, in scratch_bytes) */
         kv->ev.tmp = vq_aligned_alloc(2 * (size_t)kv->ev.cap * sizeof(float));

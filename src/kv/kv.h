@@ -59,6 +59,12 @@ vq_status vq_kv_append(vq_kv *kv, int layer, int pos0, int n, const float *k, co
 vq_status vq_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const float *q,
                        float *out, vq_err *err);
 
+/* The RoPE the model applies to layer `layer`'s queries and keys (vq_rope's meaning: rot dims
+ * rotated, pairs (2i, 2i+1) or, neox, (i, i + rot/2), angle pos * inv_freq[i], cos/sin times
+ * mscale). Only a policy that reads the queries before RoPE (expected_attention_prompt) keeps it
+ * (a copy); without it the queries are taken as they come (no rotation). The session sets it. */
+vq_status vq_kv_set_rope(vq_kv *kv, int layer, const float *inv_freq, int rot, int neox, float mscale, vq_err *err);
+
 size_t vq_kv_bytes(const vq_kv *kv);      /* bytes actually held: codes + metadata + fp window */
 int    vq_kv_rows(const vq_kv *kv, int layer);
 const char *vq_kv_spec_str(const vq_kv *kv);  /* normalized spec string, layers resolved */

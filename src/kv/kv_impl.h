@@ -31,6 +31,11 @@ struct vq_evict_cfg {
     double slope, tau;            /* pyramidkv budget slope; keyformer Gumbel temperature */
     int chunk;                    /* chunkkv: rows per chunk (positions c*chunk .. c*chunk+chunk-1) */
     double squeeze;               /* squeeze: the budget factor of the layers attention changes least */
+    int poolfn;                   /* snapkv/pyramidkv/squeeze pooling: 0 max (over every row), 1 avg
+                                     (kvpress: over the rows before the window, zero-padded) */
+    double beta;                  /* pyramidkv: 0 (not given) the slope schedule; >= 1 the published one */
+    int norm;                     /* h2o acc=: 0 sum; 1 mean over the queries that saw the row (kvpress) */
+    int vnorm;                    /* expected_attention_prompt: 0 (on) scores times ||v|| (kvpress), 1 off */
     const float *layer_w;         /* squeeze: per cache layer budget factors (the store's, from
                                      calib=FILE at create; NULL in a parsed spec) */
     unsigned seen;                /* keys given (parser bookkeeping, bit VQ_PK_*) */
@@ -178,6 +183,14 @@ typedef struct vq_kvg {
                               squeeze: [cache layer] budget factors (cfg.layer_w points here) */
         int cal_layers;    /* squeeze: the cache's layers (cal's floats) */
         float *tmp;        /* step scratch: 2 x cap floats (row scores, pooling) */
+        /* VQ_POL_QSTATS (expected_attention_prompt): per local layer, KV head h, query head g of
+         * its group, (1 + d + d*d) doubles: the count, the sum of the observed queries before
+         * RoPE and of their outer products (every query at a position >= sinks); the layers'
+         * RoPE (vq_kv_set_rope): per local layer d/2 inverse frequencies, then the rotated dims
+         * (0: none set) and the cos/sin factor; the pair layout */
+        double *qst;
+        float *rope;
+        int rope_neox;
         vq_ada_cand *cand; /* step scratch: vh x cap candidate blocks of a cache layer's heads */
     } ev;
     /* the fate of the rows a step evicts (a row of kv_policy.h's fate table: drop | demote; the
@@ -240,6 +253,11 @@ void vq_kvg_free_spares(vq_kvg *g, vq_kv_layer *L);   /* before anything else fr
  * blocks whose rows are all flagged (drop[storage index] != 0; window and sink rows cannot be
  * dropped), the pages compacted and the empty ones freed. Returns rows dropped. */
 size_t vq_kvg_obs_bytes(const vq_kvg *g, int rows);
+/* VQ_POL_QSTATS: doubles of one local layer's query statistics (H x G x (1 + d + d*d)) */
+size_t vq_kvg_qst_floats(const vq_kvg *g);
+/* VQ_POL_QSTATS (evict.c): queries of cache layer `layer` (n_q x n_heads x d, after RoPE, at
+ * q_pos) into the statistics of the group's local layers local .. local + vh - 1 */
+void vq_kvg_observe_queries(vq_kvg *g, int local, int n_q, const int *q_pos, const float *q);
 int vq_kvg_drop_rows(vq_kvg *g, int local, const unsigned char *drop);
 /* demote.c: the fate table's rows (kv_policy.h: vq_kv_fate_at / vq_kv_fate_of); the router and
  * the eviction step reach the demoted tier only through g->ev.fate's hooks. */

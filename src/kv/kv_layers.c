@@ -254,9 +254,30 @@ vq_status vq_kv_attend(vq_kv *kv, int layer, int n_q, const int *q_pos, const fl
     if (n_q < 0 || (n_q > 0 && (!q_pos || !q || !out)))
         return vq_err_set(err, VQ_ERR_ARG, "vq_kv_attend: layer %d: bad arguments n_q=%d", layer, n_q);
     if (n_q == 0) return VQ_OK;
+    if (GROUP(kv, layer)->ev.qst)   /* expected_attention_prompt: the queries' statistics */
+        vq_kvg_observe_queries(GROUP(kv, layer), LOCAL(kv, layer), n_q, q_pos, q);
     if (kv->ref_attend) return ref_attend(kv, layer, n_q, q_pos, q, out, err);
     return vq_kvg_attend(GROUP(kv, layer), LOCAL(kv, layer), GROUP(kv, layer)->vh, layer, kv->span[layer], n_q,
                          q_pos, q, out, err);
+}
+
+vq_status vq_kv_set_rope(vq_kv *kv, int layer, const float *inv_freq, int rot, int neox, float mscale, vq_err *err) {
+    if (bad_layer(kv, layer) || rot < 0)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_set_rope: bad arguments (layer %d, rotated dims %d)", layer, rot);
+    vq_kvg *g = GROUP(kv, layer);
+    if (!g->ev.qst) return VQ_OK;   /* no policy reads queries before RoPE */
+    if (rot > 0 && !inv_freq)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_set_rope: layer %d: %d rotated dims and no frequencies", layer, rot);
+    const int d = g->d;
+    rot = VQ_MIN(rot, d) & ~1;
+    for (int lo = LOCAL(kv, layer); lo < LOCAL(kv, layer) + g->vh; lo++) {
+        float *rp = g->ev.rope + (size_t)lo * (size_t)(d / 2 + 2);
+        for (int i = 0; i < rot / 2; i++) rp[i] = inv_freq[i];
+        rp[d / 2] = (float)rot;
+        rp[d / 2 + 1] = mscale;
+    }
+    g->ev.rope_neox = neox;
+    return VQ_OK;
 }
 
 vq_status vq_kv_read(const vq_kv *kv, int layer, float *k, float *v, int32_t *pos, vq_err *err) {

@@ -25,6 +25,10 @@ const vq_pol_key vq_pol_keys[VQ_PK_N] = {
     [VQ_PK_TAU] = {"tau", 'r', 1e-3, 1e3, 1.0, "0.001..1000"},
     [VQ_PK_CHUNK] = {"chunk", 'i', 1, 1 << 16, 10, "1..65536"},
     [VQ_PK_SQUEEZE] = {"squeeze", 'r', 0.0, 1.0, 0.5, "0..1"},
+    [VQ_PK_POOLFN] = {"poolfn", 'm', 0, 1, 0, "max|avg"},
+    [VQ_PK_BETA] = {"beta", 'r', 1.0, 1e6, 0.0, "1..1000000"},
+    [VQ_PK_NORM] = {"acc", 'm', 0, 1, 0, "sum|mean"},
+    [VQ_PK_VNORM] = {"vnorm", 'm', 0, 1, 0, "on|off"},
 };
 const vq_pol_key vq_alloc_keys[VQ_AK_N] = {
     [VQ_AK_HEADS] = {"heads", 'a', 0, 0, NAN, ""},
@@ -137,14 +141,151 @@ static void rows_chunk(const vq_pol_view *v, float *rs) {
     }
 }
 
-/* pyramidkv: budget * (1 + slope * (1 - 2 l / (L - 1))), more rows low */
-static double budget_pyramid(const vq_evict_cfg *ev, double B, int l, int Lc) {
-    return Lc > 1 ? floor(B * (1.0 + ev->slope * (1.0 - 2.0 * l / (Lc - 1))) + 0.5) : B;
+void vq_pool_scores(const float *rs, int nr, int nw, int pool, int fn, float *out) {
+    const int k = pool / 2;
+    if (fn == 0) {   /* max over every row */
+        for (int i = 0; i < nr; i++) {
+            float m = rs[i];
+            for (int j = VQ_MAX(0, i - k); j <= VQ_MIN(nr - 1, i + k); j++) m = rs[j] > m ? rs[j] : m;
+            out[i] = m;
+        }
+        return;
+    }
+    for (int i = 0; i < nw; i++) {   /* avg over rows 0..nw-1, zero-padded: the sum / pool */
+        double m = 0;
+        for (int j = VQ_MAX(0, i - k); j <= VQ_MIN(nw - 1, i + k); j++) m += rs[j];
+        out[i] = (float)(m / pool);
+    }
+    for (int i = nw; i < nr; i++) out[i] = rs[i];
 }
-static double min_pyramid(const vq_evict_cfg *ev) { return 1.0 - ev->slope; }   /* the top layer's */
+
+void vq_pol_rope(float *x, int d, int rot, int neox, const float *inv, double pos, double mscale) {
+    rot = VQ_MIN(rot, d) & ~1;
+    const int half = rot / 2;
+    for (int i = 0; i < half; i++) {
+        const int a = neox ? i : 2 * i, b = neox ? i + half : a + 1;
+        const double t = pos * inv[i], c = cos(t) * mscale, s = sin(t) * mscale, x0 = x[a], x1 = x[b];
+        x[a] = (float)(x0 * c - x1 * s);
+        x[b] = (float)(x0 * s + x1 * c);
+    }
+}
+
+void vq_pol_avg_rope(float *R, int d, int rot, int neox, const float *inv, double mscale, int p0, int np) {
+    memset(R, 0, (size_t)d * d * sizeof(float));
+    for (int e = 0; e < d; e++) R[(size_t)e * d + e] = 1.0f;   /* the dims RoPE leaves alone */
+    rot = VQ_MIN(rot, d) & ~1;
+    const int half = rot / 2;
+    for (int i = 0; i < half; i++) {   /* each pair: the mean of mscale * [[c, -s], [s, c]] */
+        const int a = neox ? i : 2 * i, b = neox ? i + half : a + 1;
+        double c = 0, s = 0;
+        for (int p = p0; p < p0 + np; p++) { c += cos((double)p * inv[i]); s += sin((double)p * inv[i]); }
+        c *= mscale / np;
+        s *= mscale / np;
+        R[(size_t)a * d + a] = (float)c;
+        R[(size_t)a * d + b] = (float)-s;
+        R[(size_t)b * d + a] = (float)s;
+        R[(size_t)b * d + b] = (float)c;
+    }
+}
+
+/* expected_attention_prompt (kvpress's ExpectedAttentionPress, Devoto et al.): per KV head h and
+ * query head g of its group, the prompt's queries before RoPE have mean m and covariance S (over
+ * the positions >= sinks); the future query is R m, covariance R S R' (R: RoPE averaged over the
+ * next positions, v->rbar); a row's expected logit is z = (R m).k / sqrt(d) + k' R S R' k / (2 d);
+ * the head's score is softmax_rows(z) over the rows at positions >= sinks, averaged over g, times
+ * ||v|| (vnorm=on); summed over the KV heads (rows are shared by a layer's heads). Rows before
+ * sinks get the largest score + 1 (kvpress pads them so; here they are never candidates anyway). */
+static void rows_expected_prompt(const vq_pol_view *v, float *rs) {
+    const int d = v->d, G = v->G, nr = v->nr;
+    const size_t per = 1 + (size_t)d + (size_t)d * d;
+    double *mu = v->work, *m0 = mu + d, *S = m0 + d, *T = S + (size_t)d * d, *z = T + (size_t)d * d, *kr = z + nr;
+    const double isd = 1.0 / sqrt((double)d);
+    for (int i = 0; i < nr; i++) rs[i] = 0;
+    for (int h = 0; h < v->H; h++)
+        for (int g = 0; g < G; g++) {
+            const double *st = v->qs + ((size_t)h * G + g) * per;
+            const double n = st[0];
+            if (!(n > 0)) continue;
+            for (int e = 0; e < d; e++) m0[e] = st[1 + e] / n;
+            for (int a = 0; a < d; a++)   /* S = E[q q'] - m m' (kvpress: centred, divided by n) */
+                for (int b = 0; b < d; b++) S[(size_t)a * d + b] = st[1 + d + (size_t)a * d + b] / n - m0[a] * m0[b];
+            for (int a = 0; a < d; a++) {   /* mu = R m; T = R S */
+                double t = 0;
+                for (int b = 0; b < d; b++) t += v->rbar[(size_t)a * d + b] * m0[b];
+                mu[a] = t;
+                for (int c = 0; c < d; c++) {
+                    double u = 0;
+                    for (int b = 0; b < d; b++) u += v->rbar[(size_t)a * d + b] * S[(size_t)b * d + c];
+                    T[(size_t)a * d + c] = u;
+                }
+            }
+            for (int a = 0; a < d; a++)   /* S <- T R' = R S R' */
+                for (int c = 0; c < d; c++) {
+                    double u = 0;
+                    for (int b = 0; b < d; b++) u += T[(size_t)a * d + b] * v->rbar[(size_t)c * d + b];
+                    S[(size_t)a * d + c] = u;
+                }
+            double mx = -INFINITY, zs = 0;
+            for (int i = 0; i < nr; i++) {
+                if (v->pos[i] < v->ev->sinks) { z[i] = -INFINITY; continue; }
+                const float *k = v->k + ((size_t)i * v->H + h) * d;
+                double lin = 0, quad = 0;
+                for (int a = 0; a < d; a++) {
+                    double t = 0;
+                    for (int b = 0; b < d; b++) t += S[(size_t)a * d + b] * k[b];
+                    kr[a] = t;
+                    lin += mu[a] * k[a];
+                }
+                for (int a = 0; a < d; a++) quad += k[a] * kr[a];
+                z[i] = lin * isd + quad / (2.0 * d);
+                mx = fmax(mx, z[i]);
+            }
+            for (int i = 0; i < nr; i++) zs += z[i] == -INFINITY ? 0 : exp(z[i] - mx);
+            for (int i = 0; i < nr; i++)
+                if (z[i] != -INFINITY) {
+                    const double w = exp(z[i] - mx) / zs / G;
+                    rs[i] += (float)(v->ev->vnorm ? w : w * v->vn[(size_t)i * v->H + h]);
+                }
+        }
+    float top = 0;
+    for (int i = 0; i < nr; i++) top = fmaxf(top, rs[i]);
+    for (int i = 0; i < nr; i++)
+        if (v->pos[i] < v->ev->sinks) rs[i] = top + 1.0f;
+}
+
+/* h2o with acc=mean (kvpress's observed attention): the accumulated attention divided by the
+ * number of queries that saw the row, every position from the row's to the newest held (h2o
+ * observes every query since the row arrived, and the newest rows are never evicted) */
+static void rows_h2o(const vq_pol_view *v, float *rs) {
+    rows_sum(v, rs);
+    if (!v->ev->norm) return;
+    int32_t top = 0;
+    for (int i = 0; i < v->nr; i++) top = v->pos[i] > top ? v->pos[i] : top;
+    for (int i = 0; i < v->nr; i++) rs[i] = (float)(rs[i] / (double)(top + 1 - v->pos[i]));
+}
+
+/* pyramidkv. beta = 0: budget * (1 + slope * (1 - 2 l / (L - 1))), more rows low. beta >= 1:
+ * PyramidKV's published schedule (Cai et al., arXiv 2406.02069, as kvpress 0.5.5 computes it from
+ * the context length n and the observation window W = obs): a line from max rows in layer 0 to
+ * min in the last, min = B / beta, max = 2 B - min (the mean is B); max capped at n - W (min then
+ * 2 B - max); when that gives no n >= max >= min >= W, every layer keeps B (kvpress falls back to
+ * snapkv: at n = 1024, W = 64, beta = 20 that is any budget below 1280 / 3.9 = 329 rows). */
+static double budget_pyramid(const vq_evict_cfg *ev, double B, int n, int l, int Lc) {
+    if (Lc <= 1) return B;
+    if (!(ev->beta >= 1)) return floor(B * (1.0 + ev->slope * (1.0 - 2.0 * l / (Lc - 1))) + 0.5);
+    const double W = ev->obs;
+    double mn = B / ev->beta, mx = 2 * B - mn;
+    if (mx >= n - W) { mx = n - W; mn = 2 * B - mx; }
+    if (!(n >= mx && mx >= mn && mn >= W)) return B;
+    return floor(mx - l * (mx - mn) / (Lc - 1) + 0.5);
+}
+static double min_pyramid(const vq_evict_cfg *ev) {   /* the top layer's */
+    return ev->beta >= 1 ? 1.0 / ev->beta : 1.0 - ev->slope;
+}
 
 /* squeeze: the layer's factor of the budget (from the calibration's attention cosines) */
-static double budget_squeeze(const vq_evict_cfg *ev, double B, int l, int Lc) {
+static double budget_squeeze(const vq_evict_cfg *ev, double B, int n, int l, int Lc) {
+    (void)n;
     return ev->layer_w && l >= 0 && l < Lc ? floor(B * ev->layer_w[l] + 0.5) : B;
 }
 static double min_squeeze(const vq_evict_cfg *ev) { return ev->squeeze; }   /* the squeezed group's */
@@ -182,18 +323,21 @@ void vq_squeeze_factors(const float *cos, int L, double p, double cap, float *w)
 static const vq_kv_policy POLICIES[] = {
     {"streaming_llm", VQ_POL_POS, 0, VQ_POL_CAL_NONE, "the sinks and the most recent rows (score = position)",
      NULL, NULL, rows_by_position, NULL, NULL},
-    {"h2o", VQ_POL_ATTN, 0, VQ_POL_CAL_NONE,
-     "attention accumulated over every query since the row arrived (heavy hitters)", NULL, NULL, rows_sum, NULL, NULL},
+    {"h2o", VQ_POL_ATTN | VQ_POL_POS, K(NORM), VQ_POL_CAL_NONE,
+     "attention accumulated over every query since the row arrived (heavy hitters); acc=mean: "
+     "divided by the number of those queries (kvpress's observed attention)", NULL, NULL, rows_h2o, NULL, NULL},
     {"tova", VQ_POL_ATTN | VQ_POL_RESET, 0, VQ_POL_CAL_NONE, "the latest query's attention",
      NULL, NULL, rows_sum, NULL, NULL},
     {"knorm", 0, 0, VQ_POL_CAL_NONE,
      "key L2 norm: score = -sum over KV heads of ||k||, so LOW-norm keys are kept", key_norm, NULL, rows_neg_sum,
      NULL, NULL},
-    {"snapkv", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POOL, K(OBS) | K(POOL), VQ_POL_CAL_NONE,
+    {"snapkv", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POOL, K(OBS) | K(POOL) | K(POOLFN), VQ_POL_CAL_NONE,
      "attention of the last obs prompt queries (in decode: of the queries since the last step), "
-     "max-pooled over pool rows", NULL, NULL, rows_sum, NULL, NULL},
-    {"pyramidkv", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POOL, K(OBS) | K(POOL) | K(SLOPE),
-     VQ_POL_CAL_NONE, "snapkv with a per-layer budget: budget * (1 + slope * (1 - 2 l / (L - 1))), more rows low",
+     "pooled over pool rows (poolfn=max over every row; avg: kvpress's, over the rows before the "
+     "window, zero-padded)", NULL, NULL, rows_sum, NULL, NULL},
+    {"pyramidkv", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POOL, K(OBS) | K(POOL) | K(SLOPE) | K(POOLFN) | K(BETA),
+     VQ_POL_CAL_NONE, "snapkv with a per-layer budget: budget * (1 + slope * (1 - 2 l / (L - 1))), more rows "
+     "low; beta=B: PyramidKV's published schedule (kvpress: beta=20, obs=64)",
      NULL, NULL, rows_sum, budget_pyramid, min_pyramid},
     {"keyformer", VQ_POL_ATTN, K(TAU), VQ_POL_CAL_NONE,
      "accumulated softmax((logit + Gumbel noise) / tau) (seeded by the cache seed)", NULL, reweight_gumbel, rows_sum,
@@ -201,7 +345,7 @@ static const vq_kv_policy POLICIES[] = {
     {"chunkkv", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POS, K(OBS) | K(CHUNK), VQ_POL_CAL_NONE,
      "snapkv's attention (last obs prompt queries) summed over chunks of chunk consecutive positions; "
      "a step keeps or drops whole chunks (ChunkKV)", NULL, NULL, rows_chunk, NULL, NULL},
-    {"squeeze", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POOL, K(OBS) | K(POOL) | K(SQUEEZE), VQ_POL_CAL_LAYERS,
+    {"squeeze", VQ_POL_ATTN | VQ_POL_WINDOWED | VQ_POL_POOL, K(OBS) | K(POOL) | K(SQUEEZE) | K(POOLFN), VQ_POL_CAL_LAYERS,
      "snapkv with per-layer budgets from calib=FILE (SqueezeAttention): layers split in two groups by "
      "the cosine of the hidden state before and after attention; the group attention changes least "
      "keeps squeeze x budget, the other the rest (the mean is the budget)",
@@ -210,6 +354,11 @@ static const vq_kv_policy POLICIES[] = {
      "sum over KV heads of the softmax over rows of log sum_g E[exp(q_g . k / sqrt(d))], q_g ~ "
      "N(mean, diag var) of query head g from calib=FILE (kvpress's expected attention, stationary)",
      key_expected, NULL, rows_softmax, NULL, NULL},
+    {"expected_attention_prompt", VQ_POL_QSTATS | VQ_POL_POS, K(VNORM), VQ_POL_CAL_NONE,
+     "kvpress's expected attention: per KV head, the softmax over rows of E[q . k / sqrt(d)] under the "
+     "prompt's own query mean and covariance (before RoPE, positions >= sinks), rotated by RoPE averaged "
+     "over the next 512 positions, averaged over the group, times ||v|| (vnorm=on); summed over KV heads",
+     NULL, NULL, rows_expected_prompt, NULL, NULL},
     {"qfilters", 0, 0, VQ_POL_CAL_FILTER,
      "score = sum over KV heads of k . f, f the head's Q-Filter from calib=FILE (the top direction "
      "of its queries, signed so that a higher score means more attention)", key_filter, NULL, rows_sum, NULL, NULL},

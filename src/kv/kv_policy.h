@@ -24,9 +24,11 @@
  *   step                   row_scores(v, rs): the per-head scores (v->sc, H x cap) of the nr rows
  *                          a layer holds (coded rows, then the window) -> one score per row,
  *                          higher kept (v->ev: the row's keys, e.g. chunkkv's chunk=);
- *                          VQ_POL_POOL: max-pooled over pool rows by the step;
- *                          budget(ev, B, l, L): the rows layer l of L keeps, from the budget B
- *                          (NULL: B); min_budget(ev): the smallest factor of budget any layer gets.
+ *                          VQ_POL_POOL: pooled over pool rows by the step (vq_pool_scores: max, or
+ *                          poolfn=avg);
+ *                          budget(ev, B, n, l, L): the rows layer l of L keeps, from the budget B
+ *                          when n positions were seen (NULL: B); min_budget(ev): the smallest
+ *                          factor of budget any layer gets.
  *   allocate               select(c, n, H, prot, rpb, B, floor, kept): given a cache layer's
  *                          candidate blocks (each of one KV head, scored), the rows each head keeps
  *                          whatever happens (prot) and the budget B per head, marks c[i].keep.
@@ -57,13 +59,15 @@
 enum {
     VQ_PK_EVICT, VQ_PK_BUDGET, VQ_PK_SINKS, VQ_PK_RECENT, VQ_PK_EVERY,   /* every row */
     VQ_PK_OBS, VQ_PK_POOL, VQ_PK_SLOPE, VQ_PK_TAU, VQ_PK_CHUNK, VQ_PK_SQUEEZE,   /* rows that declare them */
+    VQ_PK_POOLFN, VQ_PK_BETA, VQ_PK_NORM, VQ_PK_VNORM,
     VQ_PK_N
 };
 /* the allocator keys (heads=shared|ada, floor=F) */
 enum { VQ_AK_HEADS, VQ_AK_FLOOR, VQ_AK_N };
 
 /* A key: name, kind ('p' the policy's name, 'b' a budget, 'i' an integer, 'o' an odd integer, 'r'
- * a real, 'a' an allocator's name), range, default (NAN: none), the range as messages print it */
+ * a real, 'a' an allocator's name, 'm' one of the names in `range`, separated by '|', stored as
+ * its index), range, default (NAN: none), the range as messages print it */
 typedef struct vq_pol_key {
     const char *name;
     char kind;
@@ -77,8 +81,11 @@ enum {
     VQ_POL_ATTN = 1,       /* observes decode attention's softmax weights (kv_attend.c) */
     VQ_POL_RESET = 2,      /* the scores are the latest observed step only (tova) */
     VQ_POL_WINDOWED = 4,   /* scores from an observation window, cleared after each step */
-    VQ_POL_POOL = 8,       /* scores max-pooled over neighbouring rows (the step) */
+    VQ_POL_POOL = 8,       /* scores pooled over neighbouring rows (the step: max or avg) */
     VQ_POL_POS = 16,       /* row_scores reads the rows' positions (v->pos) */
+    VQ_POL_QSTATS = 32,    /* the store keeps the statistics of the observed queries before RoPE
+                              (the session gives the layers' RoPE: vq_kv_set_rope); row_scores
+                              reads them, the rows' keys and value norms (v->k, v->vn, v->qs) */
 };
 /* what calib=FILE must give: nothing, the Q-Filters, the query statistics, the layers' attention
  * cosines (squeeze: the store turns them into per-layer budget factors, vq_squeeze_factors) */
@@ -100,6 +107,14 @@ typedef struct vq_pol_view {
     int H, nr;            /* KV heads, rows (coded rows, then the window) */
     const int32_t *pos;   /* the rows' positions (VQ_POL_POS rows only) */
     const vq_evict_cfg *ev;   /* the policy's keys (chunkkv's chunk=) */
+    /* VQ_POL_QSTATS rows only: */
+    int d, G;             /* head dim, query heads per KV head */
+    const float *k;       /* the rows' keys, decoded: [i][h][e] (nr x H x d) */
+    const float *vn;      /* their values' L2 norms: [i][h] */
+    const double *qs;     /* per KV head h, query head g: [h][g] x (1 + d + d*d): the count, the sums
+                             of the queries before RoPE and of their outer products */
+    const float *rbar;    /* d x d (row-major): RoPE's rotation averaged over the next positions */
+    double *work;         /* scratch: 2 * d * d + 3 * d + nr doubles */
 } vq_pol_view;
 
 typedef struct vq_kv_policy {
@@ -111,7 +126,7 @@ typedef struct vq_kv_policy {
     float (*observe_row)(const float *k, int d, const float *cal, int G);
     void (*reweight)(const vq_pol_attn *a, float *w, const int *b0, const int *bn, int nblk);
     void (*row_scores)(const vq_pol_view *v, float *rs);
-    double (*budget)(const vq_evict_cfg *ev, double B, int l, int L);
+    double (*budget)(const vq_evict_cfg *ev, double B, int n, int l, int L);
     double (*min_budget)(const vq_evict_cfg *ev);
 } vq_kv_policy;
 
@@ -152,6 +167,18 @@ const vq_kv_alloc *vq_kv_alloc_find(const char *name);
  * layer cannot keep more than every row): the low group's factor is at most cap and what it cannot
  * take goes back to the high group, (L - n_low * cap) / n_high, still a mean of 1. w[L] out. */
 void vq_squeeze_factors(const float *cos, int L, double p, double cap, float *w);
+/* RoPE as the model applies it (vq_rope's meaning: rot pairs (2i, 2i+1), or (i, i + rot/2) when
+ * neox, at angle pos * inv[i], cos/sin times mscale), on one head's d floats: x <- R(pos) x.
+ * vq_pol_rope(x, ..., -pos, 1 / mscale) undoes it. */
+void vq_pol_rope(float *x, int d, int rot, int neox, const float *inv, double pos, double mscale);
+/* R (d x d, row-major) = the mean over positions p0 .. p0 + np - 1 of RoPE's matrix (kvpress's
+ * expected attention: the future queries' rotation, averaged) */
+void vq_pol_avg_rope(float *R, int d, int rot, int neox, const float *inv, double mscale, int p0, int np);
+/* The pooling of VQ_POL_POOL rows' scores (the step calls it): fn 0 (poolfn=max): out[i] = the
+ * max of rs over rows i - pool/2 .. i + pool/2 of 0..nr-1; fn 1 (poolfn=avg, kvpress's snapkv):
+ * rows i < nw (those before the observation window) get the sum of rs over the rows of
+ * i - pool/2 .. i + pool/2 inside 0..nw-1, divided by pool (zero padding), rows >= nw keep rs. */
+void vq_pool_scores(const float *rs, int nr, int nw, int pool, int fn, float *out);
 /* AdaKV's allocator (the heads=ada row's select; tests call it directly) */
 int vq_ada_alloc(vq_ada_cand *c, int n, int H, const int *prot, int rpb, int B, double floor, int *kept_rows);
 /* The fate table (demote.c, above the store): walk by index; the row a parsed spec asks for

@@ -73,10 +73,34 @@ static int inum(const char *s, int lo, int hi, int *out) {
 /* where a policy key's value goes */
 static int *ikey(vq_evict_cfg *ev, int i) {
     return i == VQ_PK_SINKS ? &ev->sinks : i == VQ_PK_RECENT ? &ev->recent : i == VQ_PK_EVERY ? &ev->every
-         : i == VQ_PK_OBS ? &ev->obs : i == VQ_PK_POOL ? &ev->pool : i == VQ_PK_CHUNK ? &ev->chunk : NULL;
+         : i == VQ_PK_OBS ? &ev->obs : i == VQ_PK_POOL ? &ev->pool : i == VQ_PK_CHUNK ? &ev->chunk
+         : i == VQ_PK_POOLFN ? &ev->poolfn : i == VQ_PK_NORM ? &ev->norm : i == VQ_PK_VNORM ? &ev->vnorm : NULL;
 }
 static double *rkey(vq_evict_cfg *ev, int i) {
-    return i == VQ_PK_SLOPE ? &ev->slope : i == VQ_PK_TAU ? &ev->tau : i == VQ_PK_SQUEEZE ? &ev->squeeze : NULL;
+    return i == VQ_PK_SLOPE ? &ev->slope : i == VQ_PK_TAU ? &ev->tau : i == VQ_PK_SQUEEZE ? &ev->squeeze
+         : i == VQ_PK_BETA ? &ev->beta : NULL;
+}
+
+/* a mode key's value ('m': one of the names of k->range, "max|avg") -> its index, -1: none */
+static int mode_index(const vq_pol_key *k, const char *val) {
+    const char *r = k->range;
+    for (int i = 0; *r; i++) {
+        const char *e = strchr(r, '|');
+        const size_t n = e ? (size_t)(e - r) : strlen(r);
+        if (strlen(val) == n && !strncmp(r, val, n)) return i;
+        if (!e) break;
+        r = e + 1;
+    }
+    return -1;
+}
+/* the name of a mode key's value i (into out) */
+static const char *mode_name(const vq_pol_key *k, int i, char *out, size_t cap) {
+    const char *r = k->range;
+    for (int j = 0; j < i && r; j++) { r = strchr(r, '|'); if (r) r++; }
+    if (!r) r = "?";
+    const char *e = strchr(r, '|');
+    snprintf(out, cap, "%.*s", (int)(e ? (size_t)(e - r) : strlen(r)), r);
+    return out;
 }
 
 /* the rows of the policy table that declare optional key i: "snapkv, pyramidkv" */
@@ -157,6 +181,7 @@ static vq_status evict_key(vq_evict_cfg *ev, const char *key, const char *val, c
     case 'i': ok = inum(val, (int)k->lo, (int)k->hi, ikey(ev, i)); break;
     case 'o': ok = inum(val, (int)k->lo, (int)k->hi, ikey(ev, i)) && (*ikey(ev, i) & 1); break;
     case 'r': ok = num(val, k->lo, k->hi, rkey(ev, i)); break;
+    case 'm': ok = (*ikey(ev, i) = mode_index(k, val)) >= 0; break;
     }
     if (!ok) {
         snprintf(msg, cap, "%s=%s is out of range (%s)", key, val, k->range);
@@ -210,9 +235,16 @@ static int evict_print(const vq_evict_cfg *ev, char *out, size_t cap) {
     if (o < 0 || (size_t)o >= cap) return o;
     for (int i = VQ_PK_OBS; i < VQ_PK_N && (size_t)o < cap; i++)
         if (ev->pol->keys & (1u << i)) {
-            const double x = i == VQ_PK_OBS ? ev->obs : i == VQ_PK_POOL ? ev->pool : i == VQ_PK_CHUNK ? ev->chunk
-                           : i == VQ_PK_SLOPE ? ev->slope : i == VQ_PK_SQUEEZE ? ev->squeeze : ev->tau;
+            vq_evict_cfg c = *ev;
+            const double x = ikey(&c, i) ? *ikey(&c, i) : *rkey(&c, i);
+            /* the keys added with kvpress's variants print only when not at their default (so
+             * the text of every spec written before them is unchanged): equal texts still mean
+             * equal values */
+            if (i >= VQ_PK_POOLFN && x == vq_pol_keys[i].def) continue;
+            char mn[16];
             o += vq_pol_keys[i].kind == 'r' ? snprintf(out + o, cap - (size_t)o, ",%s=%.6g", vq_pol_keys[i].name, x)
+               : vq_pol_keys[i].kind == 'm' ? snprintf(out + o, cap - (size_t)o, ",%s=%s", vq_pol_keys[i].name,
+                                                       mode_name(&vq_pol_keys[i], (int)x, mn, sizeof mn))
                                             : snprintf(out + o, cap - (size_t)o, ",%s=%d", vq_pol_keys[i].name, (int)x);
         }
     if ((size_t)o < cap && ev->alloc && ev->alloc != vq_kv_alloc_at(0)) {
@@ -233,7 +265,10 @@ static size_t evict_help(char *buf, size_t n) {
                      "a prompt ends); snapkv/pyramidkv/chunkkv: obs=W (default 32); snapkv/pyramidkv: "
                      "pool=K odd (default 7); chunkkv: chunk=C rows per chunk (default 10); squeeze: "
                      "squeeze=0..1 (default 0.5; needs calib=FILE); "
-                     "pyramidkv: slope=0..1 (default 0.5); keyformer: tau=T (default 1); "
+                     "pyramidkv: slope=0..1 (default 0.5), beta=B >= 1 (PyramidKV's published schedule, "
+                     "kvpress: beta=20; not given: the slope one); snapkv/pyramidkv/squeeze: poolfn=max|avg (default max; "
+                     "avg: kvpress's); h2o: acc=sum|mean (default sum; mean: kvpress's observed attention); "
+                     "expected_attention_prompt: vnorm=on|off (default on); keyformer: tau=T (default 1); "
                      "heads=ada (rows per KV head, AdaKV budgets across a layer's heads; default "
                      "heads=shared) with floor=0..1 (default 0.2: each head keeps >= floor * budget)\n");
     if (w > 0) o += (size_t)w;
@@ -444,7 +479,7 @@ static vq_status parse_part(char *part, vq_kv_parsed *o, int *seen, const char *
         if (is_store_key(key)) {
             st = store_key(o, key, val, spec, err);
         } else if (side == -1) {
-            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page, calib, kmean, kscale, evict, budget, sinks, recent, every, obs, pool, slope, tau, chunk, squeeze) and no codec precedes it", key);
+            snprintf(m, sizeof m, "'%s' is not a store key (window, sink, wprec, page, calib, kmean, kscale, evict, budget, sinks, recent, every, obs, pool, slope, tau, chunk, squeeze, poolfn, beta, acc, vnorm) and no codec precedes it", key);
             return spec_err(err, spec, m);
         } else if (side == 2 && (!strcmp(key, "k") || !strcmp(key, "v"))) {
             int s = key[0] == 'k' ? VQ_SIDE_K : VQ_SIDE_V;

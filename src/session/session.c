@@ -111,6 +111,12 @@ vq_session *vq_session_create(const vq_model *m, const vq_kv_spec *spec, const v
             vq_session_free(s);
             return NULL;
         }
+        for (int l = 0; l < m->cfg.n_layers; l++)   /* the cache's policy may read queries before RoPE */
+            if (vq_kv_set_rope(s->kv, l, m->layers[l].rope_inv_freq, m->cfg.rope_dim, m->cfg.rope_neox,
+                               m->layers[l].rope_mscale, err)) {
+                vq_session_free(s);
+                return NULL;
+            }
         s->f = vq_fwd_create(m, n_batch, n_ctx, err);
     }
     s->tokens = malloc((size_t)n_ctx * sizeof(int));

@@ -32,6 +32,10 @@ static void parsing(void) {
         {"q8_0;evict=streaming_llm,budget=64,recent=0", NULL},
         {"f16;evict=chunkkv,budget=0.5", "f16;evict=chunkkv,budget=0.5,sinks=4,recent=32,every=16,obs=32,chunk=10"},
         {"q4_0;evict=chunkkv,budget=64,obs=8,chunk=16", NULL},
+        {"f16;evict=snapkv,budget=0.5,obs=64,pool=5,poolfn=avg",
+         "f16;evict=snapkv,budget=0.5,sinks=4,recent=32,every=16,obs=64,pool=5,poolfn=avg"},
+        {"f16;evict=pyramidkv,budget=0.5,beta=20", NULL},
+        {"f16;evict=h2o,budget=0.5,acc=mean", "f16;evict=h2o,budget=0.5,sinks=4,recent=32,every=16,acc=mean"},
     };
     for (size_t i = 0; i < VQ_ARRAY_LEN(ok); i++) {
         vq_kv *kv = vq_kv_create_str(ok[i].in, &D, 1, &err);
@@ -57,6 +61,9 @@ static void parsing(void) {
         {"f16;evict=h2o,budget=1.5", "budget=1.5"},
         {"f16;evict=h2o,budget=0.5,obs=8", "obs= does not apply to evict=h2o"},
         {"f16;evict=snapkv,budget=0.5,pool=4", "pool=4"},
+        {"f16;evict=snapkv,budget=0.5,poolfn=mean", "poolfn=mean is out of range (max|avg)"},
+        {"f16;evict=pyramidkv,budget=0.5,beta=0.5", "beta=0.5"},
+        {"f16;evict=snapkv,budget=0.5,acc=mean", "acc= does not apply to evict=snapkv (only to h2o)"},
         {"f16;evict=h2o,budget=0.5,every=0", "every=0"},
         {"f16;evict=h2o,evict=tova,budget=3", "given twice"},
         {"f16;evict=tova,budget=9,tau=2", "tau= does not apply"},
@@ -95,7 +102,10 @@ static void table(void) {
             char spec[400], keys[200] = "";
             size_t o = 0;
             for (int k = VQ_PK_OBS; k < VQ_PK_N; k++)   /* every optional key it declares, at a legal value */
-                if (pol->keys & (1u << k))
+                if (pol->keys & (1u << k) && vq_pol_keys[k].kind == 'm')   /* a mode: its last name */
+                    o += (size_t)snprintf(keys + o, sizeof keys - o, ",%s=%s", vq_pol_keys[k].name,
+                                          strrchr(vq_pol_keys[k].range, '|') + 1);
+                else if (pol->keys & (1u << k))
                     o += (size_t)snprintf(keys + o, sizeof keys - o, ",%s=%.6g", vq_pol_keys[k].name,
                                           vq_pol_keys[k].kind == 'o' ? 3.0 : vq_pol_keys[k].lo);
             snprintf(spec, sizeof spec, "q4_0;evict=%s,budget=0.5%s,heads=%s%s", pol->name, keys, al->name,
@@ -113,7 +123,7 @@ static void table(void) {
             if (pol->keys & (1u << k)) continue;
             char spec[200], says[120];
             snprintf(spec, sizeof spec, "q4_0;evict=%s,budget=0.5,%s=%s", pol->name, vq_pol_keys[k].name,
-                     vq_pol_keys[k].kind == 'o' ? "3" : "1");
+                     vq_pol_keys[k].kind == 'o' ? "3" : vq_pol_keys[k].kind == 'm' ? strrchr(vq_pol_keys[k].range, '|') + 1 : "1");
             snprintf(says, sizeof says, "%s= does not apply to evict=%s (only to ", vq_pol_keys[k].name, pol->name);
             vq_kv_spec *s = vq_kv_spec_parse(spec, &err);
             CHECKF(!s && strstr(err.msg, says), "'%s': %s", spec, s ? "accepted" : err.msg);
@@ -292,7 +302,8 @@ static void steps(const float *K, const float *V, const float *Q, int N) {
                            "f16;evict=streaming_llm,budget=100,sinks=4,recent=0,every=4",
                            "kivi:bits=2,group=32;evict=snapkv,budget=0.3,every=4",
                            "q8_0;evict=pyramidkv,budget=160,every=4",
-                           "f16;evict=keyformer,budget=180,every=4"};
+                           "f16;evict=keyformer,budget=180,every=4",
+                           "q8_0;evict=expected_attention_prompt,budget=180,every=4"};
     int32_t *pos = malloc(sizeof(int32_t) * D.max_ctx);
     float *rk = malloc(sizeof(float) * D.max_ctx * W), *rv = malloc(sizeof(float) * D.max_ctx * W);
     float *out = malloc(sizeof(float) * QW);
@@ -475,6 +486,148 @@ static void squeeze(vq_rng *r, const float *K, const float *V, const float *Q) {
     rmdir(dir);
 }
 
+/* kvpress's options on hand-checked cases: avg pooling (kvpress's snapkv), PyramidKV's published
+ * schedule (kvpress: 960 rows in layer 0 down to 64 in layer 29 at 1024 positions, 50 %), h2o's
+ * mean over the queries that saw a row (kvpress's observed attention) */
+static void kvpress_options(void) {
+    const float rs[7] = {1, 2, 3, 4, 5, 100, 200};
+    float out[7];
+    vq_pool_scores(rs, 7, 5, 3, 1, out);   /* avg of rows 0..4, zero-padded; the window's two as they are */
+    const float want_avg[7] = {1, 2, 3, 4, 3, 100, 200}, want_max[7] = {2, 3, 4, 5, 100, 200, 200};
+    int ok = 1;
+    for (int i = 0; i < 7; i++) ok &= fabsf(out[i] - want_avg[i]) < 1e-6f;
+    CHECKF(ok, "avg pool: %g %g %g %g %g %g %g", out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
+    vq_pool_scores(rs, 7, 5, 3, 0, out);
+    ok = 1;
+    for (int i = 0; i < 7; i++) ok &= out[i] == want_max[i];
+    CHECKF(ok, "max pool: %g %g %g %g %g %g %g", out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
+
+    const vq_kv_policy *py = vq_kv_policy_find("pyramidkv");
+    vq_evict_cfg ev = {.pol = py, .beta = 20, .obs = 64, .slope = 0.5};
+    double sum = 0;
+    for (int l = 0; l < 30; l++) sum += py->budget(&ev, 512, 1024, l, 30);
+    CHECKF(py->budget(&ev, 512, 1024, 0, 30) == 960 && py->budget(&ev, 512, 1024, 29, 30) == 64 &&
+           py->budget(&ev, 512, 1024, 1, 30) == 929 && fabs(sum / 30 - 512) < 0.5,
+           "pyramid 50 %%: %g .. %g, mean %g", py->budget(&ev, 512, 1024, 0, 30), py->budget(&ev, 512, 1024, 29, 30), sum / 30);
+    /* 75 %: max 1497.6 capped at 960, min 2 * 768 - 960 = 576; 25 %: min 12.8 < W: every layer 256 */
+    CHECK(py->budget(&ev, 768, 1024, 0, 30) == 960 && py->budget(&ev, 768, 1024, 29, 30) == 576);
+    CHECK(py->budget(&ev, 256, 1024, 0, 30) == 256 && py->budget(&ev, 256, 1024, 29, 30) == 256);
+    ev.beta = 0;   /* the slope schedule: 512 * 1.5 .. 512 * 0.5 */
+    CHECK(py->budget(&ev, 512, 1024, 0, 30) == 768 && py->budget(&ev, 512, 1024, 29, 30) == 256);
+
+    const vq_kv_policy *h2o = vq_kv_policy_find("h2o");
+    const float sc[2 * 3] = {1, 1, 1, 1, 0, 1};   /* 2 heads x 3 rows, summed: 2, 1, 2 */
+    const int32_t pos[3] = {10, 11, 12};
+    vq_evict_cfg e2 = {.pol = h2o, .norm = 0};
+    vq_pol_view v = {.sc = sc, .cap = 3, .H = 2, .nr = 3, .pos = pos, .ev = &e2};
+    h2o->row_scores(&v, out);
+    CHECKF(out[0] == 2 && out[1] == 1 && out[2] == 2, "h2o sum: %g %g %g", out[0], out[1], out[2]);
+    e2.norm = 1;   /* seen by 3, 2, 1 queries (positions 10..12) */
+    h2o->row_scores(&v, out);
+    CHECKF(fabsf(out[0] - 2.0f / 3) < 1e-6f && out[1] == 0.5f && out[2] == 2, "h2o mean: %g %g %g", out[0], out[1], out[2]);
+}
+
+/* expected_attention_prompt. (1) The row hook on a hand-checked case: d = 2, one KV head, one
+ * query head, queries (1, 0) and (3, 0): mean (2, 0), covariance diag(1, 0); no RoPE (R = I); keys
+ * (1, 0) and (0, 1): logits 2/sqrt(2) + 1/4 and 0; scores softmax times ||v|| (2 and 1); the sink
+ * row above them all. (2) RoPE: the averaged rotation over one position is that position's; a
+ * rotation undone gives the vector back. (3) Through the store (no RoPE set): the scores
+ * vq_kv_evict_scores reports equal a float64 computation from the queries attended and the keys
+ * and values appended, within 1e-5 relative. */
+static void expected_prompt(const float *K, const float *V, const float *Q) {
+    const vq_kv_policy *ea = vq_kv_policy_find("expected_attention_prompt");
+    CHECK(ea && (ea->flags & VQ_POL_QSTATS));
+    if (!ea) return;
+    const double qs[1 + 2 + 4] = {2, 4, 0, 10, 0, 0, 0};   /* n, sum q, sum q q' */
+    const float R[4] = {1, 0, 0, 1}, k[3 * 2] = {5, 5, 1, 0, 0, 1}, vn[3] = {9, 2, 1};
+    const int32_t pos[3] = {0, 1, 2};
+    double work[2 * 4 + 3 * 2 + 3];
+    vq_evict_cfg ev = {.pol = ea, .sinks = 1, .vnorm = 0};
+    vq_pol_view v = {.H = 1, .nr = 3, .pos = pos, .ev = &ev, .d = 2, .G = 1, .k = k, .vn = vn, .qs = qs, .rbar = R,
+                     .work = work};
+    float out[3];
+    ea->row_scores(&v, out);
+    const double z1 = 2.0 / sqrt(2.0) + 1.0 / 4, w1 = exp(z1) / (exp(z1) + 1), w2 = 1 / (exp(z1) + 1);
+    CHECKF(fabs(out[1] - 2 * w1) < 1e-6 && fabs(out[2] - w2) < 1e-6 && fabs(out[0] - (2 * w1 + 1)) < 1e-6,
+           "expected attention, hand case: %g %g %g (want %g %g %g)", out[0], out[1], out[2], 2 * w1 + 1, 2 * w1, w2);
+    ev.vnorm = 1;   /* vnorm=off */
+    ea->row_scores(&v, out);
+    CHECKF(fabs(out[1] - w1) < 1e-6 && fabs(out[2] - w2) < 1e-6, "vnorm=off: %g %g", out[1], out[2]);
+
+    float inv[4] = {1.0f, 0.1f, 0.01f, 0.001f}, M[64], x[8], y[8];
+    for (int neox = 0; neox < 2; neox++) {
+        vq_pol_avg_rope(M, 8, 8, neox, inv, 1.0, 37, 1);
+        for (int e = 0; e < 8; e++) x[e] = y[e] = (float)(e + 1);
+        vq_pol_rope(x, 8, 8, neox, inv, 37, 1.0);
+        double worst = 0;
+        for (int a = 0; a < 8; a++) {
+            double t = 0;
+            for (int b = 0; b < 8; b++) t += M[a * 8 + b] * y[b];
+            worst = fmax(worst, fabs(t - x[a]));
+        }
+        vq_pol_rope(x, 8, 8, neox, inv, -37, 1.0);
+        for (int e = 0; e < 8; e++) worst = fmax(worst, fabs(x[e] - y[e]));
+        CHECKF(worst < 1e-5, "rope (neox %d): the averaged matrix or the inverse off by %g", neox, worst);
+    }
+
+    /* (3) through the store: P rows appended, the last 8 of them attended as queries */
+    vq_err err;
+    vq_kv *kv = make("f32;evict=expected_attention_prompt,budget=1.0,sinks=4");
+    if (!kv) return;
+    const int P = 100, d = D.head_dim, G = D.n_heads / D.n_kv_heads, nq = 8;
+    float *qq = malloc(sizeof(float) * nq * QW), *o = malloc(sizeof(float) * nq * QW), *got = malloc(sizeof(float) * P);
+    int qp[8];
+    for (int t = 0; t < nq; t++) { qp[t] = P - nq + t; memcpy(qq + (size_t)t * QW, Q + (size_t)(t % 4) * QW, QW * sizeof(float)); }
+    for (int t = 0; t < nq; t++) qq[(size_t)t * QW + t] += 0.5f * t;   /* queries that differ */
+    CHECK(vq_kv_append(kv, 0, 0, P, K, V, &err) == VQ_OK);
+    CHECK(vq_kv_attend(kv, 0, nq, qp, qq, o, &err) == VQ_OK);
+    CHECK(vq_kv_evict_scores(kv, 0, got, NULL, &err) == VQ_OK);
+    double *want = calloc((size_t)P, sizeof(double)), *z = malloc(sizeof(double) * P), *mu = malloc(sizeof(double) * d),
+           *S = malloc(sizeof(double) * d * d);
+    for (int h = 0; h < D.n_kv_heads; h++)
+        for (int g = 0; g < G; g++) {
+            const int qh = h * G + g;
+            for (int a = 0; a < d; a++) {
+                mu[a] = 0;
+                for (int t = 0; t < nq; t++) mu[a] += qq[(size_t)t * QW + (size_t)qh * d + a] / (double)nq;
+            }
+            for (int a = 0; a < d; a++)
+                for (int b = 0; b < d; b++) {
+                    double c = 0;
+                    for (int t = 0; t < nq; t++)
+                        c += (qq[(size_t)t * QW + (size_t)qh * d + a] - mu[a]) * (qq[(size_t)t * QW + (size_t)qh * d + b] - mu[b]);
+                    S[(size_t)a * d + b] = c / nq;
+                }
+            double mx = -1e300, zs = 0;
+            for (int i = 4; i < P; i++) {
+                const float *kk = K + (size_t)i * W + (size_t)h * d;
+                double lin = 0, quad = 0;
+                for (int a = 0; a < d; a++) {
+                    lin += mu[a] * kk[a];
+                    for (int b = 0; b < d; b++) quad += kk[a] * S[(size_t)a * d + b] * kk[b];
+                }
+                z[i] = lin / sqrt((double)d) + quad / (2.0 * d);
+                mx = fmax(mx, z[i]);
+            }
+            for (int i = 4; i < P; i++) zs += exp(z[i] - mx);
+            for (int i = 4; i < P; i++) {
+                double vv = 0;
+                for (int a = 0; a < d; a++) vv += (double)V[(size_t)i * W + (size_t)h * d + a] * V[(size_t)i * W + (size_t)h * d + a];
+                want[i] += exp(z[i] - mx) / zs / G * sqrt(vv);
+            }
+        }
+    double worst = 0, top = 0;
+    for (int i = 4; i < P; i++) { worst = fmax(worst, fabs(got[i] - want[i]) / fabs(want[i])); top = fmax(top, want[i]); }
+    int sinks_top = 1;
+    for (int i = 0; i < 4; i++) sinks_top &= got[i] > top;
+    printf("expected_attention_prompt through the store: worst relative error %.3g\n", worst);
+    CHECKF(worst < 1e-5 && sinks_top, "expected_attention_prompt store scores off by %.3g relative (sinks on top %d)",
+           worst, sinks_top);
+    CHECK(vq_kv_bytes(kv) == vq_kv_bytes_tally(kv));
+    free(qq); free(o); free(got); free(want); free(z); free(mu); free(S);
+    vq_kv_destroy(kv);
+}
+
 static int null_writer(void *u, const void *b, size_t n) { (void)u; (void)b; (void)n; return 0; }
 
 int main(void) {
@@ -494,6 +647,8 @@ int main(void) {
     steps(K, V, Q, N);
     chunks(K, V, Q);
     squeeze(&r, K, V, Q);
+    kvpress_options();
+    expected_prompt(K, V, Q);
     vq_kv *kv = make("f16;evict=h2o,budget=8");
     vq_err err;
     if (kv) {
