@@ -23,8 +23,6 @@ typedef __m256 GVF;
 #define G_LOADI(p) _mm256_load_si256((const __m256i *)(const void *)(p))
 #define G_LOADF(p) _mm256_load_ps(p)
 #define G_DP(acc, w, x4) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_set1_epi32(x4)), _mm256_set1_epi16(1)))
-#define G_MULLO(a, b) _mm256_mullo_epi32(a, b)
-#define G_ADDI(a, b) _mm256_add_epi32(a, b)
 #define G_CVT(a) _mm256_cvtepi32_ps(a)
 #define G_MUL(a, b) _mm256_mul_ps(a, b)
 #define G_ADD(a, b) _mm256_add_ps(a, b)

@@ -22,8 +22,6 @@ typedef __m512 GVF;
 #define G_LOADI(p) _mm512_load_si512((const void *)(p))
 #define G_LOADF(p) _mm512_load_ps(p)
 #define G_DP(acc, w, x4) _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x4))
-#define G_MULLO(a, b) _mm512_mullo_epi32(a, b)
-#define G_ADDI(a, b) _mm512_add_epi32(a, b)
 #define G_CVT(a) _mm512_cvtepi32_ps(a)
 #define G_MUL(a, b) _mm512_mul_ps(a, b)
 #define G_ADD(a, b) _mm512_add_ps(a, b)
@@ -45,6 +43,7 @@ static int decode_full_z(const int kind, const uint8_t *W, size_t ws, int nb, ui
     #define GATH(off) _mm512_i32gather_epi32(_mm512_add_epi32(rows, _mm512_set1_epi32((int)(off))), (const void *)W, 1)
     #define STC(b, g, v) _mm512_store_si512((void *)(code + (size_t)(b) * GCODE + (g) * 64), v)
     #define STM(b, i, v) _mm512_store_si512((void *)(meta + (size_t)(b) * GMETA + (i) * GP), v)
+    #define I2F(v) _mm512_castps_si512(_mm512_cvtepi32_ps(v))
     #define HALF2F(v) _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)))
     if (kind == G_Q4_0 || kind == G_Q8_0) {
         const int bb = kind == G_Q4_0 ? 18 : 34;
@@ -87,7 +86,7 @@ static int decode_full_z(const int kind, const uint8_t *W, size_t ws, int nb, ui
                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(bw, k + 6), _mm512_set1_epi32(3)), 4));
                 }
                 const int b = 8 * s + j;
-                STM(b, 0, d); STM(b, 1, dm); STM(b, 2, sc); STM(b, 3, mn);
+                STM(b, 0, d); STM(b, 1, dm); STM(b, 2, I2F(sc)); STM(b, 3, I2F(mn));
                 for (int g = 0; g < 8; g++) {
                     __m512i v = GATH(o + 16 + 32 * (j / 2) + 4 * g);
                     STC(b, g, _mm512_and_si512(j & 1 ? _mm512_srli_epi16(v, 4) : v, m4));
@@ -108,7 +107,7 @@ static int decode_full_z(const int kind, const uint8_t *W, size_t ws, int nb, ui
                 __m512i w = sc4[a / 2];
                 __m512i s0 = _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - 8 * ((2 * a) % 4)), 24);
                 __m512i s1 = _mm512_srai_epi32(_mm512_slli_epi32(w, 24 - 8 * ((2 * a + 1) % 4)), 24);
-                STM(b, 0, d); STM(b, 1, _mm512_setzero_si512()); STM(b, 2, s0); STM(b, 3, s1);
+                STM(b, 0, d); STM(b, 1, _mm512_setzero_si512()); STM(b, 2, I2F(s0)); STM(b, 3, I2F(s1));
                 for (int g = 0; g < 8; g++) {
                     __m512i l = GATH(o + 64 * h + 32 * (q & 1) + 4 * g);
                     __m512i hb = GATH(o + 128 + 32 * h + 4 * g);
@@ -124,6 +123,7 @@ static int decode_full_z(const int kind, const uint8_t *W, size_t ws, int nb, ui
     #undef STC
     #undef STM
     #undef HALF2F
+    #undef I2F
     return 0;
 }
 
