@@ -3,6 +3,7 @@
  * integer dot products; the row-kernel table picks scalar / AVX2 / AVX-512 per type. Threads
  * split the rows into chunks; each chunk's weights are read once per tile of VQ_TILE tokens. */
 #include "kernels/kernels_impl.h"
+#include "kernels/gemm.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +272,10 @@ static void run_jobs(vq_isa isa, const vq_matmul_job *jobs, int njobs, const flo
             continue;
         }
         fn[j] = pick(k, isa);
+        if (n >= VQ_GEMM_MIN_TOKENS) {   /* prefill: the panel GEMM where the type has one (same bits) */
+            vq_rows_fn g = vq_gemm_pick(jobs[j].type, isa);
+            if (g) fn[j] = g;
+        }
         quant[j] = k->quantized;
         rot[j] = k->rotate_block > 0;   /* always VQ_TQW_BLOCK, which divides cols here */
         any_quant |= k->quantized && !rot[j];   /* a plain quantized copy of X is needed */
