@@ -177,6 +177,7 @@ static Result time_case(const vq_cuda_kv_format &f, int ctx, int batch, size_t l
 int main(int argc, char **argv) {
     const char *csv = NULL;
     int quick = 0, sweep = 1;
+    setenv("VQ_CUDA_ATTN", "tc", 1);   /* time both paths: the tensor cores are opt-in in the library */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;

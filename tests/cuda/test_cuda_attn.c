@@ -18,7 +18,8 @@
  * check is ||out - ref|| <= ||E||, and the relative error ||out - ref|| / ||ref|| is printed with
  * the bound's ||E|| / ||ref||.
  *
- * The tensor-core path (vq_cuda_attn_tc: q8_0, q4_0 and 4-bit TurboQuant with fp16 norms, the default;
+ * The tensor-core path (vq_cuda_attn_tc: q8_0, q4_0 and 4-bit TurboQuant with fp16 norms; opt-in with
+ * VQ_CUDA_ATTN=tc until it has run on a GPU, which this test sets for itself;
  * every such case runs on both paths, "tc" and "f32", on the same rows). Its arithmetic: the
  * query (after scaling and rotation in float32), the key elements, the value elements and the
  * softmax weights are rounded to fp16 (u_h = 2^-11, round to nearest; below 2^-14 the spacing is
@@ -315,6 +316,7 @@ static int run_case(const kv_case *kc, int D, int H, int Hkv, int n_seqs, int ma
 
 int main(int argc, char **argv) {
     const int small = argc > 1 && !strcmp(argv[1], "--small");
+    setenv("VQ_CUDA_ATTN", "tc", 1);   /* both paths: the tensor cores are opt-in in the library */
     if (vq_cuda_device_count() == 0) VQ_SKIP("no CUDA device (cudaGetDeviceCount gives none): GPU tests skipped");
     char name[256];
     vq_err err = {0};

@@ -1,6 +1,6 @@
 /* attn_tc.cuh: the tensor-core split kernel for coded rows (q8_0, q4_0 and turboquant_mse 4-bit
- * with fp16 norms), the default path for those codes (vq_cuda_attn_tc; the float32 kernel of
- * attn_kernel.cuh stays selectable: vq_cuda_kv_format.f32_only or VQ_CUDA_ATTN=f32). Same grid,
+ * with fp16 norms), opt-in with VQ_CUDA_ATTN=tc until it has run on a GPU (vq_cuda_attn_tc; the
+ * float32 kernel of attn_kernel.cuh is the default). Same grid,
  * plan, workspace and combine as the float32 kernel; only the coded splits run here (the fp16
  * rows of split 0 keep the float32 kernel). docs/cuda.md has the design; in short:
  *

@@ -48,7 +48,7 @@ typedef struct vq_cuda_kv_format {
     size_t k_block_bytes;           /* one key block (16 rows, or 1 row for f16) */
     size_t v_row_bytes;             /* one value row */
     int f32_only;                   /* 1: the float32 kernels even where a tensor-core one exists
-                                       (vq_cuda_attn_tc); init sets 0, VQ_CUDA_ATTN=f32 forces 1 */
+                                       (vq_cuda_attn_tc); init sets 0; the tensor cores need VQ_CUDA_ATTN=tc too */
 } vq_cuda_kv_format;
 
 /* From a layer's codec states (the K side's and the V side's; either may serve every KV head).
@@ -79,8 +79,10 @@ typedef struct vq_cuda_plan { int chunk, n_splits; size_t workspace_bytes; } vq_
 vq_cuda_plan vq_cuda_attn_plan(const vq_cuda_kv_format *f, int n_seqs, int max_coded);
 
 /* 1 when vq_cuda_attn_decode runs f's coded rows on the tensor cores (fp16 operands, fp32 sums:
- * q8_0, q4_0, and turboquant_mse 4-bit with fp16 norms, unless f->f32_only or the environment's
- * VQ_CUDA_ATTN=f32), 0 when on the float32 kernels. The test derives its bound from it. */
+ * q8_0, q4_0, and turboquant_mse 4-bit with fp16 norms), 0 when on the float32 kernels. Opt-in
+ * while the tensor-core kernel has not run on a GPU: only with the environment's VQ_CUDA_ATTN=tc
+ * and f->f32_only 0 (the test and the benchmark set it to run both paths). The test derives its
+ * bound from it. */
 int vq_cuda_attn_tc(const vq_cuda_kv_format *f);
 
 /* out[s][head][d] = softmax(q·k / sqrt(d)) v over the rows sequence s sees, for n_seqs sequences
