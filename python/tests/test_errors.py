@@ -118,3 +118,17 @@ def test_closed_model_closes_its_sessions(smol_path):
         s.decode([1])
     with pytest.raises(ValueError, match="closed"):
         m.encode("x")
+
+
+def test_model_device(smol_path):
+    """device= reaches vq_model_params.device: a bad name and an absent GPU are refused by name."""
+    with pytest.raises(vq.ArgumentError, match="'tpu': not a device"):
+        vq.Model(smol_path, device="tpu")
+    # the wheel and CI have no GPU (and the wheel no CUDA backend): refused, never run on the CPU
+    import subprocess
+    has_gpu = subprocess.run(["sh", "-c", "nvidia-smi -L"], capture_output=True).returncode == 0
+    if not has_gpu:
+        with pytest.raises(vq.VeloxQuantError, match="cuda|CUDA"):
+            vq.Model(smol_path, device="cuda")
+    with vq.Model(smol_path, device="cpu") as m:
+        assert m.n_vocab > 0

@@ -53,7 +53,7 @@ class vq_err(Structure):
 
 class vq_model_params(Structure):
     _fields_ = [("tokenizer_path", c_char_p), ("n_threads", c_int), ("weights", c_char_p),
-                ("copy_weights", c_int)]
+                ("copy_weights", c_int), ("device", c_char_p)]
 
 
 class vq_model_info(Structure):

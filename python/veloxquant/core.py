@@ -180,12 +180,14 @@ class Model:
 
     ``Model(path, threads=2)``: threads sets the OpenMP threads of all work (default: OpenMP's);
     ``tokenizer`` is the tokenizer .bin of a llama2.c checkpoint; ``weights`` re-codes the weights
-    in memory at load (e.g. ``"q4_0,embd=q8_0"``). Use it as a context manager or call close().
+    in memory at load (e.g. ``"q4_0,embd=q8_0"``); ``device`` is where the forward pass runs
+    (``"cpu"``, the default, or ``"cuda"`` / ``"cuda:N"``; refused with an error naming why where the
+    library has no CUDA or no GPU answers). Use it as a context manager or call close().
     """
 
     def __init__(self, path: str | os.PathLike, *, threads: int | None = None,
                  tokenizer: str | os.PathLike | None = None, weights: str | None = None,
-                 copy_weights: bool = False) -> None:
+                 copy_weights: bool = False, device: str | None = None) -> None:
         self._h = None
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
         if threads is not None and (not isinstance(threads, int) or threads < 1 or threads > 1024):
@@ -198,6 +200,8 @@ class Model:
         p.weights = w
         p.n_threads = threads or 0
         p.copy_weights = 1 if copy_weights else 0
+        dev = _cstr(device, "device") if device is not None else None
+        p.device = dev
         err = _lib.vq_err()
         h = _lib.vq_model_load(_cstr(path, "model path"), ctypes.byref(p), ctypes.byref(err))
         if not h:
