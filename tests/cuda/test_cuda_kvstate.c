@@ -5,7 +5,9 @@
  * f16, q8_0, q4_0:rotate=1, turboquant_mse:bits=4 and a per-layer mix, a CPU cache fed seeded
  * rows (3 blocks and 12 more rows), its rows taken out as plain arrays and put into an empty cache
  * of the same spec and seed: the two caches' state streams are equal byte for byte; the specs a
- * device store does not hold (sink, window, eviction, wprec) are refused by name.
+ * device store does not hold (sink, window, eviction, wprec) are refused by name. The GPU store's
+ * allocation (computed, vq_cuda_kvs_layer_bytes) against the CPU cache's accounting at 32768 rows
+ * for the Llama-3.2-1B and Llama-3-8B KV shapes: printed, and at most the CPU's.
  * Part 2, with a CUDA device and a model (VQ_CUDA_FWD_MODELS or the first argument; else exit 77
  * after part 1): for each spec, a GPU session decodes T seeded tokens (40: two coded blocks and 8
  * fp16 rows), saves a state; a CPU session of the same model, spec and seed loads it and saves
@@ -108,6 +110,41 @@ static void part1(uint64_t seed) {
     free(k); free(v);
 }
 
+/* What a GPU store holds (vq_cuda_kvs_layer_bytes: the allocation, computed without a device)
+ * against the CPU cache's accounting (vq_kv_bytes_at) at 32768 rows, for two real shapes: coded
+ * rows only (no f16 copy of them; the fp16 rows are the partial block's 16): the GPU's bytes are
+ * at most the CPU's (which adds 4 B of position per row and its pages' tables). */
+static void resident(void) {
+    const char *specs[] = {"f16", "q8_0", "q4_0:rotate=1", "turboquant_mse:bits=4"};
+    const struct { const char *name; int L, Hq, H, d; } shapes[] = {{"llama3.2-1b", 16, 32, 8, 64}, {"llama3-8b", 32, 32, 8, 128}};
+    const int ctx = 32768;
+    for (int si = 0; si < 2; si++)
+        for (int k = 0; k < 4; k++) {
+            vq_kv_dims D;
+            memset(&D, 0, sizeof D);
+            D.n_layers = shapes[si].L;
+            D.n_heads = shapes[si].Hq;
+            D.n_kv_heads = shapes[si].H;
+            D.head_dim = shapes[si].d;
+            D.max_ctx = ctx;
+            D.max_append = 1;
+            vq_err e = {0};
+            vq_kv *kv = vq_kv_create_str(specs[k], &D, 1, &e);
+            CHECKF(kv != NULL, "%s: %s", specs[k], e.msg);
+            if (!kv) continue;
+            size_t gpu = 0;
+            for (int l = 0; l < D.n_layers; l++)
+                gpu += vq_cuda_kvs_layer_bytes(vq_kv_codec_state(kv, l, 0), vq_kv_codec_state(kv, l, 1), D.n_heads,
+                                               D.n_kv_heads, D.head_dim, ctx);
+            const size_t cpu = vq_kv_bytes_at(kv, ctx);
+            CHECKF(gpu <= cpu, "%s %s: GPU store %zu bytes > CPU accounting %zu", shapes[si].name, specs[k], gpu, cpu);
+            printf("  resident, %-11s %-22s ctx %d: GPU store %7.1f MiB (%6.0f B/token), CPU %7.1f MiB (%6.0f B/token), "
+                   "GPU/CPU %.4f\n", shapes[si].name, specs[k], ctx, gpu / 1048576.0, (double)gpu / ctx, cpu / 1048576.0,
+                   (double)cpu / ctx, (double)gpu / (double)cpu);
+            vq_kv_destroy(kv);
+        }
+}
+
 static int decode(vq_session *s, const int *tok, int n, float *logits, int nv) {
     vq_err e = {0};
     (void)nv;
@@ -194,6 +231,7 @@ int main(int argc, char **argv) {
     const uint64_t seed = vq_t_seed(32035);
     printf("test_cuda_kvstate: seed %llu\n", (unsigned long long)seed);
     part1(seed);
+    resident();
     if (vq_t_fail) return vq_t_done();
     const char *env = getenv("VQ_CUDA_FWD_MODELS");
     char path[1024] = "";

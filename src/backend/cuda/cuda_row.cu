@@ -307,6 +307,29 @@ extern "C" void vq_cuda_row_destroy(vq_cuda_row *r) {
 
 namespace {
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+/* a layer's arrays: per KV head k_head / v_head bytes of codes (f16: rows), and for a coded
+ * layer the 16-row fp16 block of each side plus its positions (win) */
+void layer_geom(int coded, size_t kbb, size_t vrb, int head_dim, int n_kv_heads, int max_ctx, size_t *k_head,
+                size_t *v_head, size_t *win) {
+    if (!coded) {
+        *k_head = *v_head = (size_t)max_ctx * head_dim * 2;
+        *win = 0;
+    } else {
+        *k_head = align16((size_t)(max_ctx / 16) * kbb);
+        *v_head = align16((size_t)(max_ctx / 16 * 16) * vrb);
+        *win = 2 * (size_t)16 * n_kv_heads * head_dim * 2 + 16 * sizeof(int32_t);
+    }
+}
+}
+
+extern "C" size_t vq_cuda_kvs_layer_bytes(const struct vq_codec_state *k, const struct vq_codec_state *v, int n_heads,
+                                          int n_kv_heads, int head_dim, int max_ctx) {
+    vq_cuda_kv_format f;
+    memset(&f, 0, sizeof f);
+    const int coded = k && v && !vq_cuda_kv_format_init(&f, k, v, n_heads, n_kv_heads, NULL) && f.type != VQ_CUDA_KV_F16;
+    size_t kh, vh, win;
+    layer_geom(coded, f.k_block_bytes, f.v_row_bytes, head_dim, n_kv_heads, max_ctx, &kh, &vh, &win);
+    return (kh + vh) * n_kv_heads + win;
 }
 
 extern "C" vq_status vq_cuda_kvs_check(const struct vq_codec_state *k, const struct vq_codec_state *v, int n_heads,
@@ -371,26 +394,24 @@ extern "C" vq_cuda_kvs *vq_cuda_kvs_create(int n_layers, int n_heads, int n_kv_h
             f->n_kv_heads = n_kv_heads;
             for (int i = 0; i < head_dim; i++) f->rk[i] = f->rv[i] = 1.0f;
             f->k_block_bytes = f->v_row_bytes = (size_t)head_dim * 2;
-            L->k_head = L->v_head = (size_t)max_ctx * head_dim * 2;
         } else {
             L->coded = 1;
             vq_cuda_enc_init(&L->enc[0], states[2 * l], err);
             vq_cuda_enc_init(&L->enc[1], states[2 * l + 1], err);
-            L->k_head = align16((size_t)(max_ctx / 16) * f->k_block_bytes);
-            L->v_head = align16((size_t)(max_ctx / 16 * 16) * f->v_row_bytes);
         }
+        size_t win = 0;
+        layer_geom(L->coded, f->k_block_bytes, f->v_row_bytes, head_dim, n_kv_heads, max_ctx, &L->k_head, &L->v_head, &win);
         /* the workspace of the largest split the plan makes (it never splits into more parts) */
         const size_t ws = vq_cuda_attn_plan(f, 1, 1 << 28).workspace_bytes;
         if (ws > s->ws_bytes) s->ws_bytes = ws;
         if (e == cudaSuccess && L->k_head) e = cudaMalloc(&L->k, L->k_head * n_kv_heads);
         if (e == cudaSuccess && L->v_head) e = cudaMalloc(&L->v, L->v_head * n_kv_heads);
-        s->bytes += (L->k_head + L->v_head) * n_kv_heads;
+        s->bytes += (L->k_head + L->v_head) * n_kv_heads + win;   /* = vq_cuda_kvs_layer_bytes */
         if (L->coded) {
             const size_t wb = (size_t)16 * n_kv_heads * head_dim * 2;
             if (e == cudaSuccess) e = cudaMalloc(&L->win_k, wb);
             if (e == cudaSuccess) e = cudaMalloc(&L->win_v, wb);
             if (e == cudaSuccess) e = cudaMalloc((void **)&L->win_pos, 16 * sizeof(int32_t));
-            s->bytes += 2 * wb + 16 * sizeof(int32_t);
         }
     }
     if (e == cudaSuccess) e = cudaMalloc((void **)&s->dseq, sizeof(vq_cuda_seq));

@@ -190,6 +190,11 @@ vq_cuda_kvs *vq_cuda_kvs_create(int n_layers, int n_heads, int n_kv_heads, int h
 /* 0, or VQ_ERR_ARG naming why no store holds these states (no device needed) */
 vq_status vq_cuda_kvs_check(const struct vq_codec_state *k, const struct vq_codec_state *v, int n_heads,
                             int n_kv_heads, vq_err *err);
+/* bytes vq_cuda_kvs_create allocates for one layer of these states (NULL: f16 rows) and max_ctx
+ * rows, computed without a device (vq_cuda_kvs_bytes is their sum over the layers; the attention
+ * workspace and the sequence descriptor, the store's scratch, are not counted) */
+size_t vq_cuda_kvs_layer_bytes(const struct vq_codec_state *k, const struct vq_codec_state *v, int n_heads,
+                               int n_kv_heads, int head_dim, int max_ctx);
 void   vq_cuda_kvs_destroy(vq_cuda_kvs *s);
 void   vq_cuda_kvs_clear(vq_cuda_kvs *s);
 int    vq_cuda_kvs_truncate(vq_cuda_kvs *s, int n);   /* keep positions < n; returns rows kept */
