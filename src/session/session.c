@@ -39,15 +39,15 @@ static vq_status spec_on_device(const vq_kv_spec *spec, const vq_device *d, cons
                                 uint64_t seed, vq_kv **out, vq_err *err) {
     vq_kv *kv = vq_kv_create(spec, dims, seed, err);
     if (!kv) return err && err->code ? err->code : VQ_ERR_NOMEM;
-    char why[400] = "";
     vq_err e;
     vq_err_clear(&e);
+    char why[sizeof e.msg + 256] = "";
     for (int l = 0; !*why && l < dims->n_layers; l++) {   /* the codecs first, then the store's keys */
         const vq_codec_state *k = vq_kv_codec_state(kv, l, 0), *v = vq_kv_codec_state(kv, l, 1);
         vq_codec_dev info;
         if (vq_codec_dev_info(k, &info, &e) || vq_codec_dev_info(v, &info, &e) ||
             (d->store_check && d->store_check(k, v, dims->n_heads, dims->n_kv_heads, &e)))
-            snprintf(why, sizeof why, "layer %d (%s): %s", l, vq_kv_layer_spec(kv, l), e.msg);
+            snprintf(why, sizeof why, "layer %d (%.200s): %s", l, vq_kv_layer_spec(kv, l), e.msg);
     }
     if (!*why && vq_kv_plain_check(kv, &e)) snprintf(why, sizeof why, "%s", e.msg);
     if (*why) {
