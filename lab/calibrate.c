@@ -12,7 +12,11 @@
  * signed so that the group's mean query projects on it positively: then a key's k·f estimates how
  * much attention it draws, higher = more (the seeds' filter had no fixed sign).
  * The attention block's tap gives each layer's mean cos(x, x + attn(x)) over the rows (x the
- * residual stream entering it): SqueezeAttention's layer importance (evict=squeeze). */
+ * residual stream entering it): SqueezeAttention's layer importance (evict=squeeze).
+ * Version 4: per layer and KV head, the second moments E[k kᵀ] and E[v vᵀ] are summed too and
+ * eigen-decomposed (cyclic Jacobi, in double) into the principal axes the lowrank codec projects
+ * on (Palu-style per-head low rank, of the keys after RoPE: the cache holds nothing else; not
+ * centred, so a zero row stays zero and the codes stay a linear image of the rows). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,7 @@ typedef struct cal_acc {
     int L, Hq, Hk, d;
     double *q1, *q2, *k1, *k2, *v2;   /* sums: [L][Hq][d] and [L][Hk][d] */
     double *qq;                        /* [L][Hk][d][d]: Σ over the group's queries of q qᵀ (upper) */
+    double *kk, *vv;                   /* [L][Hk][d][d]: Σ k kᵀ, Σ v vᵀ (upper) */
     double *tmp;                       /* 3 d: a mean query and the power iteration's two vectors */
     uint64_t *rows;                    /* per layer: rows seen */
     double *cos;                       /* per layer: Σ over rows of cos(x, x + attn(x)) */
@@ -78,6 +83,16 @@ static void tap(void *user, int layer, int n, const int *pos, const float *q, co
             k2[i] += (double)kt[i] * kt[i];
             v2[i] += (double)vt[i] * vt[i];
         }
+        for (int h = 0; h < a->Hk; h++) {
+            const float *x = kt + (size_t)h * d, *y = vt + (size_t)h * d;
+            double *mk = a->kk + ((size_t)layer * a->Hk + h) * d * d;
+            double *mv = a->vv + ((size_t)layer * a->Hk + h) * d * d;
+            for (int i = 0; i < d; i++) {
+                const double xi = x[i], yi = y[i];
+                double *rk = mk + (size_t)i * d, *rv = mv + (size_t)i * d;
+                for (int j = i; j < d; j++) { rk[j] += xi * x[j]; rv[j] += yi * y[j]; }
+            }
+        }
     }
     a->rows[layer] += (uint64_t)n;
 }
@@ -110,6 +125,77 @@ static void q_filter(double *m, int d, const double *mean, float *f, double *tmp
     for (int i = 0; i < d; i++) f[i] = (float)(sgn < 0 ? -x[i] : x[i]);
 }
 
+/* Eigen-decomposition of the symmetric d x d matrix m (both triangles filled; destroyed) by cyclic
+ * Jacobi rotations: eigenvalues in eig (descending, negatives from rounding clamped to 0), unit
+ * eigenvectors as the rows of basis, each signed so that its largest-magnitude entry is positive
+ * (a fixed choice: the file does not depend on the sweep order's sign flips). v: d*d doubles,
+ * ix: d ints of scratch. */
+static void sym_eig(double *m, int d, double *v, int *ix, float *eig, float *basis) {
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) v[(size_t)i * d + j] = i == j;
+    for (int sweep = 0; sweep < 100; sweep++) {
+        double off = 0, tot = 0;
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) {
+                const double x = m[(size_t)i * d + j] * m[(size_t)i * d + j];
+                tot += x;
+                if (i != j) off += x;
+            }
+        if (off <= 1e-30 * tot || off == 0) break;
+        for (int p = 0; p < d - 1; p++)
+            for (int q = p + 1; q < d; q++) {
+                const double apq = m[(size_t)p * d + q];
+                if (apq == 0) continue;
+                const double app = m[(size_t)p * d + p], aqq = m[(size_t)q * d + q];
+                const double th = (aqq - app) / (2 * apq);
+                const double t = (th >= 0 ? 1.0 : -1.0) / (fabs(th) + sqrt(th * th + 1));
+                const double c = 1 / sqrt(t * t + 1), sn = t * c;
+                for (int k = 0; k < d; k++) {   /* columns p, q of m */
+                    const double mkp = m[(size_t)k * d + p], mkq = m[(size_t)k * d + q];
+                    m[(size_t)k * d + p] = c * mkp - sn * mkq;
+                    m[(size_t)k * d + q] = sn * mkp + c * mkq;
+                }
+                for (int k = 0; k < d; k++) {   /* rows p, q */
+                    const double mpk = m[(size_t)p * d + k], mqk = m[(size_t)q * d + k];
+                    m[(size_t)p * d + k] = c * mpk - sn * mqk;
+                    m[(size_t)q * d + k] = sn * mpk + c * mqk;
+                }
+                for (int k = 0; k < d; k++) {   /* eigenvectors as columns of v */
+                    const double vkp = v[(size_t)k * d + p], vkq = v[(size_t)k * d + q];
+                    v[(size_t)k * d + p] = c * vkp - sn * vkq;
+                    v[(size_t)k * d + q] = sn * vkp + c * vkq;
+                }
+            }
+    }
+    for (int i = 0; i < d; i++) ix[i] = i;
+    for (int i = 1; i < d; i++) {   /* insertion sort by eigenvalue, descending (stable) */
+        int o = ix[i], j = i;
+        while (j > 0 && m[(size_t)ix[j - 1] * d + ix[j - 1]] < m[(size_t)o * d + o]) { ix[j] = ix[j - 1]; j--; }
+        ix[j] = o;
+    }
+    for (int r = 0; r < d; r++) {
+        const int c = ix[r];
+        eig[r] = (float)fmax(0.0, m[(size_t)c * d + c]);
+        double big = 0, n2 = 0;
+        for (int k = 0; k < d; k++) {
+            const double x = v[(size_t)k * d + c];
+            n2 += x * x;
+            if (fabs(x) > fabs(big)) big = x;
+        }
+        const double sc = (big < 0 ? -1.0 : 1.0) / sqrt(n2 > 0 ? n2 : 1.0);
+        for (int k = 0; k < d; k++) basis[(size_t)r * d + k] = (float)(v[(size_t)k * d + c] * sc);
+    }
+}
+
+/* The second moment E[x xᵀ] of the sums s (upper triangle, n rows) into m (full), then its
+ * eigen-decomposition. */
+static void pca(const double *s, double n, int d, double *m, double *v, int *ix, float *eig, float *basis) {
+    const double inv = n > 0 ? 1.0 / n : 0.0;
+    for (int i = 0; i < d; i++)
+        for (int j = i; j < d; j++) m[(size_t)i * d + j] = m[(size_t)j * d + i] = s[(size_t)i * d + j] * inv;
+    sym_eig(m, d, v, ix, eig, basis);
+}
+
 static uint64_t vq_calibrate_model_hash(const vq_model *m, char *name, size_t name_cap) {
     if (name && name_cap) {
         const char *b = strrchr(vq_model_path(m), '/');
@@ -127,7 +213,7 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
         return vq_err_set(err, VQ_ERR_ARG, "calibrate: %d tokens with windows of %d (need >= 2 each)", n_tok, ctx);
     const vq_model_info c = vq_model_get_info(m);
     const vq_model_details det = vq_model_get_details(m);
-    cal_acc a = { c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    cal_acc a = { .L = c.n_layers, .Hq = c.n_heads, .Hk = c.n_kv_heads, .d = c.head_dim };
     const size_t wq = (size_t)a.L * a.Hq * a.d, wk = (size_t)a.L * a.Hk * a.d;
     a.q1 = calloc(wq, sizeof(double)); a.q2 = calloc(wq, sizeof(double));
     a.k1 = calloc(wk, sizeof(double)); a.k2 = calloc(wk, sizeof(double)); a.v2 = calloc(wk, sizeof(double));
@@ -136,12 +222,17 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     a.tmp = calloc(3 * (size_t)a.d, sizeof(double));
     a.cos = calloc((size_t)a.L, sizeof(double));
     a.cos_rows = calloc((size_t)a.L, sizeof(uint64_t));
+    a.kk = calloc((size_t)a.L * a.Hk * a.d * a.d, sizeof(double));
+    a.vv = calloc((size_t)a.L * a.Hk * a.d * a.d, sizeof(double));
+    double *em = malloc(sizeof(double) * 2 * (size_t)a.d * a.d);   /* pca scratch */
+    int *eix = malloc(sizeof(int) * (size_t)a.d);
     vq_lab_calib cal;   /* its arrays are ours (vq_lab_calib_free frees them) */
     memset(&cal, 0, sizeof cal);
     vq_session *ss = NULL;
     vq_kv_spec *f32 = NULL;
     vq_status s = VQ_OK;
-    if (!a.q1 || !a.q2 || !a.k1 || !a.k2 || !a.v2 || !a.rows || !a.qq || !a.tmp || !a.cos || !a.cos_rows) {
+    if (!a.q1 || !a.q2 || !a.k1 || !a.k2 || !a.v2 || !a.rows || !a.qq || !a.tmp || !a.cos || !a.cos_rows ||
+        !a.kk || !a.vv || !em || !eix) {
         s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
         goto done;
     }
@@ -179,8 +270,13 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
         cal.q_mean = calloc(hq, sizeof(float));
         cal.q_sq = calloc(hq, sizeof(float));
         cal.attn_cos = calloc((size_t)a.L, sizeof(float));
+        cal.has_lowrank = 1;
+        cal.k_eig = calloc(hk, sizeof(float));
+        cal.v_eig = calloc(hk, sizeof(float));
+        cal.k_basis = calloc(hk * (size_t)a.d, sizeof(float));
+        cal.v_basis = calloc(hk * (size_t)a.d, sizeof(float));
         if (!cal.pair_energy || !cal.k_mean || !cal.k_sq || !cal.v_sq || !cal.q_filter || !cal.q_mean || !cal.q_sq ||
-            !cal.attn_cos) {
+            !cal.attn_cos || !cal.k_eig || !cal.v_eig || !cal.k_basis || !cal.v_basis) {
             s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
             goto done;
         }
@@ -199,6 +295,12 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
             cal.k_mean[o] = (float)(a.k1[o] * inv);
             cal.k_sq[o] = (float)(a.k2[o] * inv);
             cal.v_sq[o] = (float)(a.v2[o] * inv);
+        }
+        for (int h = 0; h < a.Hk; h++) {   /* the principal axes of keys and values (version 4) */
+            const size_t o = ((size_t)l * a.Hk + h) * a.d, oo = o * a.d;
+            const double n = (double)a.rows[l];
+            pca(a.kk + oo, n, a.d, em, em + (size_t)a.d * a.d, eix, cal.k_eig + o, cal.k_basis + oo);
+            pca(a.vv + oo, n, a.d, em, em + (size_t)a.d * a.d, eix, cal.v_eig + o, cal.v_basis + oo);
         }
         for (int h = 0; h < a.Hk; h++)
             for (int p = 0; p < np; p++) {
@@ -232,7 +334,7 @@ done:
     vq_session_free(ss);
     vq_kv_spec_free(f32);
     free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows); free(a.qq); free(a.tmp);
-    free(a.cos); free(a.cos_rows);
+    free(a.cos); free(a.cos_rows); free(a.kk); free(a.vv); free(em); free(eix);
     return s;
 }
 
