@@ -14,9 +14,13 @@
  * The attention block's tap gives each layer's mean cos(x, x + attn(x)) over the rows (x the
  * residual stream entering it): SqueezeAttention's layer importance (evict=squeeze).
  * Version 4: per layer and KV head, the second moments E[k kᵀ] and E[v vᵀ] are summed too and
- * eigen-decomposed (cyclic Jacobi, in double) into the principal axes the lowrank codec projects
- * on (Palu-style per-head low rank, of the keys after RoPE: the cache holds nothing else; not
- * centred, so a zero row stays zero and the codes stay a linear image of the rows). */
+ * eigen-decomposed (cyclic Jacobi, in double) into the axes the lowrank codec projects on
+ * (Palu-style per-head low rank, of the keys after RoPE: the cache holds nothing else; not
+ * centred, so a zero row stays zero and the codes stay a linear image of the rows). Values: the
+ * principal axes of E[v vᵀ]. Keys: weighted by the group's queries, S = (M_q + εI)^½ with M_q =
+ * Σ_g E[q_g q_gᵀ] and ε = 1e-2 of its mean eigenvalue; the eigenvectors p_j of S E[k kᵀ] S; coded
+ * by S p_j, read by S⁻¹ p_j: the rank-r code that minimizes E[(q·(k − k̂))²] when q and k are
+ * independent (plain PCA of the keys ignores where the queries look). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,7 +134,7 @@ static void q_filter(double *m, int d, const double *mean, float *f, double *tmp
  * eigenvectors as the rows of basis, each signed so that its largest-magnitude entry is positive
  * (a fixed choice: the file does not depend on the sweep order's sign flips). v: d*d doubles,
  * ix: d ints of scratch. */
-static void sym_eig(double *m, int d, double *v, int *ix, float *eig, float *basis) {
+static void sym_eig(double *m, int d, double *v, int *ix, double *eig, double *basis) {
     for (int i = 0; i < d; i++)
         for (int j = 0; j < d; j++) v[(size_t)i * d + j] = i == j;
     for (int sweep = 0; sweep < 100; sweep++) {
@@ -175,7 +179,7 @@ static void sym_eig(double *m, int d, double *v, int *ix, float *eig, float *bas
     }
     for (int r = 0; r < d; r++) {
         const int c = ix[r];
-        eig[r] = (float)fmax(0.0, m[(size_t)c * d + c]);
+        eig[r] = fmax(0.0, m[(size_t)c * d + c]);
         double big = 0, n2 = 0;
         for (int k = 0; k < d; k++) {
             const double x = v[(size_t)k * d + c];
@@ -183,17 +187,77 @@ static void sym_eig(double *m, int d, double *v, int *ix, float *eig, float *bas
             if (fabs(x) > fabs(big)) big = x;
         }
         const double sc = (big < 0 ? -1.0 : 1.0) / sqrt(n2 > 0 ? n2 : 1.0);
-        for (int k = 0; k < d; k++) basis[(size_t)r * d + k] = (float)(v[(size_t)k * d + c] * sc);
+        for (int k = 0; k < d; k++) basis[(size_t)r * d + k] = v[(size_t)k * d + c] * sc;
     }
 }
 
-/* The second moment E[x xᵀ] of the sums s (upper triangle, n rows) into m (full), then its
- * eigen-decomposition. */
-static void pca(const double *s, double n, int d, double *m, double *v, int *ix, float *eig, float *basis) {
+/* The second moment E[x xᵀ] of the sums s (upper triangle, n rows) into m (full). */
+static void moment(const double *s, double n, int d, double *m) {
     const double inv = n > 0 ? 1.0 / n : 0.0;
     for (int i = 0; i < d; i++)
         for (int j = i; j < d; j++) m[(size_t)i * d + j] = m[(size_t)j * d + i] = s[(size_t)i * d + j] * inv;
-    sym_eig(m, d, v, ix, eig, basis);
+}
+
+/* The values' axes: the eigen-decomposition of E[v vᵀ]. w: 5 d*d + d doubles of scratch. */
+static void pca_v(const double *s, double n, int d, double *w, int *ix, float *eig, float *basis) {
+    double *m = w, *v = w + (size_t)d * d, *e = w + 2 * (size_t)d * d, *b = e + d;
+    moment(s, n, d, m);
+    sym_eig(m, d, v, ix, e, b);
+    for (int i = 0; i < d; i++) eig[i] = (float)e[i];
+    for (size_t i = 0; i < (size_t)d * d; i++) basis[i] = (float)b[i];
+}
+
+/* The keys' query-weighted axes (the header says why): sk, sq the summed k kᵀ and group q qᵀ
+ * (upper triangles) over n rows. enc rows S p_j, dec rows S⁻¹ p_j, eig the eigenvalues of S M_k S.
+ * w: 5 d*d + d doubles of scratch (plus 3 d*d more: 8 d*d + d in all). */
+static void pca_k(const double *sk, const double *sq, double n, int d, double *w, int *ix, float *eig,
+                  float *enc, float *dec) {
+    double *m = w, *v = w + (size_t)d * d, *e = w + 2 * (size_t)d * d, *b = e + d;
+    double *S = b + (size_t)d * d, *Si = S + (size_t)d * d, *T = Si + (size_t)d * d;
+    moment(sq, n, d, m);
+    sym_eig(m, d, v, ix, e, b);   /* M_q = Σ e_i b_i b_iᵀ */
+    double mean = 0;
+    for (int i = 0; i < d; i++) mean += e[i] / d;
+    const double eps = mean > 0 ? 1e-2 * mean : 1.0;
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) {
+            double a = 0, ai = 0;
+            for (int k = 0; k < d; k++) {
+                const double bb = b[(size_t)k * d + i] * b[(size_t)k * d + j], ev = e[k] + eps;
+                a += sqrt(ev) * bb;
+                ai += bb / sqrt(ev);
+            }
+            S[(size_t)i * d + j] = a;
+            Si[(size_t)i * d + j] = ai;
+        }
+    moment(sk, n, d, m);
+    for (int i = 0; i < d; i++)   /* T = M_k S */
+        for (int j = 0; j < d; j++) {
+            double a = 0;
+            for (int k = 0; k < d; k++) a += m[(size_t)i * d + k] * S[(size_t)k * d + j];
+            T[(size_t)i * d + j] = a;
+        }
+    for (int i = 0; i < d; i++)   /* m = S T = S M_k S, symmetrized */
+        for (int j = 0; j < d; j++) {
+            double a = 0;
+            for (int k = 0; k < d; k++) a += S[(size_t)i * d + k] * T[(size_t)k * d + j];
+            m[(size_t)i * d + j] = a;
+        }
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < i; j++) m[(size_t)i * d + j] = m[(size_t)j * d + i] = 0.5 * (m[(size_t)i * d + j] + m[(size_t)j * d + i]);
+    sym_eig(m, d, v, ix, e, b);
+    for (int r = 0; r < d; r++) {
+        eig[r] = (float)e[r];
+        for (int i = 0; i < d; i++) {
+            double a = 0, ai = 0;
+            for (int k = 0; k < d; k++) {
+                a += S[(size_t)i * d + k] * b[(size_t)r * d + k];
+                ai += Si[(size_t)i * d + k] * b[(size_t)r * d + k];
+            }
+            enc[(size_t)r * d + i] = (float)a;
+            dec[(size_t)r * d + i] = (float)ai;
+        }
+    }
 }
 
 static uint64_t vq_calibrate_model_hash(const vq_model *m, char *name, size_t name_cap) {
@@ -224,7 +288,7 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     a.cos_rows = calloc((size_t)a.L, sizeof(uint64_t));
     a.kk = calloc((size_t)a.L * a.Hk * a.d * a.d, sizeof(double));
     a.vv = calloc((size_t)a.L * a.Hk * a.d * a.d, sizeof(double));
-    double *em = malloc(sizeof(double) * 2 * (size_t)a.d * a.d);   /* pca scratch */
+    double *em = malloc(sizeof(double) * (8 * (size_t)a.d * a.d + a.d));   /* pca scratch */
     int *eix = malloc(sizeof(int) * (size_t)a.d);
     vq_lab_calib cal;   /* its arrays are ours (vq_lab_calib_free frees them) */
     memset(&cal, 0, sizeof cal);
@@ -274,9 +338,10 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
         cal.k_eig = calloc(hk, sizeof(float));
         cal.v_eig = calloc(hk, sizeof(float));
         cal.k_basis = calloc(hk * (size_t)a.d, sizeof(float));
+        cal.k_dec = calloc(hk * (size_t)a.d, sizeof(float));
         cal.v_basis = calloc(hk * (size_t)a.d, sizeof(float));
         if (!cal.pair_energy || !cal.k_mean || !cal.k_sq || !cal.v_sq || !cal.q_filter || !cal.q_mean || !cal.q_sq ||
-            !cal.attn_cos || !cal.k_eig || !cal.v_eig || !cal.k_basis || !cal.v_basis) {
+            !cal.attn_cos || !cal.k_eig || !cal.k_dec || !cal.v_eig || !cal.k_basis || !cal.v_basis) {
             s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
             goto done;
         }
@@ -299,8 +364,8 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
         for (int h = 0; h < a.Hk; h++) {   /* the principal axes of keys and values (version 4) */
             const size_t o = ((size_t)l * a.Hk + h) * a.d, oo = o * a.d;
             const double n = (double)a.rows[l];
-            pca(a.kk + oo, n, a.d, em, em + (size_t)a.d * a.d, eix, cal.k_eig + o, cal.k_basis + oo);
-            pca(a.vv + oo, n, a.d, em, em + (size_t)a.d * a.d, eix, cal.v_eig + o, cal.v_basis + oo);
+            pca_k(a.kk + oo, a.qq + oo, n, a.d, em, eix, cal.k_eig + o, cal.k_basis + oo, cal.k_dec + oo);
+            pca_v(a.vv + oo, n, a.d, em, eix, cal.v_eig + o, cal.v_basis + oo);
         }
         for (int h = 0; h < a.Hk; h++)
             for (int p = 0; p < np; p++) {

@@ -1,6 +1,8 @@
 """calib_spectrum.py: the fraction of each layer's and KV head's key and value energy E||x||^2
 kept by the top r principal axes of a version 4 calibration file (docs/calibration-format.md;
 the lowrank codec's projections, docs/codecs-lowrank.md): mean and minimum over (layer, KV head).
+For keys the eigenvalues are those of the query-weighted moment S E[k k^T] S: the fraction is of
+the expected squared score q.k that the top r axes keep.
 Usage: python3 scripts/calib_spectrum.py FILE.vqc   (numpy)"""
 import numpy as np, sys
 b=open(sys.argv[1],'rb').read()
@@ -12,7 +14,7 @@ def take(n):
     global off
     a=np.frombuffer(b[off:off+4*n],dtype=np.float32); off+=4*n; return a
 take(L*H*d//2); take(L*H*d); take(L*H*d); take(L*H*d); take(L*Hq*d); take(L*Hq*d); take(L*H*d); take(L)
-ke=take(L*H*d).reshape(L,H,d); take(L*H*d*d); ve=take(L*H*d).reshape(L,H,d); take(L*H*d*d)
+ke=take(L*H*d).reshape(L,H,d); take(L*H*d*d); take(L*H*d*d); ve=take(L*H*d).reshape(L,H,d); take(L*H*d*d)
 assert off+4==len(b)
 for name,e in (("K",ke),("V",ve)):
     c=np.cumsum(e,axis=2)/e.sum(axis=2,keepdims=True)

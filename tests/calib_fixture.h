@@ -55,6 +55,7 @@ static inline void vq_t_calib_make(vq_calib *c, int L, int NH, int H, int d, vq_
                 for (int i = 0; i < d; i++) b[i] = (float)(b[i] / sqrt(n2));
                 e[j] = (float)(4.0 / (1.0 + j));   /* descending */
             }
+            if (!side) memcpy(c->k_dec + f * (size_t)d * d, B, sizeof(float) * (size_t)d * d);   /* orthonormal */
         }
 }
 

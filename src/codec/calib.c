@@ -28,7 +28,7 @@ static uint32_t crc(uint32_t c, const void *p, size_t n) {
 
 /* element counts of the arrays, in file order: eight in every version, five more in version 4
  * (has_lowrank; 0 elements otherwise) */
-#define N_ARR 12   /* arrays in a version 4 file */
+#define N_ARR 13   /* arrays in a version 4 file */
 static void counts(const vq_calib *c, size_t n[N_ARR]) {
     size_t kv = (size_t)c->n_layers * c->n_kv_heads, q = (size_t)c->n_layers * c->n_heads;
     const size_t d = (size_t)c->head_dim, lr = c->has_lowrank ? 1 : 0;
@@ -37,21 +37,21 @@ static void counts(const vq_calib *c, size_t n[N_ARR]) {
     n[4] = n[5] = q * d;
     n[6] = kv * d;
     n[7] = (size_t)c->n_layers;
-    n[8] = n[10] = lr * kv * d;
-    n[9] = n[11] = lr * kv * d * d;
+    n[8] = n[11] = lr * kv * d;
+    n[9] = n[10] = n[12] = lr * kv * d * d;
 }
 static float **arrays(vq_calib *c, float **a[N_ARR]) {
     a[0] = &c->pair_energy; a[1] = &c->k_mean; a[2] = &c->k_sq; a[3] = &c->v_sq;
     a[4] = &c->q_mean; a[5] = &c->q_sq; a[6] = &c->q_filter; a[7] = &c->attn_cos;
-    a[8] = &c->k_eig; a[9] = &c->k_basis; a[10] = &c->v_eig; a[11] = &c->v_basis;
+    a[8] = &c->k_eig; a[9] = &c->k_basis; a[10] = &c->k_dec; a[11] = &c->v_eig; a[12] = &c->v_basis;
     return NULL;
 }
 static const char *const ARR_NAME[N_ARR] = { "pair_energy", "k_mean", "k_sq", "v_sq", "q_mean", "q_sq",
-                                             "q_filter", "attn_cos", "k_eig", "k_basis", "v_eig",
-                                             "v_basis" };
-/* arrays 1, 4 (means), 6 (unit directions), 7 (cosines), 9 and 11 (unit eigenvectors) take any
- * sign; the rest are second moments, their products or eigenvalues of second moments */
-static int signed_arr(int i) { return i == 1 || i == 4 || i == 6 || i == 7 || i == 9 || i == 11; }
+                                             "q_filter", "attn_cos", "k_eig", "k_basis", "k_dec",
+                                             "v_eig", "v_basis" };
+/* arrays 1, 4 (means), 6 (unit directions), 7 (cosines), 9, 10 and 12 (projection vectors) take
+ * any sign; the rest are second moments, their products or eigenvalues of second moments */
+static int signed_arr(int i) { return i == 1 || i == 4 || i == 6 || i == 7 || i == 9 || i == 10 || i == 12; }
 
 size_t vq_calib_file_bytes(const vq_calib *c) {
     size_t n[N_ARR], t = 0;
@@ -121,8 +121,9 @@ vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_e
     put32(b + 124, crc(0, b, 124));
     counts(c, n);
     const float *src[N_ARR] = { c->pair_energy, c->k_mean, c->k_sq, c->v_sq, c->q_mean, c->q_sq,
-                                c->q_filter, c->attn_cos, c->k_eig, c->k_basis, c->v_eig, c->v_basis };
-    if (c->has_lowrank && (!c->k_eig || !c->k_basis || !c->v_eig || !c->v_basis)) {
+                                c->q_filter, c->attn_cos, c->k_eig, c->k_basis, c->k_dec, c->v_eig,
+                                c->v_basis };
+    if (c->has_lowrank && (!c->k_dec || !c->k_eig || !c->k_basis || !c->v_eig || !c->v_basis)) {
         free(b);
         return vq_err_set(err, VQ_ERR_ARG, "calibration: has_lowrank set without its arrays");
     }

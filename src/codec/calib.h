@@ -38,12 +38,17 @@ typedef struct vq_calib {
      * hidden state little; evict=squeeze) */
     float *attn_cos;            /* [L] */
     /* version 4 (has_lowrank = 1; all NULL in a version 3 file): per layer l and KV head h, the
-     * principal axes of the keys and of the values after RoPE (the lowrank codec's projections):
-     * the second moment E[x xᵀ] (not centred: a zero row stays zero) eigen-decomposed, row j of a
-     * basis = unit eigenvector j, eigenvalues descending. The codec of rank r keeps rows 0..r-1. */
+     * lowrank codec's projections (docs/calibration-format.md says how calibrate makes them).
+     * Values: the principal axes of E[v vᵀ] (not centred: a zero row stays zero), row j of v_basis
+     * = unit eigenvector j, eigenvalues descending. Keys: query-weighted axes: with S = (M_q + εI)^½,
+     * M_q = Σ_{g in group} E[q_g q_gᵀ], the eigenvectors p_j of S E[k kᵀ] S (descending); a key is
+     * coded as c_j = k_basis[j]·k (k_basis[j] = S p_j) and read back as Σ_j c_j k_dec[j]
+     * (k_dec[j] = S⁻¹ p_j), so rank r minimizes the expected squared score error. The codec of
+     * rank r keeps rows 0..r-1. */
     int has_lowrank;
-    float *k_eig, *v_eig;       /* [L][Hkv][d]: eigenvalues of E[x xᵀ], descending, >= 0 */
-    float *k_basis, *v_basis;   /* [L][Hkv][d][d]: row j = unit eigenvector j */
+    float *k_eig, *v_eig;       /* [L][Hkv][d]: eigenvalues (S E[kkᵀ] S; E[vvᵀ]), descending, >= 0 */
+    float *k_basis, *v_basis;   /* [L][Hkv][d][d]: row j = the coding vector of axis j */
+    float *k_dec;               /* [L][Hkv][d][d]: row j = the reading vector of key axis j */
 } vq_calib;
 
 /* Channel i and its pair partner under the file's pair layout: pair p holds channels

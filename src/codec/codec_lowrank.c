@@ -1,8 +1,11 @@
 /* codec_lowrank.c: Palu-style per-head low rank (Chang et al., arXiv 2407.21118): each row x of a
- * KV head is stored as r coefficients c = P x on the calibration's top-r principal axes of that
- * head's keys (or values), P the r x d matrix of those axes (docs/calibration-format.md, version 4:
- * the second moment E[x xᵀ], eigen-decomposed by `veloxquant calibrate`; not centred, as Palu's
- * SVD, so a zero row stays zero and the codes are a linear image of the row). x̂ = Pᵀ ĉ.
+ * KV head is stored as r coefficients c = P x on the calibration's top-r axes of that head's
+ * keys (or values), P the r x d matrix of those axes, and read back as x̂ = Dᵀ ĉ
+ * (docs/calibration-format.md, version 4, made by `veloxquant calibrate`; not centred, as Palu's
+ * SVD, so a zero row stays zero and the codes are a linear image of the row). Values: the
+ * principal axes of E[v vᵀ], D = P (an orthogonal projection). Keys: the axes weighted by the
+ * group's queries (S = (M_q + εI)^½: P rows S p_j, D rows S⁻¹ p_j, p_j the eigenvectors of
+ * S E[k kᵀ] S): the rank-r code of least expected squared score error; an oblique projection.
  * Keys are the cache's keys, after RoPE (the cache never sees pre-RoPE keys):
  * docs/codecs-lowrank.md measures what that costs.
  * Coefficients stored as fp16 (bits=16), or quantized (bits=8|4) symmetric round-to-nearest in
@@ -11,9 +14,9 @@
  * shared scale would zero the rest); the map is folded into P at init, so P stays orthonormal rows.
  * Block (one row): bits 16: r fp16; bits 8: ceil(r/32) fp16 scales, r int8; bits 4: the scales,
  * ceil(r/2) bytes of 4-bit codes (element i in byte i/2, low nibble first, offset 8).
- * Attention on the codes: score = (P q)·ĉ (P q once per query in prep_query); values are summed
- * as Σ w ĉ in the r-space and mapped back once per head in finish (Pᵀ Σ w ĉ). One state per KV
- * head (per_head = 1); its r·d floats are counted. */
+ * Attention on the codes: score = (D q)·ĉ (D q once per query in prep_query); values are summed
+ * as Σ w ĉ in the r-space and mapped back once per head in finish (Dᵀ Σ w ĉ). One state per KV
+ * head (per_head = 1); its r·d floats (2 r·d for keys: P and D) are counted. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +29,8 @@
 
 typedef struct lr {
     int d, r, bits, ng;
-    float *P;    /* [r][d]: orthonormal rows (the rotated principal axes when rot=1) */
+    float *P;    /* [r][d]: coding rows (turned by the random map when rot=1) */
+    float *D;    /* [r][d]: reading rows (== P for values) */
 } lr;
 
 static float ld16(const uint8_t *p) { vq_f16 h; memcpy(&h, p, 2); return vq_f16_to_f32(h); }
@@ -35,6 +39,7 @@ static void st16(uint8_t *p, float x) { vq_f16 h = vq_f32_to_f16(x); memcpy(p, &
 static void lr_fini(vq_codec_state *st) {
     lr *t = st->impl;
     if (!t) return;
+    if (t->D != t->P) free(t->D);
     free(t->P);
     free(t);
     st->impl = NULL;
@@ -62,7 +67,7 @@ static vq_status lr_init(vq_codec_state *st, int d, int side, const vq_codec_par
                           "to the KV spec (a file of `veloxquant calibrate`), e.g. \"lowrank:rk=32,rv=32;"
                           "calib=model.vqc\"", c->name);
     const char *cp = st->ctx.calib_path ? st->ctx.calib_path : "(calibration)";
-    if (!cal->has_lowrank || !cal->k_basis || !cal->v_basis)
+    if (!cal->has_lowrank || !cal->k_basis || !cal->k_dec || !cal->v_basis)
         return vq_err_set(err, VQ_ERR_ARG, "codec %s: calibration '%.200s' (model '%s') has no low-rank "
                           "projections (a version 3 file, made before they existed): rerun `veloxquant "
                           "calibrate` to write a version 4 file", c->name, cp, cal->model);
@@ -82,23 +87,30 @@ static vq_status lr_init(vq_codec_state *st, int d, int side, const vq_codec_par
     t->bits = bits;
     t->ng = (r + LR_G - 1) / LR_G;
     t->P = malloc(sizeof(float) * (size_t)r * d);
-    if (!t->P) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", c->name);
+    t->D = side == VQ_SIDE_K ? malloc(sizeof(float) * (size_t)r * d) : t->P;
+    if (!t->P || !t->D) return vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", c->name);
     const size_t kh = (size_t)layer * cal->n_kv_heads + head;
     const float *B = (side == VQ_SIDE_K ? cal->k_basis : cal->v_basis) + kh * (size_t)d * d;
+    const float *Bd = side == VQ_SIDE_K ? cal->k_dec + kh * (size_t)d * d : B;
     memcpy(t->P, B, sizeof(float) * (size_t)r * d);
-    if (rot && r > 1) {   /* P <- R P, R a random orthogonal r x r map (Hadamard when r = 2^k) */
+    if (t->D != t->P) memcpy(t->D, Bd, sizeof(float) * (size_t)r * d);
+    if (rot && r > 1) {   /* P <- R P, D <- R D: R a random orthogonal r x r map (Hadamard when r = 2^k) */
         vq_rotation *R = vq_rotation_create(r, seed, err);
         float *M = R ? malloc(sizeof(float) * (size_t)r * r) : NULL;
         double *col = M ? malloc(sizeof(double) * (size_t)r) : NULL;
         if (!col) { vq_rotation_free(R); free(M); return R ? vq_err_set(err, VQ_ERR_NOMEM, "codec %s: out of memory", c->name) : err->code; }
         vq_rotation_matrix(R, M);
-        for (int k = 0; k < d; k++) {
-            for (int i = 0; i < r; i++) {
-                double a = 0;
-                for (int j = 0; j < r; j++) a += (double)M[(size_t)i * r + j] * B[(size_t)j * d + k];
-                col[i] = a;
+        for (int w = 0; w < (t->D != t->P ? 2 : 1); w++) {
+            const float *src = w ? Bd : B;
+            float *dst = w ? t->D : t->P;
+            for (int k = 0; k < d; k++) {
+                for (int i = 0; i < r; i++) {
+                    double a = 0;
+                    for (int j = 0; j < r; j++) a += (double)M[(size_t)i * r + j] * src[(size_t)j * d + k];
+                    col[i] = a;
+                }
+                for (int i = 0; i < r; i++) dst[(size_t)i * d + k] = (float)col[i];
             }
-            for (int i = 0; i < r; i++) t->P[(size_t)i * d + k] = (float)col[i];
         }
         free(col);
         free(M);
@@ -109,7 +121,7 @@ static vq_status lr_init(vq_codec_state *st, int d, int side, const vq_codec_par
     st->block_bytes = bits == 16 ? 2 * (size_t)r : 2 * (size_t)t->ng + (bits == 8 ? (size_t)r : (size_t)(r + 1) / 2);
     st->qstate_bytes = sizeof(float) * (size_t)r;
     st->acc_floats = r;
-    st->state_bytes = sizeof *t + sizeof(float) * (size_t)r * d;
+    st->state_bytes = sizeof *t + sizeof(float) * (size_t)r * d * (t->D != t->P ? 2 : 1);
     snprintf(st->params, sizeof st->params, "rk=%d,rv=%d,bits=%d,rot=%d", side == VQ_SIDE_K ? r : r2,
              side == VQ_SIDE_K ? r2 : r, bits, rot);
     return VQ_OK;
@@ -172,7 +184,7 @@ static void lr_finish(const vq_codec_state *st, const float *acc, float *out) {
     memset(out, 0, sizeof(float) * (size_t)d);
     for (int i = 0; i < r; i++) {
         const float a = acc[i];
-        const float *pi = t->P + (size_t)i * d;
+        const float *pi = t->D + (size_t)i * d;
         for (int k = 0; k < d; k++) out[k] += a * pi[k];
     }
 }
@@ -190,7 +202,7 @@ static void lr_prep(const vq_codec_state *st, const float *q, void *qs) {
     float *o = qs;
     for (int i = 0; i < r; i++) {
         float a = 0;
-        const float *pi = t->P + (size_t)i * d;
+        const float *pi = t->D + (size_t)i * d;
         for (int k = 0; k < d; k++) a += pi[k] * q[k];
         o[i] = a;
     }

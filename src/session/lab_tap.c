@@ -128,6 +128,7 @@ static void to_calib(const vq_lab_calib *c, vq_calib *o) {
     o->has_lowrank = c->has_lowrank;
     o->k_eig = c->k_eig;
     o->k_basis = c->k_basis;
+    o->k_dec = c->k_dec;
     o->v_eig = c->v_eig;
     o->v_basis = c->v_basis;
 }
@@ -167,6 +168,7 @@ vq_status vq_lab_calib_read(const char *path, vq_lab_calib *out, vq_err *err) {
     out->has_lowrank = c.has_lowrank;
     out->k_eig = c.k_eig;
     out->k_basis = c.k_basis;
+    out->k_dec = c.k_dec;
     out->v_eig = c.v_eig;
     out->v_basis = c.v_basis;
     return VQ_OK;
