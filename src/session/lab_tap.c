@@ -125,6 +125,12 @@ static void to_calib(const vq_lab_calib *c, vq_calib *o) {
     o->q_sq = c->q_sq;
     o->q_filter = c->q_filter;
     o->attn_cos = c->attn_cos;
+    o->has_lowrank = c->has_lowrank;
+    o->k_eig = c->k_eig;
+    o->k_basis = c->k_basis;
+    o->k_dec = c->k_dec;
+    o->v_eig = c->v_eig;
+    o->v_basis = c->v_basis;
 }
 
 vq_status vq_lab_calib_write(const vq_lab_calib *c, const char *path, size_t *file_bytes, vq_err *err) {
@@ -159,6 +165,12 @@ vq_status vq_lab_calib_read(const char *path, vq_lab_calib *out, vq_err *err) {
     out->q_sq = c.q_sq;
     out->q_filter = c.q_filter;
     out->attn_cos = c.attn_cos;
+    out->has_lowrank = c.has_lowrank;
+    out->k_eig = c.k_eig;
+    out->k_basis = c.k_basis;
+    out->k_dec = c.k_dec;
+    out->v_eig = c.v_eig;
+    out->v_basis = c.v_basis;
     return VQ_OK;
 }
 

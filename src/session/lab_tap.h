@@ -114,6 +114,10 @@ typedef struct vq_lab_calib {
     uint64_t n_tokens;
     float *pair_energy, *k_mean, *k_sq, *v_sq, *q_mean, *q_sq, *q_filter;
     float *attn_cos;            /* [L]: mean cos(x, x + attn(x)) per layer (file version 3) */
+    /* file version 4 (has_lowrank): [L][Hkv][d] k_eig, v_eig; [L][Hkv][d][d] k_basis, k_dec,
+     * v_basis (the lowrank codec's projections: codec/calib.h says what each is) */
+    int has_lowrank;
+    float *k_eig, *k_basis, *k_dec, *v_eig, *v_basis;
 } vq_lab_calib;
 /* written atomically (as every calibration file); file_bytes (may be NULL): its size */
 vq_status vq_lab_calib_write(const vq_lab_calib *c, const char *path, size_t *file_bytes, vq_err *err);
