@@ -1,0 +1,88 @@
+/* q4x16_avx512.c: the q4_0x16 row kernel (repack.c has the layout) on 512-bit vectors with
+ * AVX-512 VNNI. Per block of a 16-row group: four 64-byte loads give, after a mask and a shift,
+ * 8 code vectors (lane r: four unsigned nibbles of row r), each multiplied by one broadcast
+ * 4-byte group of a token's activations (vpdpbusd); the 16 rows' fp16 scales convert in one
+ * instruction; no horizontal sums. The arithmetic is Q4_0's scalar kernel's, lane by lane:
+ *   sumi = sum(q*x) - 8*sum(x) (exact integers), y += (d*dx) * (float)sumi (a multiply then an
+ *   add, no contraction), blocks in order
+ * so the outputs are vq_rows_q4_0_scalar's bits on the same matrix (tests/kernels/test_repack.c).
+ * Compiled for that target here only; matmul.c picks it only when the CPU reports avx512vnni. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))), apply_to = function)
+#pragma clang fp contract(off)
+#else
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#pragma GCC optimize("fp-contract=off")
+#endif
+#include "kernels/kernels_impl.h"
+#include <immintrin.h>
+#include <string.h>
+
+#define QINL static inline __attribute__((always_inline))
+#define Q4X16_TILE 4   /* tokens per pass over a group's weights */
+#define Q4X16_GB (VQ_Q4X16_ROWS * 18)   /* bytes of one block of one group */
+
+QINL int32_t x4(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+QINL void q4x16_group(const uint8_t *g, int nb, const int8_t *const *xq, const float *const *xds,
+                      const int32_t *const *xis, float *Y, int ldy, const int tn) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[Q4X16_TILE];
+    for (int t = 0; t < tn; t++) acc[t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++, g += Q4X16_GB) {
+        __builtin_prefetch(g + VQ_PF_BYTES, 0, 3);
+        __builtin_prefetch(g + VQ_PF_BYTES + 64, 0, 3);
+        __builtin_prefetch(g + VQ_PF_BYTES + 128, 0, 3);
+        __builtin_prefetch(g + VQ_PF_BYTES + 192, 0, 3);
+        __builtin_prefetch(g + VQ_PF_BYTES + 256, 0, 3);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        __m512i lo[4], hi[4];
+        for (int c = 0; c < 4; c++) {
+            __m512i v = _mm512_loadu_si512((const void *)(g + 32 + 64 * c));
+            lo[c] = _mm512_and_si512(v, m4);
+            hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        for (int t = 0; t < tn; t++) {
+            const int8_t *xp = xq[t] + (size_t)b * VQ_QK;
+            /* the sum starts at -8*sum(x): lane r ends at sum((q-8)*x), the scalar's integer */
+            __m512i s0 = _mm512_set1_epi32(-8 * xis[t][b]), s1 = _mm512_setzero_si512();
+            s0 = _mm512_dpbusd_epi32(s0, lo[0], _mm512_set1_epi32(x4(xp + 0)));
+            s1 = _mm512_dpbusd_epi32(s1, hi[0], _mm512_set1_epi32(x4(xp + 16)));
+            s0 = _mm512_dpbusd_epi32(s0, lo[1], _mm512_set1_epi32(x4(xp + 4)));
+            s1 = _mm512_dpbusd_epi32(s1, hi[1], _mm512_set1_epi32(x4(xp + 20)));
+            s0 = _mm512_dpbusd_epi32(s0, lo[2], _mm512_set1_epi32(x4(xp + 8)));
+            s1 = _mm512_dpbusd_epi32(s1, hi[2], _mm512_set1_epi32(x4(xp + 24)));
+            s0 = _mm512_dpbusd_epi32(s0, lo[3], _mm512_set1_epi32(x4(xp + 12)));
+            s1 = _mm512_dpbusd_epi32(s1, hi[3], _mm512_set1_epi32(x4(xp + 28)));
+            __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xds[t][2 * b]));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1))));
+        }
+    }
+    for (int t = 0; t < tn; t++) _mm512_storeu_ps(Y + (size_t)t * ldy, acc[t]);
+}
+
+void vq_rows_q4_0x16_avx512vnni(const uint8_t *W, size_t ws, int nrows, const void *xa, size_t xs,
+                                int nt, int nb, float *Y, int ldy) {
+    for (int t0 = 0; t0 < nt; t0 += Q4X16_TILE) {
+        const int8_t *xq[Q4X16_TILE]; const float *xds[Q4X16_TILE]; const int32_t *xis[Q4X16_TILE];
+        const int tn = VQ_MIN(Q4X16_TILE, nt - t0);
+        for (int t = 0; t < tn; t++) {
+            const void *xb = (const uint8_t *)xa + (size_t)(t0 + t) * xs;
+            xq[t] = xb; xds[t] = vq_q8act_ds(xb, nb); xis[t] = vq_q8act_isum(xb, nb);
+        }
+        for (int r = 0; r < nrows; r += VQ_Q4X16_ROWS) {
+            const uint8_t *g = W + (size_t)r * ws;
+            float *y = Y + (size_t)t0 * ldy + r;
+            switch (tn) {
+            case 1: q4x16_group(g, nb, xq, xds, xis, y, ldy, 1); break;
+            case 2: q4x16_group(g, nb, xq, xds, xis, y, ldy, 2); break;
+            case 3: q4x16_group(g, nb, xq, xds, xis, y, ldy, 3); break;
+            default: q4x16_group(g, nb, xq, xds, xis, y, ldy, 4); break;
+            }
+        }
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

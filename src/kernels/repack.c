@@ -1,0 +1,67 @@
+/* repack.c: q4_0x16, Q4_0 rows interleaved 16 at a time (an in-memory type made at load from a
+ * GGUF Q4_0 matrix, never stored in a file; docs/weights-kquants.md "q4_0x16"). The bytes are a
+ * permutation of Q4_0's: same scales, same nibbles, so every product is Q4_0's bit for bit.
+ * Layout: a group of 16 rows holds, for each 32-column block b in order, 288 bytes:
+ *   d[16]     the 16 rows' fp16 scales of block b (row r at d[r])
+ *   qs[4][64] chunk c (0..3), row r, byte i (0..3) = Q4_0 qs[4c + i] of row r, block b
+ *             (low nibble: element 4c + i, high nibble: element 4c + i + 16)
+ * so one 64-byte load holds four weights of each of the 16 rows, one 32-bit lane per row: the
+ * AVX-512 VNNI kernel multiplies it by one broadcast 4-byte group of the activations, and the
+ * 16 rows' scales convert in one instruction. A group is 16 * row_bytes bytes, so row r0 (a
+ * multiple of 16) starts at r0 * row_bytes as in Q4_0. */
+#include "kernels/kernels_impl.h"
+#include <string.h>
+
+int vq_q4_0x16_repack(const void *src, void *dst, int rows, int cols) {
+    if (rows <= 0 || rows % VQ_Q4X16_ROWS || cols <= 0 || cols % VQ_QK) return -1;
+    const int nb = cols / VQ_QK;
+    const vq_block_q4_0 *s = src;
+    uint8_t *o = dst;
+    for (int g = 0; g < rows; g += VQ_Q4X16_ROWS)
+        for (int b = 0; b < nb; b++, o += VQ_Q4X16_ROWS * sizeof(vq_block_q4_0)) {
+            for (int r = 0; r < VQ_Q4X16_ROWS; r++) {
+                const vq_block_q4_0 *blk = s + (size_t)(g + r) * nb + b;
+                memcpy(o + 2 * r, &blk->d, 2);
+                for (int c = 0; c < 4; c++) memcpy(o + 32 + 64 * c + 4 * r, blk->qs + 4 * c, 4);
+            }
+        }
+    return 0;
+}
+
+/* block b of row r (0..15) of a group back to a Q4_0 block */
+static void q4x16_block(const uint8_t *grp, int nb, int b, int r, vq_block_q4_0 *out) {
+    (void)nb;
+    const uint8_t *p = grp + (size_t)b * VQ_Q4X16_ROWS * sizeof(vq_block_q4_0);
+    memcpy(&out->d, p + 2 * r, 2);
+    for (int c = 0; c < 4; c++) memcpy(out->qs + 4 * c, p + 32 + 64 * c + 4 * r, 4);
+}
+
+/* the reference: Q4_0's scalar kernel on the de-interleaved blocks (same sums, same order) */
+void vq_rows_q4_0x16_scalar(const uint8_t *W, size_t ws, int nrows, const void *xa, size_t xs,
+                            int nt, int nb, float *Y, int ldy) {
+    vq_block_q4_0 row[64];
+    for (int r = 0; r < nrows; r++) {
+        const uint8_t *grp = W + (size_t)(r / VQ_Q4X16_ROWS) * VQ_Q4X16_ROWS * ws;
+        for (int b0 = 0; b0 < nb; b0 += 64) {   /* a row in pieces of 64 blocks */
+            const int n = VQ_MIN(64, nb - b0);
+            for (int b = 0; b < n; b++) q4x16_block(grp, nb, b0 + b, r % VQ_Q4X16_ROWS, &row[b]);
+            for (int t = 0; t < nt; t++) {
+                const uint8_t *xb = (const uint8_t *)xa + (size_t)t * xs;
+                const size_t off = (size_t)b0 * VQ_QK;
+                float y = b0 ? Y[(size_t)t * ldy + r] : 0.0f;
+                /* the piece through Q4_0's own kernel would restart the sum: continue it here */
+                const int8_t *q = (const int8_t *)xb + off;
+                const float *ds = vq_q8act_ds(xb, nb) + 2 * b0;
+                for (int b = 0; b < n; b++) {
+                    int sumi = 0;
+                    for (int j = 0; j < VQ_QK / 2; j++) {
+                        sumi += ((row[b].qs[j] & 0x0f) - 8) * q[b * VQ_QK + j];
+                        sumi += ((row[b].qs[j] >> 4) - 8) * q[b * VQ_QK + j + VQ_QK / 2];
+                    }
+                    y += (vq_f16_to_f32(row[b].d) * ds[2 * b]) * (float)sumi;
+                }
+                Y[(size_t)t * ldy + r] = y;
+            }
+        }
+    }
+}
