@@ -29,6 +29,8 @@ size_t vq_wtype_row_bytes(uint32_t type, int64_t n); /* 0 when n is not a multip
  * Returns 0, or -1 for a shape it cannot hold. */
 #define VQ_Q4X16_ROWS 16
 int vq_q4_0x16_repack(const void *src, void *dst, int rows, int cols);
+/* q4_Kx16 (VQ_TYPE_Q4_KX16): Q4_K alike, 148 bytes a row per 256 columns (Q4_K: 144) */
+int vq_q4_kx16_repack(const void *src, void *dst, int rows, int cols);
 
 /* Y[t*rows + r] = sum_c W[r, c] * X[t*cols + c], for t < n, r < rows.
  * W: rows x cols in weight type `type`, row-major, rows contiguous (ggml layout ne0 = cols).

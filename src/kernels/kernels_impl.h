@@ -167,6 +167,8 @@ void vq_rows_q8_0_scalar(const uint8_t *, size_t, int, const void *, size_t, int
 /* q4_0x16 (repack.c, kernels.h): nrows and the first row of a call are multiples of
  * VQ_Q4X16_ROWS */
 void vq_rows_q4_0x16_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+void vq_rows_q4_kx16_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+void vq_rows_q4_kx16_avx512vnni(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q4_0x16_avx512vnni(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q4_0_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q4_1_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);

@@ -83,6 +83,75 @@ void vq_rows_q4_0x16_avx512vnni(const uint8_t *W, size_t ws, int nrows, const vo
     }
 }
 
+/* q4_Kx16: per 32-column sub-block the same 8 products, then Q4_K's scalar steps lane by lane:
+ *   s1 = sc*sum(q*x), s2 = m*sum(x) (exact integers; the scale and min are those of both
+ *   16-halves), y += (d*dx) * (float)s1, y += (-dmin*dx) * (float)s2 */
+#define K16_SB (VQ_Q4X16_ROWS * 148)
+QINL void q4kx16_group(const uint8_t *g, int nb, const int8_t *const *xq, const float *const *xds,
+                       const int32_t *const *xis, float *Y, int ldy, const int tn) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    __m512 acc[Q4X16_TILE];
+    for (int t = 0; t < tn; t++) acc[t] = _mm512_setzero_ps();
+    for (int sb = 0; sb < nb / 8; sb++, g += K16_SB) {
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        const __m512 dm = _mm512_xor_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32))), sign);
+        for (int a = 0; a < 8; a++) {
+            const uint8_t *q = g + 64 + 8 * 32 + 256 * a;
+            for (int o = 0; o < 256; o += 64) __builtin_prefetch(q + VQ_PF_BYTES + o, 0, 3);
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(g + 64 + 32 * a)));
+            const __m512i mn = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(g + 64 + 32 * a + 16)));
+            __m512i lo[4], hi[4];
+            for (int c = 0; c < 4; c++) {
+                __m512i v = _mm512_loadu_si512((const void *)(q + 64 * c));
+                lo[c] = _mm512_and_si512(v, m4);
+                hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+            const int ab = sb * 8 + a;
+            for (int t = 0; t < tn; t++) {
+                const int8_t *xp = xq[t] + (size_t)ab * VQ_QK;
+                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+                s0 = _mm512_dpbusd_epi32(s0, lo[0], _mm512_set1_epi32(x4(xp + 0)));
+                s1 = _mm512_dpbusd_epi32(s1, hi[0], _mm512_set1_epi32(x4(xp + 16)));
+                s0 = _mm512_dpbusd_epi32(s0, lo[1], _mm512_set1_epi32(x4(xp + 4)));
+                s1 = _mm512_dpbusd_epi32(s1, hi[1], _mm512_set1_epi32(x4(xp + 20)));
+                s0 = _mm512_dpbusd_epi32(s0, lo[2], _mm512_set1_epi32(x4(xp + 8)));
+                s1 = _mm512_dpbusd_epi32(s1, hi[2], _mm512_set1_epi32(x4(xp + 24)));
+                s0 = _mm512_dpbusd_epi32(s0, lo[3], _mm512_set1_epi32(x4(xp + 12)));
+                s1 = _mm512_dpbusd_epi32(s1, hi[3], _mm512_set1_epi32(x4(xp + 28)));
+                const __m512i i1 = _mm512_mullo_epi32(sc, _mm512_add_epi32(s0, s1));
+                const __m512i i2 = _mm512_mullo_epi32(mn, _mm512_set1_epi32(xis[t][ab]));
+                const __m512 dx = _mm512_set1_ps(xds[t][2 * ab]);
+                acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(i1)));
+                acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(i2)));
+            }
+        }
+    }
+    for (int t = 0; t < tn; t++) _mm512_storeu_ps(Y + (size_t)t * ldy, acc[t]);
+}
+
+void vq_rows_q4_kx16_avx512vnni(const uint8_t *W, size_t ws, int nrows, const void *xa, size_t xs,
+                                int nt, int nb, float *Y, int ldy) {
+    for (int t0 = 0; t0 < nt; t0 += Q4X16_TILE) {
+        const int8_t *xq[Q4X16_TILE]; const float *xds[Q4X16_TILE]; const int32_t *xis[Q4X16_TILE];
+        const int tn = VQ_MIN(Q4X16_TILE, nt - t0);
+        for (int t = 0; t < tn; t++) {
+            const void *xb = (const uint8_t *)xa + (size_t)(t0 + t) * xs;
+            xq[t] = xb; xds[t] = vq_q8act_ds(xb, nb); xis[t] = vq_q8act_isum(xb, nb);
+        }
+        for (int r = 0; r < nrows; r += VQ_Q4X16_ROWS) {
+            const uint8_t *g = W + (size_t)r * ws;
+            float *y = Y + (size_t)t0 * ldy + r;
+            switch (tn) {
+            case 1: q4kx16_group(g, nb, xq, xds, xis, y, ldy, 1); break;
+            case 2: q4kx16_group(g, nb, xq, xds, xis, y, ldy, 2); break;
+            case 3: q4kx16_group(g, nb, xq, xds, xis, y, ldy, 3); break;
+            default: q4kx16_group(g, nb, xq, xds, xis, y, ldy, 4); break;
+            }
+        }
+    }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif

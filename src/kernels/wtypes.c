@@ -162,6 +162,7 @@ static const vq_wtype wtypes[] = {
     {VQ_TYPE_TQW2, "tqw2", VQ_TQW_BLOCK, sizeof(vq_block_tqw2), vq_tqw2_to_float, vq_tqw2_from_float},
     /* interleaved rows (repack.c): neither to_float nor from_float, made from Q4_0 by a repack */
     {VQ_TYPE_Q4_0X16, "q4_0x16", VQ_QK, sizeof(vq_block_q4_0), NULL, NULL},
+    {VQ_TYPE_Q4_KX16, "q4_Kx16", VQ_QKK, 148, NULL, NULL},
 };
 
 const vq_wtype *vq_wtype_get(uint32_t type) {

@@ -1,5 +1,5 @@
-/* test_repack.c: q4_0x16 (src/kernels/repack.c), Q4_0 rows interleaved 16 at a time, gives Q4_0's
- * scalar kernel's bits: the scalar q4_0x16 kernel and (where the CPU has AVX-512 VNNI) the
+/* test_repack.c: q4_0x16 and q4_Kx16 (src/kernels/repack.c), Q4_0 / Q4_K rows interleaved 16 at a
+ * time, give Q4_0's / Q4_K's scalar kernel's bits: the scalar q4_0x16 kernel and (where the CPU has AVX-512 VNNI) the
  * AVX-512 one, through vq_matmul_isa (1 token = decode, 2..13 tokens = the token tiles and their
  * tails) and on a sub-range of groups with ldy > rows, as matmul.c's chunks call it. Weights are
  * random blocks (every nibble reachable) with finite fp16 scales; activations Gaussian with
@@ -17,22 +17,35 @@ static void random_q4_0(vq_rng *rng, int rows, int cols, uint8_t *W) {
     }
 }
 
-static void check(vq_rng *rng, int rows, int cols, int n) {
-    size_t rb = vq_wtype_row_bytes(VQ_TYPE_Q4_0, cols);
-    CHECK(rb == vq_wtype_row_bytes(VQ_TYPE_Q4_0X16, cols));
-    uint8_t *W = malloc(rb * rows), *P = malloc(rb * rows);
+/* Q4_K blocks: random bytes (every scale, min and code reachable) with finite fp16 d, dmin */
+static void random_q4_k(vq_rng *rng, int rows, int cols, uint8_t *W) {
+    size_t nbl = (size_t)rows * (cols / VQ_QKK);
+    for (size_t i = 0; i < nbl * sizeof(vq_block_q4_k); i++) W[i] = (uint8_t)vq_rng_u64(rng);
+    for (size_t b = 0; b < nbl; b++)
+        for (int f = 0; f < 2; f++) {
+            vq_f16 h = vq_f32_to_f16(0.002f * exp2f(4.0f * vq_rng_uniformf(rng) - 2.0f) * (f ? 0.1f : 1.0f));
+            memcpy(W + sizeof(vq_block_q4_k) * b + 2 * f, &h, 2);
+        }
+}
+
+static void check(vq_rng *rng, uint32_t st, int rows, int cols, int n) {
+    const uint32_t dt = st == VQ_TYPE_Q4_0 ? VQ_TYPE_Q4_0X16 : VQ_TYPE_Q4_KX16;
+    size_t rb = vq_wtype_row_bytes(st, cols), rd = vq_wtype_row_bytes(dt, cols);
+    CHECK(st == VQ_TYPE_Q4_K ? rd == rb / 144 * 148 : rd == rb);
+    uint8_t *W = malloc(rb * rows), *P = malloc(rd * rows);
     float *X = malloc(sizeof(float) * n * cols), *Y0 = malloc(sizeof(float) * n * rows),
           *Y1 = malloc(sizeof(float) * n * rows);
-    random_q4_0(rng, rows, cols, W);
-    CHECK(vq_q4_0x16_repack(W, P, rows, cols) == 0);
+    if (st == VQ_TYPE_Q4_0) random_q4_0(rng, rows, cols, W);
+    else random_q4_k(rng, rows, cols, W);
+    CHECK((st == VQ_TYPE_Q4_0 ? vq_q4_0x16_repack : vq_q4_kx16_repack)(W, P, rows, cols) == 0);
     for (int i = 0; i < n * cols; i++) X[i] = (float)vq_rng_gauss(rng) * (i % 13 == 0 ? 3.0f : 1.0f);
-    vq_matmul_isa(VQ_ISA_SCALAR, Y0, W, VQ_TYPE_Q4_0, X, n, rows, cols);
+    vq_matmul_isa(VQ_ISA_SCALAR, Y0, W, st, X, n, rows, cols);
     for (int isa = VQ_ISA_SCALAR; isa <= (int)vq_cpu_best_isa(); isa++) {
-        vq_matmul_isa((vq_isa)isa, Y1, P, VQ_TYPE_Q4_0X16, X, n, rows, cols);
+        vq_matmul_isa((vq_isa)isa, Y1, P, dt, X, n, rows, cols);
         int bad = 0;
         for (int i = 0; i < n * rows; i++) bad += memcmp(&Y0[i], &Y1[i], 4) != 0;
-        CHECKF(bad == 0, "%s q4_0x16 %dx%d n=%d: %d outputs differ from q4_0's scalar bits",
-               vq_isa_name((vq_isa)isa), rows, cols, n, bad);
+        CHECKF(bad == 0, "%s %s %dx%d n=%d: %d outputs differ from %s's scalar bits",
+               vq_isa_name((vq_isa)isa), vq_wtype_get(dt)->name, rows, cols, n, bad, vq_wtype_get(st)->name);
     }
     free(W); free(P); free(X); free(Y0); free(Y1);
 }
@@ -69,11 +82,14 @@ int main(void) {
     const int rs[] = {16, 32, 48, 80, 256};
     for (size_t ni = 0; ni < VQ_ARRAY_LEN(ns); ni++)
         for (size_t ri = 0; ri < VQ_ARRAY_LEN(rs); ri++)
-            check(&rng, rs[ri], 32 * (1 + 7 * (int)((ri + ni) % 3)) + (ri == 4 ? 2048 : 0), ns[ni]);
+            for (int k = 0; k < 2; k++)
+                check(&rng, k ? VQ_TYPE_Q4_K : VQ_TYPE_Q4_0, rs[ri],
+                      (k ? 256 : 32) * (1 + 7 * (int)((ri + ni) % 3)) + (ri == 4 ? 2048 : 0), ns[ni]);
     for (int n = 1; n <= 6; n++) check_direct(&rng, 16 + 16 * n, 96 + 32 * n, n);
     uint8_t buf[18 * 64];
     CHECK(vq_q4_0x16_repack(buf, buf, 8, 32) == -1);
     CHECK(vq_q4_0x16_repack(buf, buf, 16, 40) == -1);
     CHECK(vq_q4_0x16_repack(buf, buf, 0, 32) == -1);
+    CHECK(vq_q4_kx16_repack(buf, buf, 16, 32) == -1);
     return vq_t_done();
 }
