@@ -163,6 +163,7 @@ static const vq_wtype wtypes[] = {
     /* interleaved rows (repack.c): neither to_float nor from_float, made from Q4_0 by a repack */
     {VQ_TYPE_Q4_0X16, "q4_0x16", VQ_QK, sizeof(vq_block_q4_0), NULL, NULL},
     {VQ_TYPE_Q4_KX16, "q4_Kx16", VQ_QKK, 148, NULL, NULL},
+    {VQ_TYPE_Q6_KX16, "q6_Kx16", VQ_QKK, sizeof(vq_block_q6_k), NULL, NULL},
 };
 
 const vq_wtype *vq_wtype_get(uint32_t type) {

@@ -157,7 +157,7 @@ vq_status vq_wspec_parse(const char *s, vq_wspec *w, vq_err *err) {
                 if (lb > w->max_layer) w->max_layer = lb;
             }
         }
-        if (t != VQ_WKEEP && t != VQ_TYPE_Q4_0X16 && t != VQ_TYPE_Q4_KX16 && !vq_wtype_get(t)->from_float)
+        if (t != VQ_WKEEP && !vq_wtype_interleaved(t) && !vq_wtype_get(t)->from_float)
             return vq_err_set(err, VQ_ERR_ARG, "weights spec '%s': type %s has no quantizer here (quantizable: %s)",
                               s, type_name(t), types);
         first = 0;
@@ -262,9 +262,9 @@ static vq_status requant_mat(vq_model *m, vq_wmat *w, uint32_t dt, vq_err *err) 
     /* q4_0x16 is Q4_0's bytes interleaved 16 rows at a time: made from Q4_0 only (a permutation,
      * the products unchanged); any other matrix, and one whose rows are not a multiple of 16,
      * stays as it is */
-    const int repack = dt == VQ_TYPE_Q4_0X16 ? 1 : dt == VQ_TYPE_Q4_KX16 ? 2 : 0;
-    if (repack && (w->type != (repack == 1 ? VQ_TYPE_Q4_0 : VQ_TYPE_Q4_K) || w->rows % VQ_Q4X16_ROWS))
-        return VQ_OK;
+    const int repack = dt == VQ_TYPE_Q4_0X16 ? 1 : dt == VQ_TYPE_Q4_KX16 ? 2 : dt == VQ_TYPE_Q6_KX16 ? 3 : 0;
+    static const uint32_t from[4] = {0, VQ_TYPE_Q4_0, VQ_TYPE_Q4_K, VQ_TYPE_Q6_K};
+    if (repack && (w->type != from[repack] || w->rows % VQ_Q4X16_ROWS)) return VQ_OK;
     size_t bytes = vq_wtype_row_bytes(dt, w->cols) * (size_t)w->rows;
     void **o = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *o);
     if (!o) return vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
@@ -272,7 +272,8 @@ static vq_status requant_mat(vq_model *m, vq_wmat *w, uint32_t dt, vq_err *err) 
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64)) return vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
     m->owned[m->n_owned++] = p;
-    int (*rp)(const void *, void *, int, int) = repack == 1 ? vq_q4_0x16_repack : vq_q4_kx16_repack;
+    int (*rp)(const void *, void *, int, int) = repack == 1 ? vq_q4_0x16_repack : repack == 2 ? vq_q4_kx16_repack
+                                              : vq_q6_kx16_repack;
     vq_status s = repack ? (rp(w->data, p, w->rows, w->cols) ? VQ_ERR_FORMAT : VQ_OK)
                          : convert(w->data, w->type, p, dt, w->rows, w->cols, NULL, err);
     if (s) return s;
@@ -286,7 +287,7 @@ vq_status vq_model_requantize(vq_model *m, const vq_wspec *ws, vq_err *err) {
     if ((s = vq_wspec_check_layers(ws, m->cfg.n_layers, err))) return s;
     int tied = m->output.data == m->tok_embd.data;
     /* the embedding is read by rows (vq_get_row): never interleaved */
-    if (ws->type[0] != VQ_TYPE_Q4_0X16 && ws->type[0] != VQ_TYPE_Q4_KX16 && (s = requant_mat(m, &m->tok_embd, ws->type[0], err))) return s;
+    if (!vq_wtype_interleaved(ws->type[0]) && (s = requant_mat(m, &m->tok_embd, ws->type[0], err))) return s;
     if (tied && ws->type[1] == ws->type[0]) m->output = m->tok_embd;
     else if ((s = requant_mat(m, &m->output, ws->type[1], err))) return s;   /* unties when they differ */
     for (int l = 0; l < m->cfg.n_layers; l++) {

@@ -1,5 +1,5 @@
-/* test_repack.c: q4_0x16 and q4_Kx16 (src/kernels/repack.c), Q4_0 / Q4_K rows interleaved 16 at a
- * time, give Q4_0's / Q4_K's scalar kernel's bits: the scalar q4_0x16 kernel and (where the CPU has AVX-512 VNNI) the
+/* test_repack.c: q4_0x16, q4_Kx16 and q6_Kx16 (src/kernels/repack.c), Q4_0 / Q4_K / Q6_K rows
+ * interleaved 16 at a time, give the source type's scalar kernel's bits: the scalar q4_0x16 kernel and (where the CPU has AVX-512 VNNI) the
  * AVX-512 one, through vq_matmul_isa (1 token = decode, 2..13 tokens = the token tiles and their
  * tails) and on a sub-range of groups with ldy > rows, as matmul.c's chunks call it. Weights are
  * random blocks (every nibble reachable) with finite fp16 scales; activations Gaussian with
@@ -28,16 +28,28 @@ static void random_q4_k(vq_rng *rng, int rows, int cols, uint8_t *W) {
         }
 }
 
+/* Q6_K blocks: random codes and int8 scales, a finite fp16 d (the last two bytes) */
+static void random_q6_k(vq_rng *rng, int rows, int cols, uint8_t *W) {
+    size_t nbl = (size_t)rows * (cols / VQ_QKK);
+    for (size_t i = 0; i < nbl * sizeof(vq_block_q6_k); i++) W[i] = (uint8_t)vq_rng_u64(rng);
+    for (size_t b = 0; b < nbl; b++) {
+        vq_f16 h = vq_f32_to_f16(0.002f * exp2f(4.0f * vq_rng_uniformf(rng) - 2.0f));
+        memcpy(W + sizeof(vq_block_q6_k) * b + 208, &h, 2);
+    }
+}
+
 static void check(vq_rng *rng, uint32_t st, int rows, int cols, int n) {
-    const uint32_t dt = st == VQ_TYPE_Q4_0 ? VQ_TYPE_Q4_0X16 : VQ_TYPE_Q4_KX16;
+    const uint32_t dt = st == VQ_TYPE_Q4_0 ? VQ_TYPE_Q4_0X16 : st == VQ_TYPE_Q4_K ? VQ_TYPE_Q4_KX16 : VQ_TYPE_Q6_KX16;
     size_t rb = vq_wtype_row_bytes(st, cols), rd = vq_wtype_row_bytes(dt, cols);
-    CHECK(st == VQ_TYPE_Q4_K ? rd == rb / 144 * 148 : rd == rb);
+    CHECK(st == VQ_TYPE_Q4_K ? rd == rb / 144 * 148 : rd == rb);   /* q4_Kx16: scales unpacked */
     uint8_t *W = malloc(rb * rows), *P = malloc(rd * rows);
     float *X = malloc(sizeof(float) * n * cols), *Y0 = malloc(sizeof(float) * n * rows),
           *Y1 = malloc(sizeof(float) * n * rows);
     if (st == VQ_TYPE_Q4_0) random_q4_0(rng, rows, cols, W);
-    else random_q4_k(rng, rows, cols, W);
-    CHECK((st == VQ_TYPE_Q4_0 ? vq_q4_0x16_repack : vq_q4_kx16_repack)(W, P, rows, cols) == 0);
+    else if (st == VQ_TYPE_Q4_K) random_q4_k(rng, rows, cols, W);
+    else random_q6_k(rng, rows, cols, W);
+    CHECK((st == VQ_TYPE_Q4_0 ? vq_q4_0x16_repack : st == VQ_TYPE_Q4_K ? vq_q4_kx16_repack : vq_q6_kx16_repack)(
+              W, P, rows, cols) == 0);
     for (int i = 0; i < n * cols; i++) X[i] = (float)vq_rng_gauss(rng) * (i % 13 == 0 ? 3.0f : 1.0f);
     vq_matmul_isa(VQ_ISA_SCALAR, Y0, W, st, X, n, rows, cols);
     for (int isa = VQ_ISA_SCALAR; isa <= (int)vq_cpu_best_isa(); isa++) {
@@ -82,8 +94,8 @@ int main(void) {
     const int rs[] = {16, 32, 48, 80, 256};
     for (size_t ni = 0; ni < VQ_ARRAY_LEN(ns); ni++)
         for (size_t ri = 0; ri < VQ_ARRAY_LEN(rs); ri++)
-            for (int k = 0; k < 2; k++)
-                check(&rng, k ? VQ_TYPE_Q4_K : VQ_TYPE_Q4_0, rs[ri],
+            for (int k = 0; k < 3; k++)
+                check(&rng, k == 0 ? VQ_TYPE_Q4_0 : k == 1 ? VQ_TYPE_Q4_K : VQ_TYPE_Q6_K, rs[ri],
                       (k ? 256 : 32) * (1 + 7 * (int)((ri + ni) % 3)) + (ri == 4 ? 2048 : 0), ns[ni]);
     for (int n = 1; n <= 6; n++) check_direct(&rng, 16 + 16 * n, 96 + 32 * n, n);
     uint8_t buf[18 * 64];
@@ -91,5 +103,6 @@ int main(void) {
     CHECK(vq_q4_0x16_repack(buf, buf, 16, 40) == -1);
     CHECK(vq_q4_0x16_repack(buf, buf, 0, 32) == -1);
     CHECK(vq_q4_kx16_repack(buf, buf, 16, 32) == -1);
+    CHECK(vq_q6_kx16_repack(buf, buf, 24, 256) == -1);
     return vq_t_done();
 }
