@@ -14,7 +14,9 @@
 # Usage: scripts/bench_cpu_per_token.sh MODEL...
 #   env: REPS (3), TESTS ("tg pp"), T (threads, 2), PP (512), BIN (build/veloxquant),
 #        LLAMA_BIN (/work/llamacpp/build/bin), ENGINES ("ours llama"; "ours" alone for A/B of
-#        two builds), BIN2 (another veloxquant: adds an arm "ours2", e.g. BIN=the baseline's)
+#        two builds), BIN2 (another veloxquant: adds an arm "ours2", e.g. BIN=the baseline's),
+#        VQ_ARGS / VQ_ARGS2 (extra options of the ours / ours2 arm, e.g. VQ_ARGS2="--weights
+#        attn=q4_0x16,ffn=q4_0x16" with BIN2=BIN: the same build with weights repacked at load)
 set -euo pipefail
 REPS=${REPS:-3}; TESTS=${TESTS:-"tg pp"}; T=${T:-2}; PP=${PP:-512}
 BIN=${BIN:-build/veloxquant}; LBD=${LLAMA_BIN:-/work/llamacpp/build/bin}; LB=$LBD/llama-bench
@@ -34,15 +36,15 @@ cpu_ms() {
   awk -F, '$3 ~ /task-clock/ {print $1}' "$f" | tail -1; rm -f "$f"
 }
 run() {   # engine test k: k = 1 or 2 (the small and the large process)
-  local e=$1 test=$2 k=$3 bin=$BIN
-  [ "$e" = ours2 ] && bin=$BIN2
+  local e=$1 test=$2 k=$3 bin=$BIN xa=${VQ_ARGS:-}
+  [ "$e" = ours2 ] && { bin=$BIN2; xa=${VQ_ARGS2:-}; }
   if [ "$test" = tg ]; then
     local n=$(( k == 1 ? 8 : 40 ))
     if [ "$e" = llama ]; then cpu_ms "$LB" -m "$M" -p 0 -n "$n" -t "$T" -r 1
-    else cpu_ms "$bin" bench -m "$M" --ctx 16 --reps 1 --gen "$n" --bw-reps 1 --bw-mb 16 -t "$T"; fi
+    else cpu_ms "$bin" bench -m "$M" --ctx 16 --reps 1 --gen "$n" --bw-reps 1 --bw-mb 16 -t "$T" $xa; fi
   else
     if [ "$e" = llama ]; then cpu_ms "$LB" -m "$M" -p "$PP" -n 0 -t "$T" -r "$k" --no-warmup
-    else cpu_ms "$bin" bench -m "$M" --ctx "$PP" -b "$PP" --reps "$k" --gen 1 --bw-reps 1 --bw-mb 16 -t "$T"; fi
+    else cpu_ms "$bin" bench -m "$M" --ctx "$PP" -b "$PP" --reps "$k" --gen 1 --bw-reps 1 --bw-mb 16 -t "$T" $xa; fi
   fi
 }
 for M in "$@"; do

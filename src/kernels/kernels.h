@@ -23,6 +23,20 @@ typedef struct vq_wtype {
 const vq_wtype *vq_wtype_get(uint32_t type);        /* NULL when unsupported */
 size_t vq_wtype_row_bytes(uint32_t type, int64_t n); /* 0 when n is not a multiple of block */
 
+/* q4_0x16 (VQ_TYPE_Q4_0X16, repack.c): a Q4_0 matrix of rows % VQ_Q4X16_ROWS == 0 with its rows
+ * interleaved 16 at a time, same size; the products are Q4_0's bit for bit. Made at load by
+ * a --weights spec (quantize.c), only where vq_matmul_supported says its kernel runs here.
+ * Returns 0, or -1 for a shape it cannot hold. */
+#define VQ_Q4X16_ROWS 16
+static inline int vq_wtype_interleaved(uint32_t t) {
+    return t == VQ_TYPE_Q4_0X16 || t == VQ_TYPE_Q4_KX16 || t == VQ_TYPE_Q6_KX16;
+}
+int vq_q4_0x16_repack(const void *src, void *dst, int rows, int cols);
+/* q4_Kx16 (VQ_TYPE_Q4_KX16): Q4_K alike, 148 bytes a row per 256 columns (Q4_K: 144) */
+int vq_q4_kx16_repack(const void *src, void *dst, int rows, int cols);
+/* q6_Kx16 (VQ_TYPE_Q6_KX16): Q6_K alike, 210 bytes a row per 256 columns (as Q6_K) */
+int vq_q6_kx16_repack(const void *src, void *dst, int rows, int cols);
+
 /* Y[t*rows + r] = sum_c W[r, c] * X[t*cols + c], for t < n, r < rows.
  * W: rows x cols in weight type `type`, row-major, rows contiguous (ggml layout ne0 = cols).
  * Parallel over rows with OpenMP (omp_set_num_threads controls it). */

@@ -164,6 +164,14 @@ void vq_rows_f32_scalar(const uint8_t *, size_t, int, const void *, size_t, int,
 void vq_rows_f16_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_bf16_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q8_0_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+/* q4_0x16 (repack.c, kernels.h): nrows and the first row of a call are multiples of
+ * VQ_Q4X16_ROWS */
+void vq_rows_q4_0x16_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+void vq_rows_q4_kx16_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+void vq_rows_q4_kx16_avx512vnni(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+void vq_rows_q6_kx16_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+void vq_rows_q6_kx16_avx512vnni(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
+void vq_rows_q4_0x16_avx512vnni(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q4_0_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 void vq_rows_q4_1_scalar(const uint8_t *, size_t, int, const void *, size_t, int, int, float *, int);
 /* matmul_kquants.c: scalar references of the types read through vq_kdec */

@@ -171,6 +171,9 @@ static const vq_kern_row kern_rows[] = {
     {VQ_TYPE_TQW4, 1, {vq_rows_tqw4_scalar, vq_rows_tqw4_avx2, NULL}, vq_rows_tqw4_avx512vnni, VQ_TQW_BLOCK},
     {VQ_TYPE_TQW3, 1, {vq_rows_tqw3_scalar, vq_rows_tqw3_avx2, NULL}, vq_rows_tqw3_avx512vnni, VQ_TQW_BLOCK},
     {VQ_TYPE_TQW2, 1, {vq_rows_tqw2_scalar, vq_rows_tqw2_avx2, NULL}, vq_rows_tqw2_avx512vnni, VQ_TQW_BLOCK},
+    {VQ_TYPE_Q4_0X16, 1, {vq_rows_q4_0x16_scalar, NULL, NULL}, vq_rows_q4_0x16_avx512vnni, 0},
+    {VQ_TYPE_Q4_KX16, 1, {vq_rows_q4_kx16_scalar, NULL, NULL}, vq_rows_q4_kx16_avx512vnni, 0},
+    {VQ_TYPE_Q6_KX16, 1, {vq_rows_q6_kx16_scalar, NULL, NULL}, vq_rows_q6_kx16_avx512vnni, 0},
 };
 
 /* The best ISA the CPU has, or a lower one named by the environment variable VQ_ISA
@@ -213,6 +216,8 @@ static int chunk_rows(int rows, int nthreads) {
 
 int vq_matmul_supported(uint32_t type, int cols) {
     if (cols <= 0) return 0;
+    /* only where its kernel is the fast one (it exists to be) */
+    if (vq_wtype_interleaved(type) && !(vq_kernels_isa() == VQ_ISA_AVX512 && cpu_has_vnni())) return 0;
     for (size_t i = 0; i < VQ_ARRAY_LEN(kern_rows); i++)
         if (kern_rows[i].type == type) return vq_wtype_row_bytes(type, cols) != 0;
     return 0;
@@ -283,6 +288,14 @@ static void run_jobs(vq_isa isa, const vq_matmul_job *jobs, int njobs, const flo
         int c = chunk_rows(rows, nthreads);
         if ((rows + c - 1) / c < nthreads && rows >= 2 * nthreads)   /* small: use every thread */
             c = (rows + nthreads - 1) / nthreads;
+        if (vq_wtype_interleaved(jobs[j].type)) {   /* whole groups of interleaved rows */
+            c = (c + VQ_Q4X16_ROWS - 1) / VQ_Q4X16_ROWS * VQ_Q4X16_ROWS;
+            if (rows % VQ_Q4X16_ROWS) {   /* not a repacked shape: misuse, made visible */
+                for (size_t i = 0; i < (size_t)n * rows; i++) jobs[j].Y[i] = NAN;
+                fn[j] = NULL;
+                continue;
+            }
+        }
         ch[j] = c;
         nchunks += (rows + c - 1) / c;
     }

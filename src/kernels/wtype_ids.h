@@ -16,5 +16,8 @@ typedef enum vq_ggml_type {
      * exist only in memory (quantized from float by vq_wtype.from_float) and never appear in a
      * GGUF file. */
     VQ_TYPE_TQW4 = 0x10004, VQ_TYPE_TQW3 = 0x10003, VQ_TYPE_TQW2 = 0x10002,
+    /* Q4_0 rows interleaved 16 at a time for the AVX-512 decode kernel (kernels/repack.c): made
+     * at load from a Q4_0 matrix (opt-in), in memory only; no to_float (rows are not contiguous) */
+    VQ_TYPE_Q4_0X16 = 0x10010, VQ_TYPE_Q4_KX16 = 0x10011, VQ_TYPE_Q6_KX16 = 0x10012,
 } vq_ggml_type;
 #endif

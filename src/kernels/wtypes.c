@@ -160,6 +160,10 @@ static const vq_wtype wtypes[] = {
     {VQ_TYPE_TQW4, "tqw4", VQ_TQW_BLOCK, sizeof(vq_block_tqw4), vq_tqw4_to_float, vq_tqw4_from_float},
     {VQ_TYPE_TQW3, "tqw3", VQ_TQW_BLOCK, sizeof(vq_block_tqw3), vq_tqw3_to_float, vq_tqw3_from_float},
     {VQ_TYPE_TQW2, "tqw2", VQ_TQW_BLOCK, sizeof(vq_block_tqw2), vq_tqw2_to_float, vq_tqw2_from_float},
+    /* interleaved rows (repack.c): neither to_float nor from_float, made from Q4_0 by a repack */
+    {VQ_TYPE_Q4_0X16, "q4_0x16", VQ_QK, sizeof(vq_block_q4_0), NULL, NULL},
+    {VQ_TYPE_Q4_KX16, "q4_Kx16", VQ_QKK, 148, NULL, NULL},
+    {VQ_TYPE_Q6_KX16, "q6_Kx16", VQ_QKK, sizeof(vq_block_q6_k), NULL, NULL},
 };
 
 const vq_wtype *vq_wtype_get(uint32_t type) {
@@ -177,7 +181,7 @@ size_t vq_wtype_row_bytes(uint32_t type, int64_t n) {
 void vq_get_row(const void *W, uint32_t type, int cols, int row, float *out) {
     const vq_wtype *t = vq_wtype_get(type);
     size_t rb = vq_wtype_row_bytes(type, cols);
-    if (!t || rb == 0 || row < 0) {   /* unsupported type or cols: NaN makes the misuse visible */
+    if (!t || !t->to_float || rb == 0 || row < 0) {   /* unsupported type or cols: NaN makes the misuse visible */
         for (int i = 0; i < cols; i++) out[i] = NAN;
         return;
     }

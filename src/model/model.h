@@ -141,6 +141,10 @@ void      vq_model_free(vq_model *m);
  * multiple of the target's block stays as it is. */
 #define VQ_WCLASS_N 9
 #define VQ_WKEEP 0xffffffffu
+/* "x16": each matrix of Q4_0 or Q4_K to its rows-interleaved form (q4_0x16, q4_Kx16;
+ * kernels.h), the others kept: an in-memory layout for the AVX-512 decode kernels. (Q6_K is
+ * not included: q6_Kx16 measured no faster than Q6_K's own kernel; name it to get it.) */
+#define VQ_WX16 0xfffffffeu
 #define VQ_WSPEC_LAYER_ITEMS 32
 typedef struct vq_wspec {
     uint32_t type[VQ_WCLASS_N];             /* per class: a weight type or VQ_WKEEP */

@@ -28,6 +28,7 @@ static const char *const CLASS_NAME[VQ_WCLASS_N] = {
 
 static const char *type_name(uint32_t t) {
     if (t == VQ_WKEEP) return "keep";
+    if (t == VQ_WX16) return "x16";
     const vq_wtype *w = vq_wtype_get(t);
     return w ? w->name : "?";
 }
@@ -38,6 +39,7 @@ static int parse_type(const char *s, size_t n, uint32_t *out) {
     for (size_t i = 0; i < n; i++) b[i] = (char)tolower((unsigned char)s[i]);
     b[n] = 0;
     if (!strcmp(b, "keep")) { *out = VQ_WKEEP; return 1; }
+    if (!strcmp(b, "x16")) { *out = VQ_WX16; return 1; }
     for (uint32_t t = 0; t < 0x20000; t++) {   /* ggml ids and VeloxQuant's own (wtype_ids.h) */
         const vq_wtype *w = vq_wtype_get(t);
         if (!w) continue;
@@ -157,7 +159,7 @@ vq_status vq_wspec_parse(const char *s, vq_wspec *w, vq_err *err) {
                 if (lb > w->max_layer) w->max_layer = lb;
             }
         }
-        if (t != VQ_WKEEP && !vq_wtype_get(t)->from_float)
+        if (t != VQ_WKEEP && t != VQ_WX16 && !vq_wtype_interleaved(t) && !vq_wtype_get(t)->from_float)
             return vq_err_set(err, VQ_ERR_ARG, "weights spec '%s': type %s has no quantizer here (quantizable: %s)",
                               s, type_name(t), types);
         first = 0;
@@ -256,9 +258,17 @@ static vq_status convert(const void *src, uint32_t st, void *dst, uint32_t dt, i
 
 /* ---- in memory, at load ---- */
 static vq_status requant_mat(vq_model *m, vq_wmat *w, uint32_t dt, vq_err *err) {
+    if (dt == VQ_WX16)
+        dt = w->type == VQ_TYPE_Q4_0 ? VQ_TYPE_Q4_0X16 : w->type == VQ_TYPE_Q4_K ? VQ_TYPE_Q4_KX16 : VQ_WKEEP;
     if (dt == VQ_WKEEP || dt == w->type) return VQ_OK;
     const vq_wtype *b = vq_wtype_get(dt);
     if (w->cols % b->block || !vq_matmul_supported(dt, w->cols)) return VQ_OK;   /* stays as it is */
+    /* q4_0x16 is Q4_0's bytes interleaved 16 rows at a time: made from Q4_0 only (a permutation,
+     * the products unchanged); any other matrix, and one whose rows are not a multiple of 16,
+     * stays as it is */
+    const int repack = dt == VQ_TYPE_Q4_0X16 ? 1 : dt == VQ_TYPE_Q4_KX16 ? 2 : dt == VQ_TYPE_Q6_KX16 ? 3 : 0;
+    static const uint32_t from[4] = {0, VQ_TYPE_Q4_0, VQ_TYPE_Q4_K, VQ_TYPE_Q6_K};
+    if (repack && (w->type != from[repack] || w->rows % VQ_Q4X16_ROWS)) return VQ_OK;
     size_t bytes = vq_wtype_row_bytes(dt, w->cols) * (size_t)w->rows;
     void **o = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *o);
     if (!o) return vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
@@ -266,7 +276,10 @@ static vq_status requant_mat(vq_model *m, vq_wmat *w, uint32_t dt, vq_err *err) 
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64)) return vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
     m->owned[m->n_owned++] = p;
-    vq_status s = convert(w->data, w->type, p, dt, w->rows, w->cols, NULL, err);
+    int (*rp)(const void *, void *, int, int) = repack == 1 ? vq_q4_0x16_repack : repack == 2 ? vq_q4_kx16_repack
+                                              : vq_q6_kx16_repack;
+    vq_status s = repack ? (rp(w->data, p, w->rows, w->cols) ? VQ_ERR_FORMAT : VQ_OK)
+                         : convert(w->data, w->type, p, dt, w->rows, w->cols, NULL, err);
     if (s) return s;
     w->data = p;
     w->type = dt;
@@ -277,8 +290,10 @@ vq_status vq_model_requantize(vq_model *m, const vq_wspec *ws, vq_err *err) {
     vq_status s;
     if ((s = vq_wspec_check_layers(ws, m->cfg.n_layers, err))) return s;
     int tied = m->output.data == m->tok_embd.data;
-    if ((s = requant_mat(m, &m->tok_embd, ws->type[0], err))) return s;
-    if (tied && ws->type[1] == ws->type[0]) m->output = m->tok_embd;
+    /* the embedding is read by rows (vq_get_row): never interleaved */
+    if (!vq_wtype_interleaved(ws->type[0]) && ws->type[0] != VQ_WX16 && (s = requant_mat(m, &m->tok_embd, ws->type[0], err))) return s;
+    /* x16 leaves the embedding as it is and interleaves the output's own copy (untied) */
+    if (tied && ws->type[1] == ws->type[0] && ws->type[1] != VQ_WX16) m->output = m->tok_embd;
     else if ((s = requant_mat(m, &m->output, ws->type[1], err))) return s;   /* unties when they differ */
     for (int l = 0; l < m->cfg.n_layers; l++) {
         vq_layer_weights *L = &m->layers[l];
@@ -323,6 +338,10 @@ vq_status vq_quantize(const char *in, const char *out, const char *weights, vq_q
     vq_wspec ws;
     vq_status s = vq_wspec_parse(weights, &ws, err);
     if (s) return s;
+    for (int c = 0; c < VQ_WCLASS_N; c++)
+        if (ws.type[c] == VQ_WX16 || vq_wtype_interleaved(ws.type[c]))
+            return vq_err_set(err, VQ_ERR_ARG, "weights spec '%s': %s is a layout made at load, never written to a file",
+                              ws.text, type_name(ws.type[c]));
     /* the info's copy is the public struct's 256 bytes: a longer spec ends in "..." there (the
      * file's veloxquant.reservoir.weights holds it whole) */
     size_t wl = strlen(ws.text);
