@@ -35,6 +35,18 @@ static inline void vq_t_calib_make(vq_calib *c, int L, int NH, int H, int d, vq_
         for (int i = 0; i < d; i++) { x[i] = (float)vq_rng_gauss(rng); n2 += (double)x[i] * x[i]; }
         for (int i = 0; i < d; i++) x[i] = (float)(x[i] / sqrt(n2));
     }
+    /* a VecInfer section (sub-vectors of 2, random λ and codebooks) where the codec can serve d; its
+     * own rng, so the caller's draws after this call do not change */
+    if (d % 16 == 0 && d <= 256) {
+        vq_rng r2;
+        vq_rng_seed(&r2, 0x7ec1ull + (uint64_t)(L * 1000003 + NH * 1009 + H * 101 + d));
+        if (vq_calib_vi_alloc(c, 2, 2, 99, NULL)) { fprintf(stderr, "calib fixture: vi alloc failed\n"); exit(1); }
+        for (size_t i = 0; i < kv * (size_t)d; i++) c->vi_smooth[i] = (float)(0.5 + 2.5 * vq_rng_uniform(&r2));
+        for (size_t i = 0; i < kv * (size_t)d * VQ_CALIB_VI_CB; i++) {
+            c->vi_cb_k[i] = (float)(0.4 * vq_rng_gauss(&r2));
+            c->vi_cb_v[i] = (float)(0.6 * vq_rng_gauss(&r2));
+        }
+    }
 }
 
 static inline void vq_t_calib_file(const char *path, int L, int NH, int H, int d, vq_rng *rng) {

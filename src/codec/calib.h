@@ -10,6 +10,8 @@
 
 #define VQ_CALIB_MAGIC "VQCALIB\0"
 #define VQ_CALIB_VERSION 3u   /* 2: q_filter added; 3: attn_cos added */
+#define VQ_CALIB_VERSION_VI 4u   /* version 3 + the VecInfer section (written only when it is there) */
+#define VQ_CALIB_VI_CB 16       /* VecInfer codebook entries (4-bit codes) */
 #define VQ_CALIB_NAME 64        /* model name bytes (NUL padded) */
 #define VQ_CALIB_MAX_DIM 4096   /* bound on layers, heads and head_dim a reader accepts */
 
@@ -36,6 +38,16 @@ typedef struct vq_calib {
      * entering the layer (SqueezeAttention's layer importance: near 1 = attention changes the
      * hidden state little; evict=squeeze) */
     float *attn_cos;            /* [L] */
+    /* The VecInfer section (codec vecinfer, docs/codecs-vecinfer.md; file version 4): absent when
+     * vi_sub_k == 0. Keys are coded as k' = Π (k / λ), Π the Hadamard rotation of seed vi_seed,
+     * then product-quantized in d / vi_sub_k sub-vectors of vi_sub_k coordinates, each with its own
+     * codebook of VQ_CALIB_VI_CB entries; values are product-quantized as they are (vi_sub_v).
+     * Per layer l and KV head h (index l * n_kv_heads + h): */
+    int vi_sub_k, vi_sub_v;     /* sub-vector lengths (1, 2, 4 or 8, dividing head_dim) */
+    uint64_t vi_seed;           /* the rotation's seed (vq_rotation_create) */
+    float *vi_smooth;           /* [L][Hkv][d]: λ > 0 (the key channel's max |k| over the text) */
+    float *vi_cb_k;             /* [L][Hkv][d / sub_k][CB][sub_k] */
+    float *vi_cb_v;             /* [L][Hkv][d / sub_v][CB][sub_v] */
 } vq_calib;
 
 /* Channel i and its pair partner under the file's pair layout: pair p holds channels
@@ -47,6 +59,11 @@ static inline int vq_calib_pair_ch(const vq_calib *c, int p, int which) {
 /* Allocate the arrays for the dims already set in c (zeroed). */
 vq_status vq_calib_alloc(vq_calib *c, vq_err *err);
 void vq_calib_free(vq_calib *c);   /* frees the arrays; c may be zeroed or half made */
+/* Allocate the VecInfer arrays (zeroed) for sub-vector lengths sub_k, sub_v (VQ_ERR_ARG when one
+ * is not 1, 2, 4 or 8 or does not divide head_dim). */
+vq_status vq_calib_vi_alloc(vq_calib *c, int sub_k, int sub_v, uint64_t seed, vq_err *err);
+/* floats per (layer, KV head) of each VecInfer codebook array: head_dim * VQ_CALIB_VI_CB */
+static inline size_t vq_calib_vi_cb_floats(const vq_calib *c) { return (size_t)c->head_dim * VQ_CALIB_VI_CB; }
 size_t vq_calib_file_bytes(const vq_calib *c);   /* exact size of the file for c's dims */
 
 /* Serialize to / parse from memory. parse checks every field (magic, version, sizes against the

@@ -16,6 +16,7 @@ extern const vq_codec vq_codec_qjl;
 extern const vq_codec vq_codec_rabitq;
 extern const vq_codec vq_codec_polar;
 extern const vq_codec vq_codec_tq_split;
+extern const vq_codec vq_codec_vecinfer;
 
 static const vq_codec *const table[] = {
     &vq_codec_f32,
@@ -31,6 +32,7 @@ static const vq_codec *const table[] = {
     &vq_codec_rabitq,
     &vq_codec_polar,
     &vq_codec_tq_split,
+    &vq_codec_vecinfer,
 };
 
 const vq_codec *vq_codec_at(int i) {
