@@ -46,6 +46,9 @@ static inline void vq_t_calib_make(vq_calib *c, int L, int NH, int H, int d, vq_
             c->vi_cb_k[i] = (float)(0.4 * vq_rng_gauss(&r2));
             c->vi_cb_v[i] = (float)(0.6 * vq_rng_gauss(&r2));
         }
+        for (size_t g = 0; g < kv * (size_t)d / 2; g++)   /* entry 0: the zero vector (sub 2) */
+            c->vi_cb_k[g * VQ_CALIB_VI_CB * 2] = c->vi_cb_k[g * VQ_CALIB_VI_CB * 2 + 1] =
+                c->vi_cb_v[g * VQ_CALIB_VI_CB * 2] = c->vi_cb_v[g * VQ_CALIB_VI_CB * 2 + 1] = 0.0f;
     }
 }
 

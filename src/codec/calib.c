@@ -285,6 +285,18 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
             }
             off += cnt[i] * sizeof(float);
         }
+        /* entry 0 of every codebook is the zero vector (zero rows code exactly: the codec's promise) */
+        for (int side = 0; side < 2; side++) {
+            const int sub = side ? t.vi_sub_v : t.vi_sub_k;
+            const float *cb = side ? t.vi_cb_v : t.vi_cb_k;
+            for (size_t g = 0; g < nf / (size_t)sub; g++)   /* (layer, head, sub-vector) */
+                for (int u = 0; u < sub; u++)
+                    if (cb[g * VQ_CALIB_VI_CB * sub + u] != 0.0f) {
+                        vq_calib_free(&t);
+                        return bad(err, side ? "vi_cb_v: a codebook's entry 0 is not the zero vector"
+                                             : "vi_cb_k: a codebook's entry 0 is not the zero vector", 0);
+                    }
+        }
     }
     *c = t;
     return VQ_OK;

@@ -52,12 +52,12 @@ static double d2(const float *a, const float *b, int s) {
     return t;
 }
 
-/* k-means of n points of s floats (stride ld) into 16 centroids cen[16][s] */
+/* k-means of n points of s floats (stride ld) into 16 centroids cen[16][s], cen[0] = 0 fixed */
 static void kmeans16(const float *x, size_t ld, int n, int s, vq_rng *rng, float *cen, double *dist,
                      int *asg, double *sum) {
-    /* k-means++ seeding */
-    int first = (int)(vq_rng_u64(rng) % (uint64_t)n);
-    memcpy(cen, x + (size_t)first * ld, sizeof(float) * (size_t)s);
+    /* entry 0 is the zero vector, fixed (a zero row, or a sub-vector near 0 such as the attention
+     * sink's small values, is coded exactly); k-means++ seeding of the other 15 from it */
+    memset(cen, 0, sizeof(float) * (size_t)s);
     for (int i = 0; i < n; i++) dist[i] = d2(x + (size_t)i * ld, cen, s);
     for (int c = 1; c < VQ_VI_CB; c++) {
         double tot = 0;
@@ -87,7 +87,7 @@ static void kmeans16(const float *x, size_t ld, int n, int s, vq_rng *rng, float
             cnt[best]++;
             for (int t = 0; t < s; t++) sum[best * s + t] += p[t];
         }
-        for (int c = 0; c < VQ_VI_CB; c++) {
+        for (int c = 1; c < VQ_VI_CB; c++) {   /* entry 0 stays the zero vector */
             if (cnt[c]) {
                 for (int t = 0; t < s; t++) cen[c * s + t] = (float)(sum[c * s + t] / cnt[c]);
             } else {   /* empty: move it to the point worst served */
@@ -361,45 +361,50 @@ T_AVX512 static void score_512(const vi_state *t, int nq, const float *const *lu
     }
 }
 
-/* m queries x 4 coordinates i0..i0+3 held in registers over every block: per block and coordinate
- * one permute, per query one FMA into the coordinate's 16 lane sums */
+/* m queries x 8 coordinates i0..i0+7 held in registers over every block: per block and coordinate
+ * one permute (the coordinate's 16-entry table is the permute's memory operand), per query one FMA
+ * into the coordinate's 16 lane sums; the 16 codes of a sub-vector are widened once per block */
 T_AVX512 static INL void acc_512_m(const vi_state *t, const int m, const float *w, size_t wstride,
                                    const uint8_t *blocks, int n_blocks, size_t bb, float *const *acc,
                                    int i0) {
-    __m512 a[3][4], tab[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) tab[k] = _mm512_loadu_ps(t->tab + (size_t)(i0 + k) * VQ_VI_CB);
+    __m512 a[3][8];
 #pragma GCC unroll 3
     for (int j = 0; j < m; j++)
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) a[j][k] = _mm512_loadu_ps(acc[j] + (size_t)(i0 + k) * VQ_VI_ROWS);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) a[j][k] = _mm512_loadu_ps(acc[j] + (size_t)(i0 + k) * VQ_VI_ROWS);
     const int s = t->sub;
+    const float *tab = t->tab + (size_t)i0 * VQ_VI_CB;
     for (int b = 0; b < n_blocks; b++) {
         const uint8_t *c = blocks + (size_t)b * bb;
         __m512 wv[3];
 #pragma GCC unroll 3
         for (int j = 0; j < m; j++) wv[j] = _mm512_loadu_ps(w + (size_t)j * wstride + (size_t)b * VQ_VI_ROWS);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
+        int last = -1;
+        __m512i idx = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
             const int sv = (i0 + k) / s;
-            __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c + (size_t)(sv / 2) * 16)));
-            if (sv & 1) idx = _mm512_srli_epi32(idx, 4);
-            __m512 v = _mm512_permutexvar_ps(idx, tab[k]);
+            if (sv != last) {
+                idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(c + (size_t)(sv / 2) * 16)));
+                if (sv & 1) idx = _mm512_srli_epi32(idx, 4);
+                last = sv;
+            }
+            __m512 v = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(tab + k * VQ_VI_CB));
 #pragma GCC unroll 3
             for (int j = 0; j < m; j++) a[j][k] = _mm512_fmadd_ps(wv[j], v, a[j][k]);
         }
     }
 #pragma GCC unroll 3
     for (int j = 0; j < m; j++)
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) _mm512_storeu_ps(acc[j] + (size_t)(i0 + k) * VQ_VI_ROWS, a[j][k]);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) _mm512_storeu_ps(acc[j] + (size_t)(i0 + k) * VQ_VI_ROWS, a[j][k]);
 }
 
 T_AVX512 static void acc_512(const vi_state *t, int nq, const float *w, const uint8_t *blocks,
                              int n_blocks, size_t bb, float *const *acc) {
     const size_t stride = (size_t)n_blocks * VQ_VI_ROWS;
     for (int j0 = 0; j0 < nq; j0 += 3)
-        for (int i0 = 0; i0 < t->d; i0 += 4) {
+        for (int i0 = 0; i0 < t->d; i0 += 8) {
             const float *wj = w + (size_t)j0 * stride;
             switch (VQ_MIN(3, nq - j0)) {
             case 1: acc_512_m(t, 1, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
@@ -481,13 +486,18 @@ static void vi_accumulate(const vq_codec_state *st, int n_q, const float *w, con
     else acc_scalar(t, n_q, w, blocks, n_blocks, st->block_bytes, acc);
 }
 
-/* the codec domain: 16 lane sums per coordinate (lane = row mod 16) */
+/* the codec domain: 16 lane sums per coordinate (lane = row mod 16) of the codewords; keys (the
+ * contract's accumulate serves either side) go back through Πᵀ and λ as decode does */
 static void vi_finish(const vq_codec_state *st, const float *acc, float *out) {
     const vi_state *t = st->impl;
     for (int i = 0; i < t->d; i++) {
         float s = 0;
         for (int l = 0; l < VQ_VI_ROWS; l++) s += acc[i * VQ_VI_ROWS + l];
         out[i] = s;
+    }
+    if (t->side == VQ_SIDE_K) {
+        vq_rotation_apply_inverse(t->rot, out, out);
+        for (int i = 0; i < t->d; i++) out[i] *= t->lam[i];
     }
 }
 

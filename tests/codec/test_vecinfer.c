@@ -105,6 +105,18 @@ static void test_file(vq_rng *rng) {
     }
     CHECKF(refused == tried, "flipped section bytes: %d of %d refused", refused, tried);
     for (size_t l = base - 1; l < len; l += 97) CHECK(vq_calib_parse(buf, l, &b, &err) != VQ_OK);
+    /* a codebook whose entry 0 is not the zero vector (CRC made right) */
+    {
+        vq_calib e;
+        CHECK(vq_calib_parse(buf, len, &e, &err) == VQ_OK);
+        e.vi_cb_v[16 * 4 * 3 + 1] = 0.5f;   /* (layer 0, head 0, sub-vector 3), entry 0 */
+        uint8_t *be;
+        size_t le;
+        CHECK(vq_calib_serialize(&e, &be, &le, &err) == VQ_OK);
+        CHECK(vq_calib_parse(be, le, &b, &err) == VQ_ERR_FORMAT && strstr(err.msg, "zero vector"));
+        free(be);
+        vq_calib_free(&e);
+    }
     /* a version 3 file (no section) still reads */
     vq_calib v3 = c;
     v3.vi_sub_k = v3.vi_sub_v = 0;
@@ -145,6 +157,20 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v) {
         ks.codec->decode(&ks, kb + b * ks.block_bytes, xh + b * 16 * d);
         vs.codec->encode(&vs, vx + b * 16 * d, vb + b * vs.block_bytes);
         vs.codec->decode(&vs, vb + b * vs.block_bytes, vh + b * 16 * d);
+    }
+    /* zero rows decode to exactly zero (entry 0 of every codebook) */
+    {
+        float *z = calloc((size_t)16 * d, sizeof(float)), *zh = malloc(sizeof(float) * 16 * d);
+        uint8_t *zb = malloc(ks.block_bytes + vs.block_bytes);
+        ks.codec->encode(&ks, z, zb);
+        ks.codec->decode(&ks, zb, zh);
+        double zm = 0;
+        for (int i = 0; i < 16 * d; i++) zm = fmax(zm, fabs(zh[i]));
+        vs.codec->encode(&vs, z, zb);
+        vs.codec->decode(&vs, zb, zh);
+        for (int i = 0; i < 16 * d; i++) zm = fmax(zm, fabs(zh[i]));
+        CHECKF(zm == 0, "zero rows decode to %g", zm);
+        free(z); free(zh); free(zb);
     }
     /* the values' codes are the nearest centroids: no other codebook entry is closer */
     const float *cbv = c.vi_cb_v + (size_t)3 * d * 16;
