@@ -328,7 +328,7 @@ T_AVX512 static INL void score_512_m(const vi_state *t, const int m, const float
     const int np = t->M / 2;
     for (int b = 0; b < n_blocks; b++) {
         const uint8_t *c = blocks + (size_t)b * bb;
-        for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)(c + 2 * bb + o), _MM_HINT_T0);
+        for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)(c + 4 * bb + o), _MM_HINT_T0);
         __m512 a0[4], a1[4];
 #pragma GCC unroll 4
         for (int j = 0; j < m; j++) a0[j] = a1[j] = _mm512_setzero_ps();
@@ -403,6 +403,9 @@ T_AVX512 static INL void acc_512_m(const vi_state *t, const int m, const float *
 T_AVX512 static void acc_512(const vi_state *t, int nq, const float *w, const uint8_t *blocks,
                              int n_blocks, size_t bb, float *const *acc) {
     const size_t stride = (size_t)n_blocks * VQ_VI_ROWS;
+    /* the call's codes (a page: 16 blocks, 4 KiB at d 64 and sub 2) are read once per pass of 8
+     * coordinates: ask for all of them first, so the first pass does not stall block by block */
+    for (size_t o = 0; o < (size_t)n_blocks * bb; o += 64) _mm_prefetch((const char *)(blocks + o), _MM_HINT_T0);
     for (int j0 = 0; j0 < nq; j0 += 3)
         for (int i0 = 0; i0 < t->d; i0 += 8) {
             const float *wj = w + (size_t)j0 * stride;
@@ -445,6 +448,7 @@ T_AVX2 static void score_256(const vi_state *t, int nq, const float *const *lut,
 T_AVX2 static void acc_256(const vi_state *t, int nq, const float *w, const uint8_t *blocks, int n_blocks,
                            size_t bb, float *const *acc) {
     const size_t stride = (size_t)n_blocks * VQ_VI_ROWS;
+    for (size_t o = 0; o < (size_t)n_blocks * bb; o += 64) _mm_prefetch((const char *)(blocks + o), _MM_HINT_T0);
     for (int j = 0; j < nq; j++)
         for (int i0 = 0; i0 < t->d; i0 += 2)
             for (int h = 0; h < 2; h++) {
