@@ -103,9 +103,9 @@ static void kmeans16(const float *x, size_t ld, int n, int s, vq_rng *rng, float
 }
 
 vq_status vq_vi_train_head(const float *k, const float *v, int n, int d, int sub_k, int sub_v,
-                           uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k, float *cb_v,
-                           vq_err *err) {
-    if (n < 1 || d < 16 || d % 16 || d > VQ_VI_MAX_D || sub_k < 1 || sub_v < 1 || d % (2 * sub_k) ||
+                           double alpha, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
+                           float *cb_v, vq_err *err) {
+    if (!(alpha > 0 && alpha <= 1) || n < 1 || d < 16 || d % 16 || d > VQ_VI_MAX_D || sub_k < 1 || sub_v < 1 || d % (2 * sub_k) ||
         d % (2 * sub_v))
         return vq_err_set(err, VQ_ERR_ARG, "vecinfer training: n %d, d %d, sub %d/%d out of range", n, d,
                           sub_k, sub_v);
@@ -123,7 +123,7 @@ vq_status vq_vi_train_head(const float *k, const float *v, int n, int d, int sub
     for (int i = 0; i < d; i++) {
         double m = 0;
         for (int r = 0; r < n; r++) m = fmax(m, fabs((double)k[(size_t)r * d + i]));
-        smooth[i] = (float)m;
+        smooth[i] = (float)pow(m, alpha);
         mx = fmax(mx, m);
     }
     for (int i = 0; i < d; i++) smooth[i] = (float)fmax(fmax((double)smooth[i], mx * 1e-6), 1e-30);

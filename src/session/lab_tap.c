@@ -135,9 +135,9 @@ static void to_calib(const vq_lab_calib *c, vq_calib *o) {
 }
 
 vq_status vq_lab_vi_train_head(const float *k, const float *v, int n, int d, int sub_k, int sub_v,
-                               uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
+                               double alpha, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
                                float *cb_v, vq_err *err) {
-    return vq_vi_train_head(k, v, n, d, sub_k, sub_v, rot_seed, seed, smooth, cb_k, cb_v, err);
+    return vq_vi_train_head(k, v, n, d, sub_k, sub_v, alpha, rot_seed, seed, smooth, cb_k, cb_v, err);
 }
 
 vq_status vq_lab_calib_write(const vq_lab_calib *c, const char *path, size_t *file_bytes, vq_err *err) {

@@ -39,7 +39,7 @@ static void make_calib(vq_calib *c, int d, int sub_k, int sub_v, int n, vq_rng *
                 k[(size_t)r * d + i] = (float)(vq_rng_gauss(rng) * (i % 13 == 3 ? 12.0 : 1.0) + (i == 5 ? 4.0 : 0.0));
                 v[(size_t)r * d + i] = (float)(vq_rng_gauss(rng) * (0.5 + (i % 7) * 0.2));
             }
-        CHECKF(vq_vi_train_head(k, v, n, d, sub_k, sub_v, c->vi_seed, SEED + kh, c->vi_smooth + (size_t)kh * d,
+        CHECKF(vq_vi_train_head(k, v, n, d, sub_k, sub_v, 1.0, c->vi_seed, SEED + kh, c->vi_smooth + (size_t)kh * d,
                                 c->vi_cb_k + (size_t)kh * d * 16, c->vi_cb_v + (size_t)kh * d * 16, &err) == VQ_OK,
                "train: %s", err.msg);
         if (kh == 0) {   /* λ = channel max */
