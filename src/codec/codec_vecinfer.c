@@ -124,7 +124,7 @@ vq_status vq_vi_train_head(const float *k, const float *v, int n, int d, int sub
         double m = 0;
         for (int r = 0; r < n; r++) m = fmax(m, fabs((double)k[(size_t)r * d + i]));
         smooth[i] = (float)pow(m, alpha);
-        mx = fmax(mx, m);
+        mx = fmax(mx, (double)smooth[i]);
     }
     for (int i = 0; i < d; i++) smooth[i] = (float)fmax(fmax((double)smooth[i], mx * 1e-6), 1e-30);
     for (int r = 0; r < n; r++) {
