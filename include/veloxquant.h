@@ -217,9 +217,10 @@ VQ_API vq_status vq_kv_spec_bytes_at(const vq_kv_spec *s, const vq_model *m, int
 VQ_API vq_status vq_kv_spec_bytes_batch(const vq_kv_spec *s, const vq_model *m, int n_ctx, int n_batch,
                                         int n_rows, size_t *bytes, vq_err *err);
 /* VQ_OK when sessions of a model on `device` (vq_model_params.device) can hold this spec; else
- * VQ_ERR_UNSUPPORTED naming the spec and what the device's store holds (the GPU's: plain f16 for
- * now), or VQ_ERR_ARG for a device name that is none. Only the names are looked at: no GPU is
- * probed, so a program can refuse a run before it loads anything. */
+ * VQ_ERR_UNSUPPORTED naming the spec and why the device's store cannot hold it (the GPU's: f16,
+ * q8_0, q4_0 and 4-bit turboquant_mse codes, no window, sink or eviction: docs/api.md), or
+ * VQ_ERR_ARG for a device name that is none. No GPU is probed and no model read (the spec is
+ * tried on a stand-in shape), so a program can refuse a run before it loads anything. */
 VQ_API vq_status vq_kv_spec_check_device(const vq_kv_spec *s, const char *device, vq_err *err);
 /* Every codec with its parameters, then the store keys, one per line; returns the length needed. */
 VQ_API size_t vq_kv_spec_help(char *buf, size_t cap);

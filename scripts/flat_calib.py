@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""flat_calib.py: write a calibration file (docs/calibration-format.md, version 3, or 4 with
+"""flat_calib.py: write a calibration file (docs/calibration-format.md, version 3, or 5 with
 --vecinfer) with flat statistics for given dims, for kernel benchmarks of codecs that need
 calib=FILE (tq_split, vecinfer).
 
@@ -48,7 +48,7 @@ def main() -> int:
     name = f"flat-{L}x{NH}x{H}x{d}".encode()
     hdr = bytearray(128)
     hdr[0:8] = b"VQCALIB\0"
-    struct.pack_into("<II", hdr, 8, 4 if a.vecinfer else 3, 128)
+    struct.pack_into("<II", hdr, 8, 5 if a.vecinfer else 3, 128)
     hdr[16:16 + len(name)] = name
     struct.pack_into("<Q", hdr, 80, fnv1a64(name))
     struct.pack_into("<6I", hdr, 88, L, NH, H, d, d, 0)
@@ -59,19 +59,22 @@ def main() -> int:
     filt = b"".join(struct.pack(f"<{d}f", 1.0, *([0.0] * (d - 1))) for _ in range(kv))
     data = (f(kv * d // 2, 1.0) + f(kv * d, 0.0) + f(kv * d, 1.0) + f(kv * d, 1.0) +
             f(q * d, 0.0) + f(q * d, 1.0) + filt + f(L, 1.0))
+    if a.vecinfer:   # version 5 = version 4 (low-rank arrays, zero here) + the section
+        data += f(kv * d, 0.0) + f(kv * d * d, 0.0) * 2 + f(kv * d, 0.0) + f(kv * d * d, 0.0)
     sec = b""
     if a.vecinfer:
         path, layer, head = a.vecinfer.rsplit(":", 2)
         layer, head = int(layer), int(head)
         src = open(path, "rb").read()
-        if src[:8] != b"VQCALIB\0" or struct.unpack_from("<I", src, 8)[0] != 4:
-            print(f"flat_calib: {path} is not a version 4 calibration (no VecInfer section)", file=sys.stderr)
+        if src[:8] != b"VQCALIB\0" or struct.unpack_from("<I", src, 8)[0] != 5:
+            print(f"flat_calib: {path} is not a version 5 calibration (no VecInfer section)", file=sys.stderr)
             return 2
         sL, sNH, sH, sd = struct.unpack_from("<4I", src, 88)
         if sd != d or not (0 <= layer < sL and 0 <= head < sH):
             print(f"flat_calib: {path} has head_dim {sd}, {sL} layers, {sH} KV heads", file=sys.stderr)
             return 2
-        base = 128 + 4 * (sL * sH * (d // 2) + 4 * sL * sH * d + 2 * sL * sNH * d + sL) + 4
+        base = 128 + 4 * (sL * sH * (d // 2) + 4 * sL * sH * d + 2 * sL * sNH * d + sL +
+                          sL * sH * (2 * d + 3 * d * d)) + 4
         tag, sk, sv, cb, res, seed = struct.unpack_from("<8sIIIIQ", src, base)
         n = sL * sH * d
         kh = layer * sH + head

@@ -8,7 +8,7 @@ DEST=${1:?usage: gpu_fwd_pack.sh DEST}
 BUILD=${BUILD:-build}
 KQ=${KQ:-/work/synth/cudafwd/mistral-tiny-Q4_K_M.gguf}
 rm -rf "$DEST"; mkdir -p "$DEST"/{prebuilt/lib,py,scripts,models/vocab,synth}
-cp "$BUILD"/{test_cuda_ops,test_cuda_forward,bench_cuda_fwd} "$DEST/prebuilt/"
+cp "$BUILD"/{test_cuda_ops,test_cuda_forward,bench_cuda_fwd,test_cuda_kvenc,test_cuda_kvstate} "$DEST/prebuilt/"
 strip "$DEST"/prebuilt/test_cuda_* "$DEST"/prebuilt/bench_cuda_fwd
 cp -L "$(ldconfig -p | awk '/libpcre2-8.so.0 /{print $NF; exit}')" "$DEST/prebuilt/lib/libpcre2-8.so.0"
 PY=$(ls -d .venv-ref/lib/python3*/site-packages/gguf)

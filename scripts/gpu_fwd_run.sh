@@ -53,7 +53,11 @@ step test
 { $B/test_cuda_ops || fail "test_cuda_ops exit $?"
   T=$M/mistral-tiny-f16.gguf
   $B/test_cuda_forward $T $T@q8_0 $T@q4_0 $T@q4_1 synth/mistral-tiny-Q4_K_M.gguf ||
-      fail "test_cuda_forward exit $?"; } > "$OUT/test.log" 2>&1
+      fail "test_cuda_forward exit $?"
+  # coded KV caches on the GPU (docs/cuda.md): the encoder's bytes against the CPU codecs', then
+  # q8_0 / q4_0:rotate=1 / turboquant_mse:bits=4 sessions and their state files GPU <-> CPU
+  $B/test_cuda_kvenc --device || fail "test_cuda_kvenc --device exit $?"
+  $B/test_cuda_kvstate $T || fail "test_cuda_kvstate exit $?"; } > "$OUT/test.log" 2>&1
 grep -v "^rope\|^matvec " "$OUT/test.log" | tail -40
 }
 
@@ -70,7 +74,9 @@ want memcheck && {
 step memcheck
 { compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_cuda_ops | tail -3 || fail "memcheck test_cuda_ops exit $?"
   compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_cuda_forward synth/mistral-tiny-Q4_K_M.gguf | tail -4 ||
-      fail "memcheck test_cuda_forward exit $?"; } > "$OUT/memcheck.log" 2>&1
+      fail "memcheck test_cuda_forward exit $?"
+  compute-sanitizer --tool memcheck --error-exitcode 9 $B/test_cuda_kvstate $M/mistral-tiny-f16.gguf | tail -3 ||
+      fail "memcheck test_cuda_kvstate exit $?"; } > "$OUT/memcheck.log" 2>&1
 cat "$OUT/memcheck.log"
 }
 

@@ -13,6 +13,7 @@ static inline void vq_t_calib_make(vq_calib *c, int L, int NH, int H, int d, vq_
     c->n_layers = L; c->n_heads = NH; c->n_kv_heads = H; c->head_dim = d; c->rope_dim = d;
     c->config_hash = vq_calib_config_hash(c->model);
     c->n_tokens = 1000;
+    c->has_lowrank = 1;
     if (vq_calib_alloc(c, NULL)) { fprintf(stderr, "calib fixture: alloc failed\n"); exit(1); }
     size_t kv = (size_t)L * H, q = (size_t)L * NH;
     for (size_t i = 0; i < kv * (size_t)(d / 2); i++) {
@@ -50,6 +51,27 @@ static inline void vq_t_calib_make(vq_calib *c, int L, int NH, int H, int d, vq_
             c->vi_cb_k[g * VQ_CALIB_VI_CB * 2] = c->vi_cb_k[g * VQ_CALIB_VI_CB * 2 + 1] =
                 c->vi_cb_v[g * VQ_CALIB_VI_CB * 2] = c->vi_cb_v[g * VQ_CALIB_VI_CB * 2 + 1] = 0.0f;
     }
+    for (size_t f = 0; f < kv; f++)   /* low-rank bases (version 4): random orthonormal rows */
+        for (int side = 0; side < 2; side++) {
+            float *B = (side ? c->v_basis : c->k_basis) + f * (size_t)d * d;
+            float *e = (side ? c->v_eig : c->k_eig) + f * (size_t)d;
+            for (int j = 0; j < d; j++) {
+                float *b = B + (size_t)j * d;
+                for (int i = 0; i < d; i++) b[i] = (float)vq_rng_gauss(rng);
+                for (int k = 0; k < j; k++) {   /* Gram-Schmidt, twice for float accuracy */
+                    for (int rep = 0; rep < 2; rep++) {
+                        double dot = 0;
+                        for (int i = 0; i < d; i++) dot += (double)b[i] * B[(size_t)k * d + i];
+                        for (int i = 0; i < d; i++) b[i] -= (float)(dot * B[(size_t)k * d + i]);
+                    }
+                }
+                double n2 = 0;
+                for (int i = 0; i < d; i++) n2 += (double)b[i] * b[i];
+                for (int i = 0; i < d; i++) b[i] = (float)(b[i] / sqrt(n2));
+                e[j] = (float)(4.0 / (1.0 + j));   /* descending */
+            }
+            if (!side) memcpy(c->k_dec + f * (size_t)d * d, B, sizeof(float) * (size_t)d * d);   /* orthonormal */
+        }
 }
 
 static inline void vq_t_calib_file(const char *path, int L, int NH, int H, int d, vq_rng *rng) {

@@ -101,8 +101,8 @@ int common_opt(opts *o, int argc, char **argv, int *i) {
     }
     if (!strcmp(a, "--device") || !strcmp(a, "-dev")) {
         const char *cmd = o->command;
-        if (strcmp(cmd, "generate") && strcmp(cmd, "perplexity") && strcmp(cmd, "bench"))
-            die("%s: %s is for generate, perplexity and bench", cmd, a);
+        if (strcmp(cmd, "generate") && strcmp(cmd, "perplexity") && strcmp(cmd, "bench") && strcmp(cmd, "serve"))
+            die("%s: %s is for generate, perplexity, bench and serve", cmd, a);
         if (!v || !*v) die("%s needs a device: cpu, cuda or cuda:N", a);
         o->device = TAKE();   /* checked by the library: vq_kv_spec_check_device, vq_model_load */
         return 1;

@@ -1,6 +1,6 @@
 /* cmd_calibrate.c: `veloxquant calibrate`: per-layer, per-head q/k/v statistics of a model on a
  * calibration text, written to a calibration file (docs/calibration-format.md) that KV specs use
- * with calib=FILE (tq_split ranks RoPE pairs with it). */
+ * with calib=FILE (tq_split ranks RoPE pairs with it; lowrank projects on its axes). */
 #ifndef VQ_EXPERIMENTAL   /* the build may define it for every file */
 #define VQ_EXPERIMENTAL
 #endif
@@ -18,8 +18,9 @@ static const char *calibrate_help =
     "usage: veloxquant calibrate -m MODEL -f TEXT -o FILE [options]\n"
     "Runs the model over the text in windows of --ctx tokens (each from position 0) and writes, per\n"
     "layer and head, the statistics of q, k, v after RoPE: per-channel means and second moments and\n"
-    "each RoPE pair's query x key energy, and each KV head's Q-Filter for evict=qfilters\n"
-    "(docs/calibration-format.md). The file is written atomically\n"
+    "each RoPE pair's query x key energy, each KV head's Q-Filter for evict=qfilters, and each\n"
+    "KV head's key and value projections for the lowrank codec (docs/calibration-format.md,\n"
+    "version 4; docs/codecs-lowrank.md). The file is written atomically\n"
     "and records the model (name, layers, heads, head_dim, config hash).\n"
     "  -m, --model FILE   model (default " DEFAULT_MODEL ")\n"
     "      --tokenizer F  tokenizer for llama2.c checkpoints\n"
@@ -29,7 +30,7 @@ static const char *calibrate_help =
     "      --ctx N        window length (default 1024)\n"
     "      --vecinfer K,V also train the VecInfer codebooks (codec vecinfer): sub-vectors of K key and\n"
     "                     V value coordinates (1, 2, 4 or 8: 4/K and 4/V bits per element), 16 entries\n"
-    "                     each, k-means on the first --vecinfer-rows rows of each layer (file version 4)\n"
+    "                     each, k-means on the first --vecinfer-rows rows of each layer (file version 5)\n"
     "      --vecinfer-rows N  rows per layer for that k-means (default 8192)\n"
     "      --vecinfer-alpha A key smoothing lambda = (channel max |k|)^A, 0 < A <= 1 (default 1, the paper's)\n"
     "  -t, --threads N    threads\n"

@@ -40,6 +40,9 @@ static const char *serve_help =
     "                        none: a request's calib= is refused; --kv itself may name any file)\n"
     "  -b, --batch N         prefill chunk in tokens (default 64)\n"
     "  -t, --threads N       threads for the model (default: OpenMP's)\n"
+    "      --device DEV      cpu (default), cuda or cuda:N: the model and every slot's KV cache on\n"
+    "                        that GPU (docs/cuda.md: what its caches hold; slots decode one after\n"
+    "                        another there, not batched; a request's kv the GPU cannot hold fails)\n"
     "      --kv-seed N       seed of the caches' rotations (default 24301 = 0x5eed, as generate)\n"
     "      --verbose         a line per request on stderr\n";
 
@@ -88,6 +91,7 @@ int cmd_serve(int argc, char **argv) {
     vq_err err;
     vq_kv_spec *spec = vq_kv_spec_parse(o.kv, &err);   /* a bad --kv fails before the model loads */
     if (!spec) die("--kv: %s", err.msg);
+    if (o.device && vq_kv_spec_check_device(spec, o.device, &err)) die("--kv %s: %s", o.kv, err.msg);
     vq_kv_spec_free(spec);
     vq_model *m = load_model(&o);
     const char *base = strrchr(o.model, '/');

@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     if (vq_model_tensors(m, mirror, row)) return 1;
     const double t_up = vq_now_s() - t0;
     vq_cuda_kvs *kvs = vq_cuda_kvs_create(dims.n_layers, dims.n_heads, dims.n_kv_heads, dims.head_dim, P + N, dims.span,
-                                          dims.softcap, &err);
+                                          dims.softcap, NULL, &err);
     if (!kvs) die("cuda store", &err);
     vq_fwd *fg = vq_fwd_create_ops(m, 1, P + N, &vq_ops_cuda, row, &err);
     if (!fg) die("cuda row", &err);

@@ -13,7 +13,7 @@ extern const vq_device vq_device_cuda;   /* backend/cuda/cuda_row.cu */
 #else
 static const vq_device vq_device_cuda = {
     .name = "cuda",
-    .store_spec = "f16",
+    .store_spec = "f16",   /* what any store holds; codes where the row's store_check says */
     .why = "this build has no CUDA backend (configured with VQ_CUDA=OFF, or VQ_CUDA=AUTO found no nvcc; "
            "docs/cuda.md)",
 };

@@ -73,11 +73,22 @@ struct vq_ops {
  * there. The CPU is no device row: a model without one runs on vq_ops_cpu with a vq_kv cache.
  * A row whose backend this build lacks keeps its name and says why (ops NULL, `why` set), so a
  * request for it is refused by name instead of running elsewhere. Plain C, no device type. */
+/* One layer of a device store as host arrays (the fields of kv.h's vq_kv_plain): positions
+ * 0..n_coded-1 as codes (KV head h's K blocks at k + h * k_head, in row order; V likewise), then
+ * n_win fp16 rows (n_win x n_kv_heads x head_dim) */
+typedef struct vq_store_rows {
+    int n_coded, n_win;
+    uint8_t *k, *v;
+    size_t k_head, v_head;
+    uint16_t *win_k, *win_v;
+} vq_store_rows;
+struct vq_codec_state;
+
 typedef struct vq_device {
     const char *name;                 /* "cuda" */
     const vq_ops *ops;                /* NULL: not built in (why) */
     const char *why;                  /* why this build lacks it (NULL when built) */
-    const char *store_spec;           /* the one KV spec its store holds (vq_kv_spec text) */
+    const char *store_spec;           /* a KV spec every store of the row holds (f16; codes: store_check) */
     /* devices present; 0 with why (a message) when none is usable */
     int    (*count)(char *why, size_t cap);
     void  *(*open)(int index, vq_err *err);                         /* ops's context on device index */
@@ -86,13 +97,23 @@ typedef struct vq_device {
     void   (*describe)(void *ctx, char *buf, size_t cap);           /* the device's name */
     void   (*close)(void *ctx);
     /* a store of max_ctx positions for every layer (span: per layer attention span, 0 all;
-     * softcap: attention soft-capping, 0 none); refuses what it cannot hold (VQ_ERR_UNSUPPORTED) */
+     * softcap: attention soft-capping, 0 none; st: per layer its K and V codec states, st[2 l + side],
+     * the CPU cache's own (same seed, so the same rotations: the store writes their bytes), or NULL:
+     * f16 rows everywhere); refuses what it cannot hold (VQ_ERR_UNSUPPORTED) */
     void  *(*store_create)(void *ctx, int n_layers, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
-                           const int *span, float softcap, vq_err *err);
+                           const int *span, float softcap, const struct vq_codec_state *const *st, vq_err *err);
     void   (*store_free)(void *store);
     int    (*store_truncate)(void *store, int n);                   /* keep positions < n; rows kept */
     size_t (*store_bytes)(const void *store);
-    int    store_bits;                                              /* bits per K/V element held */
+    int    store_bits;                                              /* bits per K/V element of f16 rows */
+    /* 0, or VQ_ERR_UNSUPPORTED naming why a store cannot hold codes of these states (no device needed) */
+    vq_status (*store_check)(const struct vq_codec_state *k, const struct vq_codec_state *v, int n_heads,
+                             int n_kv_heads, vq_err *err);
+    /* a layer's rows as host arrays (the state file's door, session/state.c): counts, then copies
+     * both ways (put: into an empty layer) */
+    int    (*store_rows)(const void *store, int layer, int *n_win);
+    vq_status (*store_get)(void *store, int layer, vq_store_rows *r, vq_err *err);
+    vq_status (*store_put)(void *store, int layer, const vq_store_rows *r, vq_err *err);
 } vq_device;
 
 /* "cpu" or "none" (or NULL, ""): *dev = NULL (the CPU row); "cuda", "cuda:N", "CUDA<N>" (llama.cpp's

@@ -26,28 +26,34 @@ static uint32_t crc(uint32_t c, const void *p, size_t n) {
     return c;
 }
 
-/* element counts of the seven arrays, in file order */
-#define N_ARR 8   /* arrays in the file */
+/* element counts of the arrays, in file order: eight in every version, five more in version 4
+ * (has_lowrank; 0 elements otherwise) */
+#define N_ARR 13   /* arrays in a version 4 file */
 static void counts(const vq_calib *c, size_t n[N_ARR]) {
     size_t kv = (size_t)c->n_layers * c->n_kv_heads, q = (size_t)c->n_layers * c->n_heads;
-    n[0] = kv * (size_t)(c->head_dim / 2);
-    n[1] = n[2] = n[3] = kv * (size_t)c->head_dim;
-    n[4] = n[5] = q * (size_t)c->head_dim;
-    n[6] = kv * (size_t)c->head_dim;
+    const size_t d = (size_t)c->head_dim, lr = c->has_lowrank ? 1 : 0;
+    n[0] = kv * (d / 2);
+    n[1] = n[2] = n[3] = kv * d;
+    n[4] = n[5] = q * d;
+    n[6] = kv * d;
     n[7] = (size_t)c->n_layers;
+    n[8] = n[11] = lr * kv * d;
+    n[9] = n[10] = n[12] = lr * kv * d * d;
 }
 static float **arrays(vq_calib *c, float **a[N_ARR]) {
     a[0] = &c->pair_energy; a[1] = &c->k_mean; a[2] = &c->k_sq; a[3] = &c->v_sq;
     a[4] = &c->q_mean; a[5] = &c->q_sq; a[6] = &c->q_filter; a[7] = &c->attn_cos;
+    a[8] = &c->k_eig; a[9] = &c->k_basis; a[10] = &c->k_dec; a[11] = &c->v_eig; a[12] = &c->v_basis;
     return NULL;
 }
 static const char *const ARR_NAME[N_ARR] = { "pair_energy", "k_mean", "k_sq", "v_sq", "q_mean", "q_sq",
-                                             "q_filter", "attn_cos" };
-/* arrays 1, 4 (means), 6 (unit directions) and 7 (cosines) take any sign; the rest are second
- * moments or their products */
-static int signed_arr(int i) { return i == 1 || i == 4 || i == 6 || i == 7; }
+                                             "q_filter", "attn_cos", "k_eig", "k_basis", "k_dec",
+                                             "v_eig", "v_basis" };
+/* arrays 1, 4 (means), 6 (unit directions), 7 (cosines), 9, 10 and 12 (projection vectors) take
+ * any sign; the rest are second moments, their products or eigenvalues of second moments */
+static int signed_arr(int i) { return i == 1 || i == 4 || i == 6 || i == 7 || i == 9 || i == 10 || i == 12; }
 
-/* The VecInfer section (version 4): "VECINFER", u32 sub_k, u32 sub_v, u32 codebook entries, u32
+/* The VecInfer section (version 5): "VECINFER", u32 sub_k, u32 sub_v, u32 codebook entries, u32
  * reserved 0, u64 rotation seed, then f32 smooth [L][Hkv][d], cb_k and cb_v [L][Hkv][d * CB]
  * each, then a CRC-32 of the section's bytes before it. */
 #define VI_HDR 32
@@ -117,6 +123,7 @@ vq_status vq_calib_alloc(vq_calib *c, vq_err *err) {
     counts(c, n);
     arrays(c, a);
     for (int i = 0; i < N_ARR; i++) {
+        if (!n[i]) continue;   /* a version 3 calibration: no low-rank arrays */
         *a[i] = calloc(n[i], sizeof(float));
         if (!*a[i]) { vq_calib_free(c); return vq_err_set(err, VQ_ERR_NOMEM, "calibration: out of memory"); }
     }
@@ -137,7 +144,12 @@ vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_e
     uint8_t *b = calloc(1, total);
     if (!b) return vq_err_set(err, VQ_ERR_NOMEM, "calibration: out of memory (%zu bytes)", total);
     memcpy(b, VQ_CALIB_MAGIC, 8);
-    put32(b + 8, c->vi_sub_k ? VQ_CALIB_VERSION_VI : VQ_CALIB_VERSION);
+    if (c->vi_sub_k && !c->has_lowrank) {
+        free(b);
+        return vq_err_set(err, VQ_ERR_ARG, "calibration: a VecInfer section needs the version 4 arrays (has_lowrank)");
+    }
+    /* so a read file writes back its bytes */
+    put32(b + 8, c->vi_sub_k ? VQ_CALIB_VERSION_VI : c->has_lowrank ? VQ_CALIB_VERSION : 3u);
     put32(b + 12, HDR);
     memcpy(b + 16, c->model, strnlen(c->model, VQ_CALIB_NAME - 1));
     put64(b + 80, c->config_hash);
@@ -151,9 +163,15 @@ vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_e
     put32(b + 124, crc(0, b, 124));
     counts(c, n);
     const float *src[N_ARR] = { c->pair_energy, c->k_mean, c->k_sq, c->v_sq, c->q_mean, c->q_sq,
-                                c->q_filter, c->attn_cos };
+                                c->q_filter, c->attn_cos, c->k_eig, c->k_basis, c->k_dec, c->v_eig,
+                                c->v_basis };
+    if (c->has_lowrank && (!c->k_dec || !c->k_eig || !c->k_basis || !c->v_eig || !c->v_basis)) {
+        free(b);
+        return vq_err_set(err, VQ_ERR_ARG, "calibration: has_lowrank set without its arrays");
+    }
     size_t off = HDR;
     for (int i = 0; i < N_ARR; i++) {
+        if (!n[i]) continue;
         memcpy(b + off, src[i], n[i] * sizeof(float));
         off += n[i] * sizeof(float);
     }
@@ -186,9 +204,9 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
     if (len < HDR + 4) return bad(err, "too short for the 128-byte header (truncated or not a calibration file)", len);
     if (memcmp(buf, VQ_CALIB_MAGIC, 8)) return bad(err, "bad magic: not a veloxquant calibration file", 0);
     uint32_t ver = get32(buf + 8);
-    if (ver != VQ_CALIB_VERSION && ver != VQ_CALIB_VERSION_VI) {
-        vq_err_set(err, VQ_ERR_FORMAT, "calibration file: version %u, this build reads versions %u and "
-                   "%u (%u: with a VecInfer section) (byte offset 8)", ver, VQ_CALIB_VERSION,
+    if (ver < VQ_CALIB_VERSION_MIN || ver > VQ_CALIB_VERSION_VI) {
+        vq_err_set(err, VQ_ERR_FORMAT, "calibration file: version %u, this build reads versions %u..%u "
+                   "(%u: with a VecInfer section) (byte offset 8)", ver, VQ_CALIB_VERSION_MIN,
                    VQ_CALIB_VERSION_VI, VQ_CALIB_VERSION_VI);
         return VQ_ERR_FORMAT;
     }
@@ -211,6 +229,7 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
     t.rope_dim = (int)v[4]; t.rope_neox = (int)v[5];
     if (!dims_ok(&t)) return bad(err, "inconsistent dims (layers, heads, kv heads, head_dim, rope)", 88);
     t.n_tokens = get64(buf + 112);
+    t.has_lowrank = ver >= 4;
     /* statistics over no rows are no statistics; the count is used as a double and a long, so it
      * stays below 2^53 (calibrate writes at most 2^22) */
     if (t.n_tokens < 1 || t.n_tokens > ((uint64_t)1 << 53)) return bad(err, "n_tokens is outside 1..2^53", 112);
@@ -250,6 +269,7 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
     counts(&t, n);
     arrays(&t, a);
     for (int i = 0; i < N_ARR; i++) {
+        if (!n[i]) continue;
         memcpy(*a[i], buf + off, n[i] * sizeof(float));
         for (size_t j = 0; j < n[i]; j++) {
             float x = (*a[i])[j];

@@ -9,9 +9,10 @@
 #include "core/core.h"
 
 #define VQ_CALIB_MAGIC "VQCALIB\0"
-#define VQ_CALIB_VERSION 3u   /* 2: q_filter added; 3: attn_cos added */
-#define VQ_CALIB_VERSION_VI 4u   /* version 3 + the VecInfer section (written only when it is there) */
 #define VQ_CALIB_VI_CB 16       /* VecInfer codebook entries (4-bit codes) */
+#define VQ_CALIB_VERSION 4u   /* 2: q_filter added; 3: attn_cos added; 4: low-rank bases added */
+#define VQ_CALIB_VERSION_MIN 3u   /* version 3 files still read: they have no low-rank bases */
+#define VQ_CALIB_VERSION_VI 5u   /* version 4 + the VecInfer section (written only when it is there) */
 #define VQ_CALIB_NAME 64        /* model name bytes (NUL padded) */
 #define VQ_CALIB_MAX_DIM 4096   /* bound on layers, heads and head_dim a reader accepts */
 
@@ -38,7 +39,7 @@ typedef struct vq_calib {
      * entering the layer (SqueezeAttention's layer importance: near 1 = attention changes the
      * hidden state little; evict=squeeze) */
     float *attn_cos;            /* [L] */
-    /* The VecInfer section (codec vecinfer, docs/codecs-vecinfer.md; file version 4): absent when
+    /* The VecInfer section (codec vecinfer, docs/codecs-vecinfer.md; file version 5): absent when
      * vi_sub_k == 0. Keys are coded as k' = Π (k / λ), Π the Hadamard rotation of seed vi_seed,
      * then product-quantized in d / vi_sub_k sub-vectors of vi_sub_k coordinates, each with its own
      * codebook of VQ_CALIB_VI_CB entries; values are product-quantized as they are (vi_sub_v).
@@ -48,6 +49,18 @@ typedef struct vq_calib {
     float *vi_smooth;           /* [L][Hkv][d]: λ > 0 (the key channel's max |k| over the text) */
     float *vi_cb_k;             /* [L][Hkv][d / sub_k][CB][sub_k] */
     float *vi_cb_v;             /* [L][Hkv][d / sub_v][CB][sub_v] */
+    /* version 4 (has_lowrank = 1; all NULL in a version 3 file): per layer l and KV head h, the
+     * lowrank codec's projections (docs/calibration-format.md says how calibrate makes them).
+     * Values: the principal axes of E[v vᵀ] (not centred: a zero row stays zero), row j of v_basis
+     * = unit eigenvector j, eigenvalues descending. Keys: query-weighted axes: with S = (M_q + εI)^½,
+     * M_q = Σ_{g in group} E[q_g q_gᵀ], the eigenvectors p_j of S E[k kᵀ] S (descending); a key is
+     * coded as c_j = k_basis[j]·k (k_basis[j] = S p_j) and read back as Σ_j c_j k_dec[j]
+     * (k_dec[j] = S⁻¹ p_j), so rank r minimizes the expected squared score error. The codec of
+     * rank r keeps rows 0..r-1. */
+    int has_lowrank;
+    float *k_eig, *v_eig;       /* [L][Hkv][d]: eigenvalues (S E[kkᵀ] S; E[vvᵀ]), descending, >= 0 */
+    float *k_basis, *v_basis;   /* [L][Hkv][d][d]: row j = the coding vector of axis j */
+    float *k_dec;               /* [L][Hkv][d][d]: row j = the reading vector of key axis j */
 } vq_calib;
 
 /* Channel i and its pair partner under the file's pair layout: pair p holds channels
@@ -56,7 +69,8 @@ static inline int vq_calib_pair_ch(const vq_calib *c, int p, int which) {
     return c->rope_neox ? p + which * (c->head_dim / 2) : 2 * p + which;
 }
 
-/* Allocate the arrays for the dims already set in c (zeroed). */
+/* Allocate the arrays for the dims already set in c (zeroed); the version 4 arrays too when
+ * c->has_lowrank. */
 vq_status vq_calib_alloc(vq_calib *c, vq_err *err);
 void vq_calib_free(vq_calib *c);   /* frees the arrays; c may be zeroed or half made */
 /* Allocate the VecInfer arrays (zeroed) for sub-vector lengths sub_k, sub_v (VQ_ERR_ARG when one

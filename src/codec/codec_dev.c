@@ -15,6 +15,7 @@ vq_status vq_codec_dev_info(const vq_codec_state *st, vq_codec_dev *out, vq_err 
     out->rows_per_block = st->rows_per_block;
     out->block_bytes = st->block_bytes;
     out->rot_scale = 1.0f;
+    out->enc_scale = 1.0f;
     if (c == &vq_codec_f16) {
         out->kind = VQ_CODEC_DEV_F16;
         return VQ_OK;
@@ -32,6 +33,7 @@ vq_status vq_codec_dev_info(const vq_codec_state *st, vq_codec_dev *out, vq_err 
         if (im->rotate) {
             out->rot_sign = im->sgn;
             out->rot_scale = (float)(1.0 / sqrt((double)st->d));
+            out->enc_scale = 1.0f / sqrtf((float)im->span);   /* vq_ggml_rot's factor, as it computes it */
         }
         return VQ_OK;
     }
@@ -48,6 +50,7 @@ vq_status vq_codec_dev_info(const vq_codec_state *st, vq_codec_dev *out, vq_err 
         out->norm32 = t->norm32;
         out->rot_sign = vq_rotation_signs(t->rot);
         out->cent = t->cent1;
+        out->bound = t->cb1->b;
         return VQ_OK;
     }
     return vq_err_set(err, VQ_ERR_ARG, "device kernels: no kernel reads %s codes (f16, q8_0, q4_0 and "

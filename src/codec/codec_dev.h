@@ -31,6 +31,13 @@ typedef struct vq_codec_dev {
     const float *rot_sign;     /* d factors, or NULL: no rotation (owned by the state) */
     float rot_scale;
     const float *cent;         /* TQ: the 16 centroids (owned by the process's codebook), or NULL */
+    /* what an encoder needs to write the codec's bytes bit for bit (vq_cuda_enc): q8_0/q4_0 rotate
+     * as y = enc_scale * H (rot_sign ⊙ x) with rot_sign = ±1 and enc_scale the codec's own float
+     * 1/sqrtf(d) (rot_scale above is 1/sqrt(d) rounded once from double: not always the same
+     * float); TurboQuant's rot_sign already holds ±1/sqrt(d) (enc_scale 1), and its index is the
+     * count of Lloyd-Max boundaries below y (bound: the 15 boundaries, ascending) */
+    float enc_scale;
+    const float *bound;
 } vq_codec_dev;
 
 /* Describe st; VQ_ERR_ARG with a message when no device kernel reads its bytes. */

@@ -17,6 +17,8 @@ extern const vq_codec vq_codec_rabitq;
 extern const vq_codec vq_codec_polar;
 extern const vq_codec vq_codec_tq_split;
 extern const vq_codec vq_codec_vecinfer;
+extern const vq_codec vq_codec_lowrank;
+extern const vq_codec vq_codec_gear;
 
 static const vq_codec *const table[] = {
     &vq_codec_f32,
@@ -33,6 +35,8 @@ static const vq_codec *const table[] = {
     &vq_codec_polar,
     &vq_codec_tq_split,
     &vq_codec_vecinfer,
+    &vq_codec_lowrank,
+    &vq_codec_gear,
 };
 
 const vq_codec *vq_codec_at(int i) {

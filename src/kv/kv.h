@@ -166,4 +166,24 @@ size_t vq_kv_state_max_bytes(const vq_kv *kv);   /* an upper bound for any strea
  * a malformed stream: VQ_ERR_FORMAT naming the field and its byte offset. Every count and size is
  * checked before use, so any bytes are safe to feed. On any error the cache is left unchanged. */
 vq_status vq_kv_state_read(vq_kv *kv, const uint8_t *buf, size_t len, int rows, vq_err *err);
+
+/* ---- plain rows: a layer's codes as arrays, for a device store holding the same bytes
+ * (kv_state.c; session/state.c moves them between a device store and a cache to save or load a
+ * state file; docs/cuda.md) ----
+ * A cache is plain when every layer's rows are one codec state per side with keys 1 or 16 rows
+ * per block, fp16 window rows (wprec=16), window=0 (the window holds only the partial block),
+ * no sink, no eviction, no kmean/kscale, heads shared: VQ_ERR_UNSUPPORTED naming what is not. */
+vq_status vq_kv_plain_check(const vq_kv *kv, vq_err *err);
+typedef struct vq_kv_plain {
+    int n_coded, n_win;        /* positions 0..n_coded-1 as codes, then n_win fp16 rows */
+    uint8_t *k, *v;            /* KV head h's K blocks (in row order) at k + h * k_head, V at v + h * v_head */
+    size_t k_head, v_head;
+    uint16_t *win_k, *win_v;   /* n_win x n_kv_heads x head_dim */
+} vq_kv_plain;
+/* layer's counts (n_coded, n_win); -1 when the rows are not positions 0..n-1 in order */
+int vq_kv_plain_rows(const vq_kv *kv, int layer, int *n_win);
+/* the layer's rows into p's buffers (sized by the caller from vq_kv_plain_rows) */
+vq_status vq_kv_plain_get(const vq_kv *kv, int layer, const vq_kv_plain *p, vq_err *err);
+/* an EMPTY layer takes p's rows (pages allocated and counted; nothing changed on failure) */
+vq_status vq_kv_plain_put(vq_kv *kv, int layer, const vq_kv_plain *p, vq_err *err);
 #endif

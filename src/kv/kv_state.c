@@ -451,3 +451,112 @@ vq_status vq_kv_state_read(vq_kv *kv, const uint8_t *buf, size_t len, int rows, 
     free(pl);
     return VQ_OK;
 }
+
+/* ---- plain rows (kv.h) ---- */
+static const vq_kvg *plain_group(const vq_kv *kv, int layer, int *local) {
+    *local = kv->ll[layer];
+    return kv->g[kv->lg[layer]];
+}
+
+vq_status vq_kv_plain_check(const vq_kv *kv, vq_err *err) {
+    if (!kv) return vq_err_set(err, VQ_ERR_ARG, "vq_kv_plain_check: no cache");
+    for (int i = 0; i < kv->n_groups; i++) {
+        const vq_kvg *g = kv->g[i];
+        const char *what = g->S ? "sink=" : g->R ? "window=" : g->wprec != 16 ? "wprec=" : g->ev.cfg.pol ? "evict="
+                         : g->kx ? "kmean=/kscale=" : g->vh != 1 ? "heads=ada" : g->dm.tier ? "demote="
+                         : g->hs[0] != 1 || g->hs[1] != 1 ? "a per-head codec"
+                         : (g->rpb[0] != 1 && g->rpb[0] != 16) || g->rpb[1] != 1 ? "keys of 1 or 16 rows per block, values of 1"
+                         : NULL;
+        if (what)
+            return vq_err_set(err, VQ_ERR_UNSUPPORTED, "'%s' has %s, which a device store does not hold "
+                              "(it keeps codes, and the partial block in fp16)", g->spec, what);
+    }
+    return VQ_OK;
+}
+
+int vq_kv_plain_rows(const vq_kv *kv, int layer, int *n_win) {
+    int local;
+    const vq_kvg *g = plain_group(kv, layer, &local);
+    const vq_kv_layer *L = &g->layers[local];
+    *n_win = L->win_count;
+    if (L->sink_count) return -1;
+    for (int i = 0; i < L->n_coded; i++)
+        if (((const int32_t *)(const void *)L->pages[i / g->P])[i % g->P] != i) return -1;
+    for (int i = 0; i < L->win_count; i++)
+        if (L->win_pos[(L->win_start + i) % g->win_cap] != L->n_coded + i) return -1;
+    return L->n_coded;
+}
+
+vq_status vq_kv_plain_get(const vq_kv *kv, int layer, const vq_kv_plain *p, vq_err *err) {
+    int local, nw;
+    const vq_kvg *g = plain_group(kv, layer, &local);
+    const vq_kv_layer *L = &g->layers[local];
+    if (vq_kv_plain_rows(kv, layer, &nw) != p->n_coded || nw != p->n_win)
+        return vq_err_set(err, VQ_ERR_STATE, "vq_kv_plain_get: layer %d does not hold %d + %d rows at positions 0.. in order",
+                          layer, p->n_coded, p->n_win);
+    const size_t bk = g->st[0][0].block_bytes, bv = g->st[1][0].block_bytes, wb = wrow_bytes(g);
+    for (int pg = 0; pg < L->n_pages && pg * g->P < L->n_coded; pg++) {
+        const int u = VQ_MIN(g->P, L->n_coded - pg * g->P), r0 = pg * g->P;
+        for (int h = 0; h < g->H; h++) {
+            memcpy(p->k + (size_t)h * p->k_head + (size_t)(r0 / g->rpb[0]) * bk, L->pages[pg] + g->off_k[h],
+                   (size_t)(u / g->rpb[0]) * bk);
+            memcpy(p->v + (size_t)h * p->v_head + (size_t)(r0 / g->rpb[1]) * bv, L->pages[pg] + g->off_v[h],
+                   (size_t)(u / g->rpb[1]) * bv);
+        }
+    }
+    for (int i = 0; i < L->win_count; i++) {
+        const size_t slot = (size_t)((L->win_start + i) % g->win_cap);
+        memcpy((uint8_t *)p->win_k + (size_t)i * wb, (const uint8_t *)L->win_k + slot * wb, wb);
+        memcpy((uint8_t *)p->win_v + (size_t)i * wb, (const uint8_t *)L->win_v + slot * wb, wb);
+    }
+    return VQ_OK;
+}
+
+vq_status vq_kv_plain_put(vq_kv *kv, int layer, const vq_kv_plain *p, vq_err *err) {
+    int local;
+    vq_kvg *g = (vq_kvg *)plain_group(kv, layer, &local);
+    vq_kv_layer *L = &g->layers[local];
+    if (vq_kv_plain_check(kv, err)) return err->code;
+    if (L->n_coded || L->win_count || L->sink_count)
+        return vq_err_set(err, VQ_ERR_STATE, "vq_kv_plain_put: layer %d is not empty", layer);
+    if (p->n_coded < 0 || p->n_win < 0 || p->n_coded % g->rpb_store || p->n_win > g->win_cap ||
+        p->n_coded + p->n_win > g->dims.max_ctx)
+        return vq_err_set(err, VQ_ERR_ARG, "vq_kv_plain_put: layer %d: %d coded rows and %d window rows do not fit "
+                          "(blocks of %d, window %d, max_ctx %d)", layer, p->n_coded, p->n_win, g->rpb_store,
+                          g->win_cap, g->dims.max_ctx);
+    vq_kvg_free_spares(g, L);
+    const int np = (p->n_coded + g->P - 1) / g->P;
+    if (np > g->page_cap) return vq_err_set(err, VQ_ERR_RANGE, "vq_kv_plain_put: layer %d: page table full", layer);
+    for (int pg = 0; pg < np; pg++) {
+        L->pages[pg] = vq_aligned_alloc(g->page_bytes);
+        if (!L->pages[pg]) {
+            while (pg-- > 0) vq_aligned_free(L->pages[pg]);
+            return vq_err_set(err, VQ_ERR_NOMEM, "vq_kv_plain_put: out of memory (%zu bytes a page)", g->page_bytes);
+        }
+        memset(L->pages[pg], 0, g->page_bytes);
+        g->bytes += g->page_bytes;
+    }
+    const size_t bk = g->st[0][0].block_bytes, bv = g->st[1][0].block_bytes, wb = wrow_bytes(g);
+    for (int pg = 0; pg < np; pg++) {
+        const int u = VQ_MIN(g->P, p->n_coded - pg * g->P), r0 = pg * g->P;
+        int32_t *pos = (int32_t *)(void *)L->pages[pg];
+        for (int r = 0; r < u; r++) pos[r] = r0 + r;
+        L->page_minpos[pg] = r0;
+        for (int h = 0; h < g->H; h++) {
+            memcpy(L->pages[pg] + g->off_k[h], p->k + (size_t)h * p->k_head + (size_t)(r0 / g->rpb[0]) * bk,
+                   (size_t)(u / g->rpb[0]) * bk);
+            memcpy(L->pages[pg] + g->off_v[h], p->v + (size_t)h * p->v_head + (size_t)(r0 / g->rpb[1]) * bv,
+                   (size_t)(u / g->rpb[1]) * bv);
+        }
+    }
+    L->n_pages = np;
+    L->n_coded = p->n_coded;
+    L->win_start = 0;
+    L->win_count = p->n_win;
+    for (int i = 0; i < p->n_win; i++) {
+        L->win_pos[i] = p->n_coded + i;
+        memcpy((uint8_t *)L->win_k + (size_t)i * wb, (const uint8_t *)p->win_k + (size_t)i * wb, wb);
+        memcpy((uint8_t *)L->win_v + (size_t)i * wb, (const uint8_t *)p->win_v + (size_t)i * wb, wb);
+    }
+    return VQ_OK;
+}

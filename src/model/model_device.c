@@ -27,7 +27,7 @@ vq_status vq_model_to_device(vq_model *m, const char *device, vq_err *err) {
     const vq_kv_dims dims = vq_model_kv_dims(m, 1);
     vq_fwd *probe = vq_fwd_create_ops(m, 1, 2, d->ops, ctx, err);
     void *store = probe ? d->store_create(ctx, dims.n_layers, dims.n_heads, dims.n_kv_heads, dims.head_dim, 1, dims.span,
-                                          dims.softcap, err)
+                                          dims.softcap, NULL, err)
                         : NULL;
     vq_fwd_destroy(probe);
     if (!store) {

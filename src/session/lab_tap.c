@@ -132,6 +132,12 @@ static void to_calib(const vq_lab_calib *c, vq_calib *o) {
     o->vi_smooth = c->vi_smooth;
     o->vi_cb_k = c->vi_cb_k;
     o->vi_cb_v = c->vi_cb_v;
+    o->has_lowrank = c->has_lowrank;
+    o->k_eig = c->k_eig;
+    o->k_basis = c->k_basis;
+    o->k_dec = c->k_dec;
+    o->v_eig = c->v_eig;
+    o->v_basis = c->v_basis;
 }
 
 vq_status vq_lab_vi_train_head(const float *k, const float *v, int n, int d, int sub_k, int sub_v,
@@ -178,6 +184,12 @@ vq_status vq_lab_calib_read(const char *path, vq_lab_calib *out, vq_err *err) {
     out->vi_smooth = c.vi_smooth;
     out->vi_cb_k = c.vi_cb_k;
     out->vi_cb_v = c.vi_cb_v;
+    out->has_lowrank = c.has_lowrank;
+    out->k_eig = c.k_eig;
+    out->k_basis = c.k_basis;
+    out->k_dec = c.k_dec;
+    out->v_eig = c.v_eig;
+    out->v_basis = c.v_basis;
     return VQ_OK;
 }
 

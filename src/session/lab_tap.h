@@ -119,6 +119,10 @@ typedef struct vq_lab_calib {
     int vi_sub_k, vi_sub_v;
     uint64_t vi_seed;
     float *vi_smooth, *vi_cb_k, *vi_cb_v;
+    /* file version 4 (has_lowrank): [L][Hkv][d] k_eig, v_eig; [L][Hkv][d][d] k_basis, k_dec,
+     * v_basis (the lowrank codec's projections: codec/calib.h says what each is) */
+    int has_lowrank;
+    float *k_eig, *k_basis, *k_dec, *v_eig, *v_basis;
 } vq_lab_calib;
 /* VecInfer's training of one (layer, KV head) (codec/vecinfer.h, vq_vi_train_head): k, v = n rows
  * of d floats; fills smooth[d], cb_k[d * 16], cb_v[d * 16]. */

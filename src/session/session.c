@@ -1,10 +1,12 @@
 /* session.c: a session holds a compressed KV cache, the forward pass's scratch and its position;
  * decode, batched decode of many sessions, truncate and generation run on it (veloxquant.h). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/ops.h"
+#include "codec/codec_dev.h"
 #include "session/session_impl.h"
 
 vq_session_params vq_session_default_params(void) {
@@ -15,7 +17,7 @@ void vq_session_free(vq_session *s) {
     if (!s) return;
     vq_kv_destroy(s->kv);
     if (s->store) s->m->dev->store_free(s->store);
-    free(s->store_spec);
+    vq_kv_destroy(s->shadow);
     vq_fwd_destroy(s->f);
     free(s->tokens);
     free(s->logits);
@@ -28,17 +30,33 @@ vq_status vq_session_cpu_only(const vq_session *s, const char *what, vq_err *err
                       "CPU's cache only", what, s->m->dev_name);
 }
 
-/* A device's store holds one spec (d->store_spec; the GPU's: plain f16 rows, every layer, no window,
- * sink or eviction: docs/cuda.md): any other is refused by name, never turned into it. */
-static vq_status spec_on_device(const vq_kv_spec *spec, const vq_device *d, const char *name, vq_err *err) {
-    vq_kv_spec *held = vq_kv_spec_parse(d->store_spec, err);
-    if (!held) return err && err->code ? err->code : VQ_ERR_NOMEM;
-    const int same = vq_kv_spec_equal(spec, held);
-    vq_kv_spec_free(held);
-    if (!same)
-        return vq_err_set(err, VQ_ERR_UNSUPPORTED, "device %s: the KV spec '%s' cannot be held there yet: its store "
-                          "keeps plain %s rows only (no other codec, window, sink, eviction or per-layer override); "
-                          "use --kv %s (docs/cuda.md)", name, vq_kv_spec_given(spec), d->store_spec, d->store_spec);
+/* A device's store holds plain caches (kv.h vq_kv_plain_check: codes and the partial block in
+ * fp16; no window past it, sink, eviction or key pre-transform) of codecs its kernels read and
+ * write (codec_dev.h, and the row's store_check: docs/cuda.md): anything else is refused by name,
+ * never turned into something it can hold. The cache made for the check (kv, with the session's
+ * dims and seed) is the session's shadow: its codec states are the ones the store writes. */
+static vq_status spec_on_device(const vq_kv_spec *spec, const vq_device *d, const char *name, const vq_kv_dims *dims,
+                                uint64_t seed, vq_kv **out, vq_err *err) {
+    vq_kv *kv = vq_kv_create(spec, dims, seed, err);
+    if (!kv) return err && err->code ? err->code : VQ_ERR_NOMEM;
+    vq_err e;
+    vq_err_clear(&e);
+    char why[sizeof e.msg + 256] = "";
+    for (int l = 0; !*why && l < dims->n_layers; l++) {   /* the codecs first, then the store's keys */
+        const vq_codec_state *k = vq_kv_codec_state(kv, l, 0), *v = vq_kv_codec_state(kv, l, 1);
+        vq_codec_dev info;
+        if (vq_codec_dev_info(k, &info, &e) || vq_codec_dev_info(v, &info, &e) ||
+            (d->store_check && d->store_check(k, v, dims->n_heads, dims->n_kv_heads, &e)))
+            snprintf(why, sizeof why, "layer %d (%.200s): %s", l, vq_kv_layer_spec(kv, l), e.msg);
+    }
+    if (!*why && vq_kv_plain_check(kv, &e)) snprintf(why, sizeof why, "%s", e.msg);
+    if (*why) {
+        vq_kv_destroy(kv);
+        return vq_err_set(err, VQ_ERR_UNSUPPORTED, "device %s: the KV spec '%s' cannot be held there: %s (docs/cuda.md)",
+                          name, vq_kv_spec_given(spec), why);
+    }
+    if (out) *out = kv;
+    else vq_kv_destroy(kv);
     return VQ_OK;
 }
 
@@ -48,7 +66,17 @@ vq_status vq_kv_spec_check_device(const vq_kv_spec *spec, const char *device, vq
     const vq_device *d;
     int ix;
     vq_status st = vq_device_parse(device, &d, &ix, err);
-    return st || !d ? st : spec_on_device(spec, d, device, err);
+    if (st || !d) return st;
+    /* no model yet: a shape every kernel takes (head_dim 128, 4 query heads per KV head), 64 layers */
+    vq_kv_dims dims;
+    memset(&dims, 0, sizeof dims);
+    dims.n_layers = 64;
+    dims.n_heads = 8;
+    dims.n_kv_heads = 2;
+    dims.head_dim = 128;
+    dims.max_ctx = 4096;
+    dims.max_append = 1;
+    return spec_on_device(spec, d, device, &dims, 0, NULL, err);
 }
 
 /* The device's store and forward scratch for a session (m->dev). The row takes max_batch tokens per
@@ -56,13 +84,20 @@ vq_status vq_kv_spec_check_device(const vq_kv_spec *spec, const char *device, vq
 static vq_status device_store(vq_session *s, const vq_kv_spec *spec, const vq_kv_dims *dims, vq_err *err) {
     const vq_model *m = s->m;
     const vq_device *d = m->dev;
-    vq_status st = spec_on_device(spec, d, m->dev_name, err);
-    if (st) return st;
-    s->store_spec = strdup(vq_kv_spec_text(spec));
-    if (!s->store_spec) return vq_err_set(err, VQ_ERR_NOMEM, "vq_session_create: out of memory");
     s->n_batch = d->ops->max_batch > 0 ? VQ_MIN(s->n_batch, d->ops->max_batch) : s->n_batch;
+    vq_kv_dims sd = *dims;
+    sd.max_append = s->n_batch;
+    vq_status st = spec_on_device(spec, d, m->dev_name, &sd, s->kv_seed, &s->shadow, err);
+    if (st) return st;
+    const vq_codec_state **states = malloc(2 * (size_t)dims->n_layers * sizeof *states);
+    if (!states) return vq_err_set(err, VQ_ERR_NOMEM, "vq_session_create: out of memory");
+    for (int l = 0; l < dims->n_layers; l++) {
+        states[2 * l] = vq_kv_codec_state(s->shadow, l, 0);
+        states[2 * l + 1] = vq_kv_codec_state(s->shadow, l, 1);
+    }
     s->store = d->store_create(m->dev_ctx, dims->n_layers, dims->n_heads, dims->n_kv_heads, dims->head_dim, s->n_ctx,
-                               dims->span, dims->softcap, err);
+                               dims->span, dims->softcap, states, err);
+    free(states);
     if (!s->store) return err && err->code ? err->code : VQ_ERR_NOMEM;
     s->f = vq_fwd_create_ops(m, s->n_batch, s->n_ctx, d->ops, m->dev_ctx, err);
     return s->f ? VQ_OK : (err && err->code ? err->code : VQ_ERR_NOMEM);
@@ -267,14 +302,18 @@ size_t vq_session_kv_bytes(const vq_session *s) {
     return s ? vq_kv_bytes(s->kv) : 0;
 }
 double vq_session_kv_bits(const vq_session *s) {
-    if (s && s->store) return s->m->dev->store_bits;
+    if (s && s->store) {   /* what the allocation holds per element of n_ctx rows */
+        const vq_kv_dims D = vq_model_kv_dims(s->m, s->n_ctx);
+        return 8.0 * (double)s->m->dev->store_bytes(s->store) /
+               ((double)s->n_ctx * D.n_layers * D.n_kv_heads * D.head_dim * 2.0);
+    }
     return s ? vq_kv_bits_per_elem(s->kv) : 0;
 }
 size_t vq_session_scratch_bytes(const vq_session *s) {
     return s ? vq_fwd_bytes(s->f) + (s->kv ? vq_kv_scratch_bytes(s->kv) : 0) : 0;
 }
 const char *vq_session_kv_spec_text(const vq_session *s) {
-    if (s && s->store) return s->store_spec;
+    if (s && s->store) return vq_kv_spec_str(s->shadow);   /* the CPU cache's text for this spec */
     return s ? vq_kv_spec_str(s->kv) : "";
 }
 

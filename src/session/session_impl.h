@@ -14,7 +14,9 @@ struct vq_session {
     const vq_model *m;
     vq_kv *kv;           /* the CPU's cache; NULL when the model is on a device (store) */
     void *store;         /* the device row's store (m->dev): the KV rows live on the device */
-    char *store_spec;    /* the spec's normalized text (the device store's) */
+    vq_kv *shadow;       /* with a store: a cache of the same spec, dims and seed holding no rows
+                            (its codec states are the store's; a state file's rows pass through
+                            it: state.c); NULL on the CPU */
     vq_fwd *f;
     int n_ctx, n_batch;
     uint64_t kv_seed;

@@ -20,6 +20,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "backend/ops.h"
+#include "codec/codec.h"
 #include "session/session_impl.h"
 #include "kernels/kernels.h"
 
@@ -54,6 +56,76 @@ _Static_assert(sizeof(st_head) == ST_FIXED, "the state header's fixed part is 12
 _Static_assert(offsetof(st_head, n_layers) == 48 && offsetof(st_head, file_bytes) == 84 &&
                offsetof(st_head, kv_seed) == 96 && offsetof(st_head, kv_bytes) == 112 &&
                offsetof(st_head, spec_len) == 120, "field offsets as docs/state-format.md has them");
+
+
+/* The cache the stream is written from and read into: the session's, or with a device store its
+ * shadow (session_impl.h), which holds the store's rows only while a save or load runs, moved
+ * through kv.h's plain rows (the same bytes: the state format keeps one writer and one reader). */
+static vq_kv *state_kv(const vq_session *s) { return s->kv ? s->kv : s->shadow; }
+
+/* plain rows of layer l, buffers for n_coded + n_win rows (f: free them) */
+static vq_status plain_alloc(const vq_session *s, int l, int n_coded, int n_win, vq_kv_plain *p, vq_err *err) {
+    const vq_kv_dims D = vq_model_kv_dims(s->m, s->n_ctx);
+    const vq_codec_state *k = vq_kv_codec_state(s->shadow, l, 0), *v = vq_kv_codec_state(s->shadow, l, 1);
+    memset(p, 0, sizeof *p);
+    p->n_coded = n_coded;
+    p->n_win = n_win;
+    p->k_head = (size_t)(n_coded / k->rows_per_block) * k->block_bytes;
+    p->v_head = (size_t)(n_coded / v->rows_per_block) * v->block_bytes;
+    const size_t wb = (size_t)n_win * D.n_kv_heads * D.head_dim;
+    p->k = malloc(p->k_head * D.n_kv_heads + 1);
+    p->v = malloc(p->v_head * D.n_kv_heads + 1);
+    p->win_k = malloc(2 * wb + 2);
+    p->win_v = malloc(2 * wb + 2);
+    if (!p->k || !p->v || !p->win_k || !p->win_v)
+        return vq_err_set(err, VQ_ERR_NOMEM, "session state: out of memory for layer %d's rows", l);
+    return VQ_OK;
+}
+static void plain_free(vq_kv_plain *p) { free(p->k); free(p->v); free(p->win_k); free(p->win_v); }
+static void to_store(const vq_kv_plain *p, vq_store_rows *r) {
+    r->n_coded = p->n_coded; r->n_win = p->n_win; r->k = p->k; r->v = p->v; r->k_head = p->k_head;
+    r->v_head = p->v_head; r->win_k = p->win_k; r->win_v = p->win_v;
+}
+
+/* device store -> the (empty) shadow */
+static vq_status shadow_from_store(const vq_session *s, vq_err *err) {
+    const vq_device *d = s->m->dev;
+    vq_kv_clear(s->shadow);
+    vq_status st = VQ_OK;
+    for (int l = 0; !st && l < s->m->cfg.n_layers; l++) {
+        int nw, nc = d->store_rows(s->store, l, &nw);
+        vq_kv_plain p;
+        vq_store_rows r;
+        st = plain_alloc(s, l, nc, nw, &p, err);
+        to_store(&p, &r);
+        if (!st) st = d->store_get(s->store, l, &r, err);
+        if (!st) st = vq_kv_plain_put(s->shadow, l, &p, err);
+        plain_free(&p);
+    }
+    if (st) vq_kv_clear(s->shadow);
+    return st;
+}
+
+/* the shadow (just read) -> the device store, emptied first; the shadow emptied after */
+static vq_status store_from_shadow(vq_session *s, vq_err *err) {
+    const vq_device *d = s->m->dev;
+    d->store_truncate(s->store, 0);
+    vq_status st = VQ_OK;
+    for (int l = 0; !st && l < s->m->cfg.n_layers; l++) {
+        int nw, nc = vq_kv_plain_rows(s->shadow, l, &nw);
+        if (nc < 0) { st = vq_err_set(err, VQ_ERR_FORMAT, "layer %d's rows are not positions 0.. in order", l); break; }
+        vq_kv_plain p;
+        vq_store_rows r;
+        st = plain_alloc(s, l, nc, nw, &p, err);
+        if (!st) st = vq_kv_plain_get(s->shadow, l, &p, err);
+        to_store(&p, &r);
+        if (!st) st = d->store_put(s->store, l, &r, err);
+        plain_free(&p);
+    }
+    vq_kv_clear(s->shadow);
+    if (st) d->store_truncate(s->store, 0);
+    return st;
+}
 
 static uint32_t crc(uint32_t c, const void *p, size_t n) {
     /* zlib's crc32 takes a uInt length: feed large buffers in pieces */
@@ -106,14 +178,14 @@ static vq_status io_err(vq_err *err, const char *what, const char *path, int e) 
 /* Header, tokens, logits, kv stream and CRC into an open temp file; 0 or errno. */
 static int write_all(const vq_session *s, FILE *f, const st_head *h) {
     out o = { f, 0, 0 };
-    const char *spec = vq_kv_spec_str(s->kv);
+    const char *spec = vq_kv_spec_str(state_kv(s));
     out_put(&o, h, sizeof *h);
     out_put(&o, spec, h->spec_len);
     uint32_t hcrc = o.crc;
     out_put(&o, &hcrc, 4);
     out_put(&o, s->tokens, (size_t)s->n_tok * sizeof(int32_t));
     if (h->flags & ST_FLAG_LOGITS) out_put(&o, s->logits, (size_t)s->m->cfg.vocab_size * sizeof(float));
-    if (!o.failed && vq_kv_state_write(s->kv, out_put, &o, NULL)) o.failed = 1;
+    if (!o.failed && vq_kv_state_write(state_kv(s), out_put, &o, NULL)) o.failed = 1;
     uint32_t all = o.crc;
     out_put(&o, &all, 4);
     if (o.failed) return errno ? errno : EIO;
@@ -122,16 +194,17 @@ static int write_all(const vq_session *s, FILE *f, const st_head *h) {
     return 0;
 }
 
+static vq_status write_file(const vq_session *s, const char *path, const st_head *hp, vq_err *err);
+
 vq_status vq_session_save(const vq_session *s, const char *path, vq_err *err) {
     vq_err_clear(err);
     if (!s || !path || !*path) return vq_err_set(err, VQ_ERR_ARG, "vq_session_save: no session or no path");
     if (strlen(path) + 16 >= PATH_MAX)
         return vq_err_set(err, VQ_ERR_ARG, "vq_session_save: path '%.200s...' is too long", path);
-    if (vq_session_cpu_only(s, "vq_session_save", err)) return err ? err->code : VQ_ERR_UNSUPPORTED;
-    if (vq_kv_evicting(s->kv))   /* nothing is written: the format has no eviction scores */
+    if (vq_kv_evicting(state_kv(s)))   /* nothing is written: the format has no eviction scores */
         return vq_err_set(err, VQ_ERR_STATE, "session state '%.300s': the session's cache evicts tokens "
                           "(%.200s); the state format holds no eviction scores, so saving is refused",
-                          path, vq_kv_spec_str(s->kv));
+                          path, vq_kv_spec_str(state_kv(s)));
     /* rename() would replace whatever is there: only ever replace a regular file */
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
@@ -147,9 +220,21 @@ vq_status vq_session_save(const vq_session *s, const char *path, vq_err *err) {
     h.kv_seed = s->kv_seed;
     h.pos = (uint32_t)s->pos;
     h.n_tok = (uint32_t)s->n_tok;
-    h.kv_bytes = vq_kv_state_bytes(s->kv);
-    h.spec_len = (uint32_t)strlen(vq_kv_spec_str(s->kv));
+    h.kv_bytes = vq_kv_state_bytes(state_kv(s));
+    h.spec_len = (uint32_t)strlen(vq_kv_spec_str(state_kv(s)));
 
+    if (s->store) {   /* the device's rows into the shadow, for the stream's writer */
+        vq_status st = shadow_from_store(s, err);
+        if (st) return st;
+        h.kv_bytes = vq_kv_state_bytes(s->shadow);
+    }
+    vq_status st = write_file(s, path, &h, err);
+    if (s->store) vq_kv_clear(s->shadow);
+    return st;
+}
+
+static vq_status write_file(const vq_session *s, const char *path, const st_head *hp, vq_err *err) {
+    st_head h = *hp;
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path);
     int fd = mkstemp(tmp);
@@ -234,7 +319,7 @@ static vq_status check_head(const vq_session *s, const st_head *h, const uint8_t
     if (h->n_tok > (uint32_t)s->n_ctx)
         return vq_err_set(err, VQ_ERR_STATE, "session state '%.200s' holds %u tokens, more than this "
                           "session's n_ctx %d", path, h->n_tok, s->n_ctx);
-    const char *mine = vq_kv_spec_str(s->kv);
+    const char *mine = vq_kv_spec_str(state_kv(s));
     if (h->spec_len != strlen(mine) || memcmp(spec, mine, h->spec_len))
         return vq_err_set(err, VQ_ERR_STATE, "session state '%.200s' was saved with kv spec '%.*s', "
                           "this session has '%.200s'", path, (int)VQ_MIN(h->spec_len, 200u), spec, mine);
@@ -245,7 +330,7 @@ static vq_status check_head(const vq_session *s, const st_head *h, const uint8_t
     if (h->pos > h->n_tok || h->n_tok > h->pos + 1)
         return fmt_err(err, path, "the token count and the position disagree (tokens = position, or "
                        "position + 1 with a pending token)");
-    const uint64_t max_kv = vq_kv_state_max_bytes(s->kv);
+    const uint64_t max_kv = vq_kv_state_max_bytes(state_kv(s));
     if (h->kv_bytes > max_kv) {
         char m[160];
         snprintf(m, sizeof m, "the kv section claims %llu bytes, more than this cache can hold (%llu)",
@@ -304,8 +389,13 @@ static vq_status apply_body(vq_session *s, const st_head *h, const uint8_t *b, c
     }
     const uint8_t *kvb = lg + (have ? 4 * (size_t)V : 0);
     vq_err e;
-    vq_status st = vq_kv_state_read(s->kv, kvb, (size_t)h->kv_bytes, (int)h->pos, &e);
+    vq_status st = vq_kv_state_read(state_kv(s), kvb, (size_t)h->kv_bytes, (int)h->pos, &e);
     if (st) return vq_err_set(err, st, "session state '%.200s': %s", path, e.msg);
+    if (s->store && (st = store_from_shadow(s, &e))) {   /* the store was emptied: so is the session */
+        s->pos = s->n_tok = 0;
+        s->have_logits = 0;
+        return vq_err_set(err, st, "session state '%.200s': %s (the session is now empty)", path, e.msg);
+    }
     memcpy(s->tokens, b, 4 * (size_t)h->n_tok);
     if (have) memcpy(s->logits, lg, 4 * (size_t)V);
     s->have_logits = have;
@@ -317,7 +407,6 @@ static vq_status apply_body(vq_session *s, const st_head *h, const uint8_t *b, c
 vq_status vq_session_load(vq_session *s, const char *path, vq_err *err) {
     vq_err_clear(err);
     if (!s || !path || !*path) return vq_err_set(err, VQ_ERR_ARG, "vq_session_load: no session or no path");
-    if (vq_session_cpu_only(s, "vq_session_load", err)) return err ? err->code : VQ_ERR_UNSUPPORTED;
     uint64_t size;
     int fd = open_state(path, &size, err);
     if (fd < 0) return err ? err->code : VQ_ERR_IO;

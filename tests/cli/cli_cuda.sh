@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# cli_cuda.sh VELOXQUANT SOURCE_DIR: `--device` of generate, perplexity and bench (docs/cuda.md).
-#   Part 1, everywhere (CI too): the refusals. A KV spec the GPU's store cannot hold (q4_0, a
-#   window) is refused naming the spec, before anything is loaded; `--device cuda` on a build
+# cli_cuda.sh VELOXQUANT SOURCE_DIR: `--device` of generate, perplexity, bench and serve (docs/cuda.md).
+#   Part 1, everywhere (CI too): the refusals. A KV spec the GPU's store cannot hold (kivi,
+#   3-bit TurboQuant, a window, a sink, eviction; serve's --kv too) is refused naming the spec,
+#   before anything is loaded; `--device cuda` on a build
 #   without CUDA or a machine without a usable GPU is refused naming why, exit != 0, and nothing is
 #   generated (never a silent run on the CPU); a bad device name and a command without --device
 #   are refused.
@@ -10,7 +11,9 @@
 #   VQ_PYTHON, default SOURCE_DIR/.venv-ref/bin/python) through generate (greedy, 24 tokens) and
 #   perplexity (decode and prefill modes) on the CPU and on cuda: the same text, mean NLLs within
 #   1e-3 nats, i.e. perplexities within 0.1 % (F16 weights: float32 products in another order on each side; a sanity
-#   threshold, not a derived bound: tests/cuda/test_cuda_forward.c), and bench runs.
+#   threshold, not a derived bound: tests/cuda/test_cuda_forward.c); perplexity with q8_0,
+#   q4_0:rotate=1 and turboquant_mse:bits=4 caches (decode mode) on both, mean NLLs within 1e-2
+#   nats (sanity threshold, printed); and bench runs.
 set -u
 VQ=$1 SRC=$2
 fail=0
@@ -35,14 +38,22 @@ expect_refusal() {
 M0=$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf   # any path: the refusals come before it is read
 
 # ---- part 1: refusals ----
-expect_refusal "generate cuda q4_0" "KV spec 'q4_0' cannot be held there yet" \
-    "$VQ" generate --device cuda --kv q4_0 -m "$M0" -p hi -n 1
+expect_refusal "generate cuda kivi" "KV spec 'kivi' cannot be held there" \
+    "$VQ" generate --device cuda --kv kivi -m "$M0" -p hi -n 1
+expect_refusal "generate cuda tq 3 bits" "bits=4" \
+    "$VQ" generate --device cuda --kv turboquant_mse:bits=3 -m "$M0" -p hi -n 1
+expect_refusal "generate cuda sink" "sink=" \
+    "$VQ" generate --device cuda --kv "q8_0;sink=4" -m "$M0" -p hi -n 1
+expect_refusal "generate cuda eviction" "evict=" \
+    "$VQ" generate --device cuda --kv "q8_0;evict=h2o,budget=64" -m "$M0" -p hi -n 1
 expect_refusal "perplexity cuda window" "q8_0;window=16" \
     "$VQ" perplexity -dev cuda:0 --kv f16 --kv "q8_0;window=16" -m "$M0" -f "$work/text.txt"
-expect_refusal "bench cuda per-layer" "f16 rows only" \
-    "$VQ" bench --device cuda --kv f16 --kv-layers 0=q8_0 -m "$M0" -f "$work/text.txt"
+expect_refusal "bench cuda per-layer kivi" "kivi" \
+    "$VQ" bench --device cuda --kv f16 --kv-layers 0=kivi -m "$M0" -f "$work/text.txt"
 expect_refusal "bad device name" "not a device" "$VQ" generate --device tpu -m "$M0" -p hi -n 1
-expect_refusal "info has no --device" "is for generate, perplexity and bench" "$VQ" info --device cuda -m "$M0"
+expect_refusal "serve cuda kivi" "cannot be held there" \
+    "$VQ" serve --device cuda --kv kivi -m "$M0" --port 0
+expect_refusal "info has no --device" "is for generate, perplexity, bench and serve" "$VQ" info --device cuda -m "$M0"
 # no GPU here (or no CUDA in the build): the reason, not a run on the CPU
 "$VQ" generate --device cuda -m "$work/none.gguf" -p hi -n 1 >"$work/out" 2>"$work/err"; rc=$?
 gpu=0
@@ -89,6 +100,22 @@ for mode in decode prefill; do
     if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-3) }'; then
         ok "perplexity --mode $mode: mean NLL cpu $a, cuda $b (|difference| <= 1e-3 nats: perplexities within 0.1 %)"
     else bad "perplexity --mode $mode: mean NLL cpu '$a', cuda '$b'"; cat "$work/ppl.$mode.cpu" "$work/ppl.$mode.cuda"; fi
+done
+# coded caches on the GPU (docs/cuda.md "Coded KV caches on the GPU"): the same arms on both, decode
+# mode (a row per append on both sides, so both encode the partial block from fp16). The codes
+# come from K/V rows that differ in float32 rounding, so a code may flip: 1e-2 nats is a sanity
+# threshold, not a derived bound; the values are printed.
+arms="q8_0 q4_0:rotate=1 turboquant_mse:bits=4"
+for dev in cpu cuda; do
+    "$VQ" perplexity --device $dev -m "$M" -f "$work/text.txt" --ctx 64 --max-tokens 320 --mode decode \
+        $(for a in $arms; do printf -- '--kv %s ' "$a"; done) >"$work/pplc.$dev" 2>"$work/ppl.err" ||
+        bad "perplexity coded arms --device $dev: $(cat "$work/ppl.err")"
+done
+for arm in $arms; do
+    a=$(awk -v k="$arm" '$1 == k { print $3 }' "$work/pplc.cpu") b=$(awk -v k="$arm" '$1 == k { print $3 }' "$work/pplc.cuda")
+    if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-2) }'; then
+        ok "perplexity --kv $arm: mean NLL cpu $a, cuda $b"
+    else bad "perplexity --kv $arm: mean NLL cpu '$a', cuda '$b'"; cat "$work/pplc.cpu" "$work/pplc.cuda"; fi
 done
 "$VQ" bench --device cuda -m "$M" -f "$work/text.txt" --ctx 64 --gen 8 --reps 1 --bw-reps 1 --bw-mb 64 >"$work/bench" 2>&1 ||
     bad "bench --device cuda: $(tail -5 "$work/bench")"

@@ -119,6 +119,11 @@ run calib_missing x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 
 head -c 1000 "$T/c.vqc" > "$T/trunc.vqc"
 run calib_trunc x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "k=tq_split:hi=4,lo=2;v=q8_0;calib=$T/trunc.vqc" && err_has calib_trunc "bytes, its dims need|truncated"
 run calib_nocalib x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "k=tq_split:hi=4,lo=2;v=q8_0" && err_has calib_nocalib "calib=FILE"
+# the low-rank codecs: calibrate's projections used through the CLI, refused without them; gear on any base
+run lowrank_use 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "lowrank:rk=32,rv=48,bits=8;calib=$T/c.vqc" && pass "perplexity with lowrank and calib=FILE"
+run lowrank_nocalib x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "lowrank:rk=32" && err_has lowrank_nocalib "calib=FILE"
+run gear_use 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "gear:base=kivi,bits=4,rank=2,sparse=0.02,group=32" && pass "perplexity with gear"
+run gear_bad x "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "gear:base=nope" && err_has gear_bad "base=nope"
 # the key pre-transform and an 8-bit window through the CLI; kv-fidelity with a calibrated spec; refusals
 run kx_use 0 "$BIN" perplexity -f "$T/text.txt" --ctx 16 --max-tokens 16 --kv "turboquant_mse:k=4,v=4;kmean=1,kscale=0.25,sink=2,window=4,wprec=8;calib=$T/c.vqc" && pass "perplexity with kmean=/kscale= and wprec=8"
 run kx_kvf 0 "$BIN" kv-fidelity -f "$T/text.txt" --tokens 8 --kv "q8_0;kscale=0.25;calib=$T/c.vqc" --json && json_ok "kv-fidelity with calib=FILE" "$T/kx_kvf.out"

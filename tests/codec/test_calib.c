@@ -2,11 +2,81 @@
  * file written atomically reads back the same; every single flipped byte and every truncation is
  * refused with VQ_ERR_FORMAT (the two CRC-32s cover every byte); a non-finite or negative second
  * moment is refused even with valid CRCs; a missing file, a directory and a model of other dims
- * are clear errors naming what was wrong. */
+ * are clear errors naming what was wrong. Version 4 (the low-rank bases): the round trip is
+ * exact, a version 3 file still reads (has_lowrank 0) and writes back its own bytes, a negative
+ * eigenvalue or NaN basis entry with valid CRCs is refused naming the array, versions 2 and 5
+ * are refused naming the versions this build reads. */
 #include <sys/stat.h>
 #include <zlib.h>
 #include "codec/calib.h"
 #include "../vq_test.h"
+#include "../calib_fixture.h"
+
+static void put_crc(uint8_t *buf, size_t len) {
+    uint32_t bc = (uint32_t)crc32(0, buf + 128, (uInt)(len - 4 - 128));
+    memcpy(buf + len - 4, &bc, 4);
+}
+
+/* version 4: the low-rank arrays */
+static void check_v4(vq_rng *rng) {
+    vq_calib c, r;
+    vq_err err;
+    vq_t_calib_make(&c, 2, 4, 2, 8, rng);
+    uint8_t *buf, *buf2;
+    size_t len, len2;
+    CHECK(c.has_lowrank && vq_calib_serialize(&c, &buf, &len, &err) == VQ_OK);
+    CHECK(len == vq_calib_file_bytes(&c));
+    uint32_t ver;
+    memcpy(&ver, buf + 8, 4);
+    CHECK(ver == 4);
+    CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_OK && r.has_lowrank == 1);
+    CHECK(memcmp(r.k_basis, c.k_basis, sizeof(float) * 2 * 2 * 64) == 0 && memcmp(r.v_eig, c.v_eig, sizeof(float) * 2 * 2 * 8) == 0);
+    CHECK(vq_calib_serialize(&r, &buf2, &len2, &err) == VQ_OK && len2 == len && memcmp(buf, buf2, len) == 0);
+    free(buf2);
+    vq_calib_free(&r);
+    /* the last array is v_basis: its last float, then v_eig's first (before k_basis... order: k_eig,
+     * k_basis, v_eig, v_basis) */
+    const size_t vb = len - 4 - 4 * (size_t)2 * 2 * 64, ve = vb - 4 * (size_t)2 * 2 * 8;
+    float nan = NAN, neg = -1.0f, keep;
+    memcpy(&keep, buf + vb, 4);
+    memcpy(buf + vb, &nan, 4);
+    put_crc(buf, len);
+    CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
+    CHECKF(strstr(err.msg, "v_basis[0]") != NULL, "message: %s", err.msg);
+    memcpy(buf + vb, &keep, 4);
+    memcpy(buf + ve, &neg, 4);
+    put_crc(buf, len);
+    CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
+    CHECKF(strstr(err.msg, "v_eig[0]") != NULL, "message: %s", err.msg);
+    for (uint32_t v = 2; v <= 6; v += 4) {   /* other versions: refused naming what this build reads */
+        memcpy(buf + 8, &v, 4);
+        uint32_t hc = (uint32_t)crc32(0, buf, 124);
+        memcpy(buf + 124, &hc, 4);
+        CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
+        CHECKF(strstr(err.msg, "versions 3..5") != NULL, "message: %s", err.msg);
+    }
+    {   /* version 5 promises a VecInfer section after the version 4 bytes: without it, refused */
+        uint32_t v = 5;
+        memcpy(buf + 8, &v, 4);
+        uint32_t hc = (uint32_t)crc32(0, buf, 124);
+        memcpy(buf + 124, &hc, 4);
+        CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
+        CHECKF(strstr(err.msg, "VecInfer") != NULL, "message: %s", err.msg);
+    }
+    free(buf);
+    /* version 3: no low-rank arrays; reads back as such, writes its own bytes */
+    c.has_lowrank = 0;
+    CHECK(vq_calib_serialize(&c, &buf, &len, &err) == VQ_OK);
+    memcpy(&ver, buf + 8, 4);
+    CHECK(ver == 3 && len == vq_calib_file_bytes(&c));
+    CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_OK && r.has_lowrank == 0 && r.k_basis == NULL);
+    CHECK(vq_calib_serialize(&r, &buf2, &len2, &err) == VQ_OK && len2 == len && memcmp(buf, buf2, len) == 0);
+    free(buf2);
+    free(buf);
+    vq_calib_free(&r);
+    c.has_lowrank = 1;
+    vq_calib_free(&c);
+}
 
 static void fill(vq_calib *c, vq_rng *rng) {
     memset(c, 0, sizeof *c);
@@ -173,5 +243,6 @@ int main(void) {
     unlink(path);
     rmdir(dir);
     vq_calib_free(&c);
+    check_v4(&rng);
     return vq_t_done();
 }

@@ -79,7 +79,7 @@ static void run_model(const char *path, uint64_t seed) {
     if (!kv || !fc || !row || (quant && (!kvq || !fq))) { fprintf(stderr, "setup: %s\n", err.msg); CHECK(0); exit(1); }
     if (vq_model_tensors(m, mirror, row)) { CHECK(0); exit(1); }
     vq_cuda_kvs *kvs = vq_cuda_kvs_create(dims.n_layers, dims.n_heads, dims.n_kv_heads, dims.head_dim, P, dims.span,
-                                          dims.softcap, &err);
+                                          dims.softcap, NULL, &err);
     if (!kvs) { printf("  refused by the cuda store: %s\n", err.msg); CHECK(strstr(err.msg, "backend cuda") != NULL); goto done; }
     {
         vq_fwd *fg = vq_fwd_create_ops(m, 1, P, &vq_ops_cuda, row, &err);

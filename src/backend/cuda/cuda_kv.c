@@ -1,6 +1,7 @@
 /* cuda_kv.c: a layer's codec states described for the CUDA kernels (vq_cuda.h). Plain C, no
  * CUDA: the codec layer says what its bytes are (codec_dev.h), this checks that a kernel reads
  * them and copies the rotation factors and codebooks into the kernels' by-value format. */
+#include <math.h>
 #include <string.h>
 #include "backend/cuda/vq_cuda.h"
 #include "codec/codec_dev.h"
@@ -58,4 +59,29 @@ vq_status vq_cuda_kv_format_init(vq_cuda_kv_format *f, const struct vq_codec_sta
 size_t vq_cuda_kv_bytes(const vq_cuda_kv_format *f, int64_t n) {
     const int64_t rpb = f->type == VQ_CUDA_KV_F16 ? 1 : 16;
     return (size_t)(n / rpb) * f->k_block_bytes + (size_t)n * f->v_row_bytes;
+}
+
+vq_status vq_cuda_enc_init(vq_cuda_enc *e, const struct vq_codec_state *st, vq_err *err) {
+    memset(e, 0, sizeof *e);
+    vq_codec_dev c;
+    vq_status s = vq_codec_dev_info(st, &c, err);
+    if (s) return s;
+    if (c.kind == VQ_CODEC_DEV_F16)
+        return vq_err_set(err, VQ_ERR_ARG, "cuda: f16 rows need no encoder (vq_cuda_kv_put_f16)");
+    if (c.d < 32 || c.d > VQ_CUDA_MAX_D || c.d % 32)
+        return vq_err_set(err, VQ_ERR_ARG, "cuda: no encoder for head_dim %d (32..%d, a multiple of 32)", c.d,
+                          VQ_CUDA_MAX_D);
+    if (c.kind == VQ_CODEC_DEV_TQ_MSE4 && !c.bound)
+        return vq_err_set(err, VQ_ERR_ARG, "cuda: turboquant_mse state without its boundaries");
+    e->type = kv_type(c.kind);
+    e->d = c.d;
+    e->lanes = c.lanes;
+    e->rotate = c.rot_sign != NULL;
+    e->norm32 = c.norm32;
+    e->scale = c.enc_scale;
+    e->block_bytes = c.block_bytes;
+    for (int i = 0; i < c.d; i++) e->sgn[i] = c.rot_sign ? c.rot_sign[i] : 1.0f;
+    for (int i = 0; i < 15; i++) e->bound[i] = c.bound ? c.bound[i] : 0.0f;
+    e->bound[15] = INFINITY;
+    return VQ_OK;
 }

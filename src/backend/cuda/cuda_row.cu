@@ -20,13 +20,26 @@ struct vq_cuda_row {
     int device;                 /* the CUDA device index every op and allocation runs on */
 };
 
+/* The store: per layer either f16 rows (every row, [n_kv_heads][max_ctx][head_dim]) or codes in
+ * the CPU codec's bytes (keys 16-row lanes blocks, values one row per block, per KV head one
+ * array for max_ctx rows) plus the partial block's rows in fp16 ([16][n_kv_heads][head_dim]: the
+ * CPU store's window with window=0), encoded on the device (kv_encode.cu) when the 16th arrives. */
+struct vq_cuda_kvl {
+    vq_cuda_kv_format fmt;
+    vq_cuda_enc enc[2];         /* coded layers: K and V encoders */
+    int coded;                  /* 0: f16 rows */
+    void *k, *v;                /* device */
+    size_t k_head, v_head;      /* bytes between two KV heads' arrays */
+    void *win_k, *win_v;        /* coded: 16 x n_kv_heads x head_dim fp16 */
+    int32_t *win_pos;           /* device: 16 positions */
+    int n_coded, n_win;         /* f16 layers: n_coded = rows */
+};
 struct vq_cuda_kvs {
     int device;
     int n_layers, n_heads, n_kv_heads, head_dim, max_ctx;
-    int *span, *rows;
-    void **k, **v;              /* per layer: n_kv_heads x max_ctx x head_dim fp16 */
-    size_t head_stride, bytes;
-    vq_cuda_kv_format fmt;
+    int *span;
+    vq_cuda_kvl *L;
+    size_t bytes;
     vq_cuda_seq *dseq;          /* device: one sequence descriptor */
     void *ws;
     size_t ws_bytes;
@@ -145,26 +158,56 @@ vq_status row_softcap(void *ctx, float *x, float cap, size_t count, vq_err *err)
     return vq_cuda_softcap(x, cap, (int)count, NULL, err);
 }
 
+/* row t (n_kv_heads x head_dim f32, device) as fp16 into the window row `slot` */
+vq_status win_put(vq_cuda_kvs *s, vq_cuda_kvl *L, int slot, int pos, const float *k, const float *v, vq_err *err) {
+    const size_t rb = (size_t)s->n_kv_heads * s->head_dim * 2, hb = (size_t)s->head_dim * 2;
+    vq_status st = vq_cuda_kv_put_f16((uint8_t *)L->win_k + slot * rb, hb, s->n_kv_heads, s->head_dim, 0, k, NULL, err);
+    if (!st) st = vq_cuda_kv_put_f16((uint8_t *)L->win_v + slot * rb, hb, s->n_kv_heads, s->head_dim, 0, v, NULL, err);
+    if (st) return st;
+    const int32_t p = pos;
+    cudaError_t e = cudaMemcpy(L->win_pos + slot, &p, 4, cudaMemcpyHostToDevice);
+    return e == cudaSuccess ? VQ_OK : cuerr(err, e, "window position");
+}
+
 vq_status row_kv_append(void *ctx, void *store, int layer, int pos0, int n, const float *k, const float *v,
                         vq_err *err) {
     vq_cuda_kvs *s = (vq_cuda_kvs *)store;
     if (!s) return vq_err_set(err, VQ_ERR_ARG, "backend cuda: no store (a vq_cuda_kvs)");
     if (layer < 0 || layer >= s->n_layers) return vq_err_set(err, VQ_ERR_ARG, "backend cuda: layer %d", layer);
-    if (pos0 != s->rows[layer])
+    vq_cuda_kvl *L = &s->L[layer];
+    const int rows = L->n_coded + L->n_win;
+    if (pos0 != rows)
         return vq_err_set(err, VQ_ERR_ARG, "backend cuda: layer %d holds %d rows, an append at position %d "
-                          "(the store takes positions in order)", layer, s->rows[layer], pos0);
+                          "(the store takes positions in order)", layer, rows, pos0);
     if (pos0 + n > s->max_ctx)
         return vq_err_set(err, VQ_ERR_RANGE, "backend cuda: %d rows past the store's %d", pos0 + n, s->max_ctx);
     ON_DEVICE(ctx);
     const size_t kvd = (size_t)s->n_kv_heads * s->head_dim;
     for (int t = 0; t < n; t++) {
-        vq_status st = vq_cuda_kv_put_f16(s->k[layer], s->head_stride, s->n_kv_heads, s->head_dim, pos0 + t,
-                                          k + t * kvd, NULL, err);
-        if (!st) st = vq_cuda_kv_put_f16(s->v[layer], s->head_stride, s->n_kv_heads, s->head_dim, pos0 + t,
-                                         v + t * kvd, NULL, err);
+        const float *kt = k + t * kvd, *vt = v + t * kvd;
+        vq_status st;
+        if (!L->coded) {
+            st = vq_cuda_kv_put_f16(L->k, L->k_head, s->n_kv_heads, s->head_dim, pos0 + t, kt, NULL, err);
+            if (!st) st = vq_cuda_kv_put_f16(L->v, L->v_head, s->n_kv_heads, s->head_dim, pos0 + t, vt, NULL, err);
+            if (st) return st;
+            L->n_coded++;
+            continue;
+        }
+        if (L->n_win < 15) {   /* the partial block waits in fp16, as in the CPU store's window */
+            st = win_put(s, L, L->n_win, pos0 + t, kt, vt, err);
+            if (st) return st;
+            L->n_win++;
+            continue;
+        }
+        /* the 16th row: 15 from the window (fp16), this one as given (f32), as the CPU store encodes */
+        st = vq_cuda_kv_encode(&L->enc[0], s->n_kv_heads, 16, L->win_k, 15, kt,
+                               (uint8_t *)L->k + (size_t)(L->n_coded / 16) * L->enc[0].block_bytes, L->k_head, NULL, err);
+        if (!st) st = vq_cuda_kv_encode(&L->enc[1], s->n_kv_heads, 16, L->win_v, 15, vt,
+                                        (uint8_t *)L->v + (size_t)L->n_coded * L->enc[1].block_bytes, L->v_head, NULL, err);
         if (st) return st;
+        L->n_coded += 16;
+        L->n_win = 0;
     }
-    s->rows[layer] = pos0 + n;
     return VQ_OK;
 }
 
@@ -175,19 +218,27 @@ vq_status row_kv_attend(void *ctx, void *store, int layer, int n, const int *pos
     if (st) return st;
     if (!s || layer < 0 || layer >= s->n_layers) return vq_err_set(err, VQ_ERR_ARG, "backend cuda: layer %d", layer);
     ON_DEVICE(ctx);
+    const vq_cuda_kvl *L = &s->L[layer];
     vq_cuda_seq seq;
     memset(&seq, 0, sizeof seq);
-    seq.k = s->k[layer];
-    seq.v = s->v[layer];
-    seq.k_head_stride = seq.v_head_stride = (int64_t)s->head_stride;
-    seq.n_coded = s->rows[layer];
+    seq.k = L->k;
+    seq.v = L->v;
+    seq.k_head_stride = (int64_t)L->k_head;
+    seq.v_head_stride = (int64_t)L->v_head;
+    seq.n_coded = L->n_coded;
     seq.pos0 = 0;
+    if (L->n_win) {
+        seq.fp_k = L->win_k;
+        seq.fp_v = L->win_v;
+        seq.fp_pos = L->win_pos;
+        seq.n_fp = L->n_win;
+    }
     seq.q_pos = pos[0];
     seq.span = s->span[layer];
     /* the descriptor travels in stream order before the launch that reads it */
     cudaError_t e = cudaMemcpy(s->dseq, &seq, sizeof seq, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) return cuerr(err, e, "sequence descriptor");
-    return vq_cuda_attn_decode(&s->fmt, s->dseq, 1, seq.n_coded, q, out, s->ws, s->ws_bytes, NULL, err);
+    return vq_cuda_attn_decode(&L->fmt, s->dseq, 1, seq.n_coded, q, out, s->ws, s->ws_bytes, NULL, err);
 }
 }  // namespace
 
@@ -254,8 +305,48 @@ extern "C" void vq_cuda_row_destroy(vq_cuda_row *r) {
     free(r);
 }
 
+namespace {
+size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+/* a layer's arrays: per KV head k_head / v_head bytes of codes (f16: rows), and for a coded
+ * layer the 16-row fp16 block of each side plus its positions (win) */
+void layer_geom(int coded, size_t kbb, size_t vrb, int head_dim, int n_kv_heads, int max_ctx, size_t *k_head,
+                size_t *v_head, size_t *win) {
+    if (!coded) {
+        *k_head = *v_head = (size_t)max_ctx * head_dim * 2;
+        *win = 0;
+    } else {
+        *k_head = align16((size_t)(max_ctx / 16) * kbb);
+        *v_head = align16((size_t)(max_ctx / 16 * 16) * vrb);
+        *win = 2 * (size_t)16 * n_kv_heads * head_dim * 2 + 16 * sizeof(int32_t);
+    }
+}
+}
+
+extern "C" size_t vq_cuda_kvs_layer_bytes(const struct vq_codec_state *k, const struct vq_codec_state *v, int n_heads,
+                                          int n_kv_heads, int head_dim, int max_ctx) {
+    vq_cuda_kv_format f;
+    memset(&f, 0, sizeof f);
+    const int coded = k && v && !vq_cuda_kv_format_init(&f, k, v, n_heads, n_kv_heads, NULL) && f.type != VQ_CUDA_KV_F16;
+    size_t kh, vh, win;
+    layer_geom(coded, f.k_block_bytes, f.v_row_bytes, head_dim, n_kv_heads, max_ctx, &kh, &vh, &win);
+    return (kh + vh) * n_kv_heads + win;
+}
+
+extern "C" vq_status vq_cuda_kvs_check(const struct vq_codec_state *k, const struct vq_codec_state *v, int n_heads,
+                                       int n_kv_heads, vq_err *err) {
+    vq_cuda_kv_format f;
+    vq_status st = vq_cuda_kv_format_init(&f, k, v, n_heads, n_kv_heads, err);
+    if (!st && f.type != VQ_CUDA_KV_F16) {
+        vq_cuda_enc e;
+        st = vq_cuda_enc_init(&e, k, err);
+        if (!st) st = vq_cuda_enc_init(&e, v, err);
+    }
+    return st;
+}
+
 extern "C" vq_cuda_kvs *vq_cuda_kvs_create(int n_layers, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
-                                           const int *span, float softcap, vq_err *err) {
+                                           const int *span, float softcap, const struct vq_codec_state *const *states,
+                                           vq_err *err) {
     if (head_dim != 64 && head_dim != 128) {
         vq_err_set(err, VQ_ERR_ARG, "backend cuda: head_dim %d has no attention kernel (64 or 128)", head_dim);
         return NULL;
@@ -279,32 +370,52 @@ extern "C" vq_cuda_kvs *vq_cuda_kvs_create(int n_layers, int n_heads, int n_kv_h
     s->n_layers = n_layers; s->n_heads = n_heads; s->n_kv_heads = n_kv_heads; s->head_dim = head_dim;
     s->max_ctx = max_ctx;
     s->span = (int *)calloc((size_t)n_layers, sizeof(int));
-    s->rows = (int *)calloc((size_t)n_layers, sizeof(int));
-    s->k = (void **)calloc((size_t)n_layers, sizeof(void *));
-    s->v = (void **)calloc((size_t)n_layers, sizeof(void *));
-    if (!s->span || !s->rows || !s->k || !s->v) {
+    s->L = (vq_cuda_kvl *)calloc((size_t)n_layers, sizeof(vq_cuda_kvl));
+    if (!s->span || !s->L) {
         vq_cuda_kvs_destroy(s);
         vq_err_set(err, VQ_ERR_NOMEM, "out of memory");
         return NULL;
     }
     if (span) memcpy(s->span, span, (size_t)n_layers * sizeof(int));
-    s->head_stride = (size_t)max_ctx * head_dim * 2;
-    vq_cuda_kv_format *f = &s->fmt;
-    f->type = VQ_CUDA_KV_F16;
-    f->head_dim = head_dim;
-    f->n_heads = n_heads;
-    f->n_kv_heads = n_kv_heads;
-    for (int i = 0; i < head_dim; i++) f->rk[i] = f->rv[i] = 1.0f;
-    f->k_block_bytes = f->v_row_bytes = (size_t)head_dim * 2;
-    /* the workspace of the largest split the plan makes (it never splits into more parts) */
-    s->ws_bytes = vq_cuda_attn_plan(f, 1, 1 << 28).workspace_bytes;
-    cudaError_t e = cudaMalloc((void **)&s->dseq, sizeof(vq_cuda_seq));
-    if (e == cudaSuccess) e = cudaMalloc(&s->ws, s->ws_bytes);
-    for (int l = 0; e == cudaSuccess && l < n_layers; l++) {
-        e = cudaMalloc(&s->k[l], s->head_stride * n_kv_heads);
-        if (e == cudaSuccess) e = cudaMalloc(&s->v[l], s->head_stride * n_kv_heads);
-        s->bytes += 2 * s->head_stride * n_kv_heads;
+    cudaError_t e = cudaSuccess;
+    for (int l = 0; l < n_layers; l++) {
+        vq_cuda_kvl *L = &s->L[l];
+        vq_cuda_kv_format *f = &L->fmt;
+        if (states && vq_cuda_kvs_check(states[2 * l], states[2 * l + 1], n_heads, n_kv_heads, err)) {
+            vq_cuda_kvs_destroy(s);
+            return NULL;
+        }
+        if (states) vq_cuda_kv_format_init(f, states[2 * l], states[2 * l + 1], n_heads, n_kv_heads, err);
+        if (!states || f->type == VQ_CUDA_KV_F16) {
+            memset(f, 0, sizeof *f);
+            f->type = VQ_CUDA_KV_F16;
+            f->head_dim = head_dim;
+            f->n_heads = n_heads;
+            f->n_kv_heads = n_kv_heads;
+            for (int i = 0; i < head_dim; i++) f->rk[i] = f->rv[i] = 1.0f;
+            f->k_block_bytes = f->v_row_bytes = (size_t)head_dim * 2;
+        } else {
+            L->coded = 1;
+            vq_cuda_enc_init(&L->enc[0], states[2 * l], err);
+            vq_cuda_enc_init(&L->enc[1], states[2 * l + 1], err);
+        }
+        size_t win = 0;
+        layer_geom(L->coded, f->k_block_bytes, f->v_row_bytes, head_dim, n_kv_heads, max_ctx, &L->k_head, &L->v_head, &win);
+        /* the workspace of the largest split the plan makes (it never splits into more parts) */
+        const size_t ws = vq_cuda_attn_plan(f, 1, 1 << 28).workspace_bytes;
+        if (ws > s->ws_bytes) s->ws_bytes = ws;
+        if (e == cudaSuccess && L->k_head) e = cudaMalloc(&L->k, L->k_head * n_kv_heads);
+        if (e == cudaSuccess && L->v_head) e = cudaMalloc(&L->v, L->v_head * n_kv_heads);
+        s->bytes += (L->k_head + L->v_head) * n_kv_heads + win;   /* = vq_cuda_kvs_layer_bytes */
+        if (L->coded) {
+            const size_t wb = (size_t)16 * n_kv_heads * head_dim * 2;
+            if (e == cudaSuccess) e = cudaMalloc(&L->win_k, wb);
+            if (e == cudaSuccess) e = cudaMalloc(&L->win_v, wb);
+            if (e == cudaSuccess) e = cudaMalloc((void **)&L->win_pos, 16 * sizeof(int32_t));
+        }
     }
+    if (e == cudaSuccess) e = cudaMalloc((void **)&s->dseq, sizeof(vq_cuda_seq));
+    if (e == cudaSuccess) e = cudaMalloc(&s->ws, s->ws_bytes);
     if (e != cudaSuccess) {
         vq_cuda_kvs_destroy(s);
         cuerr(err, e, "the KV store");
@@ -316,29 +427,88 @@ extern "C" vq_cuda_kvs *vq_cuda_kvs_create(int n_layers, int n_heads, int n_kv_h
 extern "C" void vq_cuda_kvs_destroy(vq_cuda_kvs *s) {
     if (!s) return;
     (void)on_device(s->device);
-    for (int l = 0; l < s->n_layers; l++) {
-        if (s->k) cudaFree(s->k[l]);
-        if (s->v) cudaFree(s->v[l]);
+    for (int l = 0; s->L && l < s->n_layers; l++) {
+        cudaFree(s->L[l].k);
+        cudaFree(s->L[l].v);
+        cudaFree(s->L[l].win_k);
+        cudaFree(s->L[l].win_v);
+        cudaFree(s->L[l].win_pos);
     }
     cudaFree(s->dseq);
     cudaFree(s->ws);
-    free(s->span); free(s->rows); free(s->k); free(s->v);
+    free(s->span); free(s->L);
     free(s);
 }
 
 extern "C" void vq_cuda_kvs_clear(vq_cuda_kvs *s) {
-    if (s) memset(s->rows, 0, (size_t)s->n_layers * sizeof(int));
+    for (int l = 0; s && l < s->n_layers; l++) s->L[l].n_coded = s->L[l].n_win = 0;
 }
 
+/* keep positions < n: f16 rows stand alone; a coded layer keeps its whole blocks below n and,
+ * when n cuts no block, the window rows below n (the CPU store keeps a coded block whole or not
+ * at all, vq_kv_truncate: the session runs again what was dropped) */
 extern "C" int vq_cuda_kvs_truncate(vq_cuda_kvs *s, int n) {
     if (!s) return 0;
     if (n < 0) n = 0;
-    for (int l = 0; l < s->n_layers; l++)
-        if (s->rows[l] > n) s->rows[l] = n;   /* f16 rows stand alone: nothing to recompute */
-    return n;
+    int kept = n;
+    for (int l = 0; l < s->n_layers; l++) {
+        vq_cuda_kvl *L = &s->L[l];
+        if (!L->coded) { if (L->n_coded > n) L->n_coded = n; continue; }
+        if (n < L->n_coded) { L->n_coded = n / 16 * 16; L->n_win = 0; }
+        else if (n < L->n_coded + L->n_win) L->n_win = n - L->n_coded;
+        if (L->n_coded + L->n_win < kept) kept = L->n_coded + L->n_win;
+    }
+    return kept;
 }
 
 extern "C" size_t vq_cuda_kvs_bytes(const vq_cuda_kvs *s) { return s ? s->bytes : 0; }
+
+extern "C" int vq_cuda_kvs_rows(const vq_cuda_kvs *s, int layer, int *n_win) {
+    *n_win = s->L[layer].n_win;
+    return s->L[layer].n_coded;
+}
+
+/* the layer's bytes <-> host arrays (vq_store_rows, backend/ops.h) */
+extern "C" vq_status vq_cuda_kvs_get(vq_cuda_kvs *s, int layer, vq_store_rows *r, vq_err *err) {
+    const vq_cuda_kvl *L = &s->L[layer];
+    cudaError_t e = on_device(s->device);
+    if (r->n_coded != L->n_coded || r->n_win != L->n_win)
+        return vq_err_set(err, VQ_ERR_ARG, "backend cuda: layer %d holds %d + %d rows", layer, L->n_coded, L->n_win);
+    const size_t nk = L->coded ? (size_t)(L->n_coded / 16) * L->fmt.k_block_bytes : (size_t)L->n_coded * L->fmt.k_block_bytes;
+    const size_t nv = (size_t)L->n_coded * L->fmt.v_row_bytes, wb = (size_t)L->n_win * s->n_kv_heads * s->head_dim * 2;
+    for (int h = 0; e == cudaSuccess && h < s->n_kv_heads; h++) {
+        e = cudaMemcpy(r->k + h * r->k_head, (const uint8_t *)L->k + h * L->k_head, nk, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess) e = cudaMemcpy(r->v + h * r->v_head, (const uint8_t *)L->v + h * L->v_head, nv, cudaMemcpyDeviceToHost);
+    }
+    if (e == cudaSuccess && wb) e = cudaMemcpy(r->win_k, L->win_k, wb, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && wb) e = cudaMemcpy(r->win_v, L->win_v, wb, cudaMemcpyDeviceToHost);
+    return e == cudaSuccess ? VQ_OK : cuerr(err, e, "reading the store");
+}
+
+extern "C" vq_status vq_cuda_kvs_put(vq_cuda_kvs *s, int layer, const vq_store_rows *r, vq_err *err) {
+    vq_cuda_kvl *L = &s->L[layer];
+    if (L->n_coded || L->n_win) return vq_err_set(err, VQ_ERR_STATE, "backend cuda: layer %d is not empty", layer);
+    if (r->n_coded < 0 || r->n_win < 0 || r->n_coded + r->n_win > s->max_ctx || (L->coded && (r->n_coded % 16 || r->n_win > 15)) ||
+        (!L->coded && r->n_win))
+        return vq_err_set(err, VQ_ERR_ARG, "backend cuda: layer %d cannot take %d coded and %d window rows", layer,
+                          r->n_coded, r->n_win);
+    cudaError_t e = on_device(s->device);
+    const size_t nk = L->coded ? (size_t)(r->n_coded / 16) * L->fmt.k_block_bytes : (size_t)r->n_coded * L->fmt.k_block_bytes;
+    const size_t nv = (size_t)r->n_coded * L->fmt.v_row_bytes, wb = (size_t)r->n_win * s->n_kv_heads * s->head_dim * 2;
+    for (int h = 0; e == cudaSuccess && h < s->n_kv_heads; h++) {
+        e = cudaMemcpy((uint8_t *)L->k + h * L->k_head, r->k + h * r->k_head, nk, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cudaMemcpy((uint8_t *)L->v + h * L->v_head, r->v + h * r->v_head, nv, cudaMemcpyHostToDevice);
+    }
+    if (e == cudaSuccess && wb) e = cudaMemcpy(L->win_k, r->win_k, wb, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && wb) e = cudaMemcpy(L->win_v, r->win_v, wb, cudaMemcpyHostToDevice);
+    int32_t pos[16];
+    for (int i = 0; i < r->n_win; i++) pos[i] = r->n_coded + i;
+    if (e == cudaSuccess && r->n_win) e = cudaMemcpy(L->win_pos, pos, (size_t)r->n_win * 4, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) return cuerr(err, e, "writing the store");
+    L->n_coded = r->n_coded;
+    L->n_win = r->n_win;
+    return VQ_OK;
+}
 
 
 /* ---- the CUDA device row (backend/ops.h "devices") ---- */
@@ -369,19 +539,35 @@ void dev_describe(void *ctx, char *buf, size_t cap) {
 }
 void dev_close(void *ctx) { vq_cuda_row_destroy((vq_cuda_row *)ctx); }
 void *dev_store_create(void *ctx, int n_layers, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
-                       const int *span, float softcap, vq_err *err) {
+                       const int *span, float softcap, const struct vq_codec_state *const *st, vq_err *err) {
     cudaError_t e = on_device(((const vq_cuda_row *)ctx)->device);
     if (e != cudaSuccess) { cuerr(err, e, "selecting the device"); return NULL; }
-    vq_cuda_kvs *s = vq_cuda_kvs_create(n_layers, n_heads, n_kv_heads, head_dim, max_ctx, span, softcap, err);
+    vq_cuda_kvs *s = vq_cuda_kvs_create(n_layers, n_heads, n_kv_heads, head_dim, max_ctx, span, softcap, st, err);
     if (!s && err && err->code == VQ_ERR_ARG) err->code = VQ_ERR_UNSUPPORTED;   /* the model is fine; the store lacks it */
     return s;
 }
 void dev_store_free(void *store) { vq_cuda_kvs_destroy((vq_cuda_kvs *)store); }
 int dev_store_truncate(void *store, int n) { return vq_cuda_kvs_truncate((vq_cuda_kvs *)store, n); }
 size_t dev_store_bytes(const void *store) { return vq_cuda_kvs_bytes((const vq_cuda_kvs *)store); }
+vq_status dev_store_check(const struct vq_codec_state *k, const struct vq_codec_state *v, int n_heads, int n_kv_heads,
+                          vq_err *err) {
+    vq_status st = vq_cuda_kvs_check(k, v, n_heads, n_kv_heads, err);
+    if (st && err) err->code = VQ_ERR_UNSUPPORTED;
+    return st ? VQ_ERR_UNSUPPORTED : VQ_OK;
+}
+int dev_store_rows(const void *store, int layer, int *n_win) {
+    return vq_cuda_kvs_rows((const vq_cuda_kvs *)store, layer, n_win);
+}
+vq_status dev_store_get(void *store, int layer, vq_store_rows *r, vq_err *err) {
+    return vq_cuda_kvs_get((vq_cuda_kvs *)store, layer, r, err);
+}
+vq_status dev_store_put(void *store, int layer, const vq_store_rows *r, vq_err *err) {
+    return vq_cuda_kvs_put((vq_cuda_kvs *)store, layer, r, err);
+}
 }  // namespace
 
 extern "C" const vq_device vq_device_cuda = {
     "cuda", &vq_ops_cuda, NULL, "f16", dev_count, dev_open, dev_mirror, dev_bytes, dev_describe, dev_close,
-    dev_store_create, dev_store_free, dev_store_truncate, dev_store_bytes, 16,
+    dev_store_create, dev_store_free, dev_store_truncate, dev_store_bytes, 16, dev_store_check, dev_store_rows,
+    dev_store_get, dev_store_put,
 };

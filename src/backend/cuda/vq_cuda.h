@@ -60,6 +60,34 @@ vq_status vq_cuda_kv_format_init(vq_cuda_kv_format *f, const struct vq_codec_sta
 /* Bytes of n rows of one KV head, keys and values (n a multiple of the key block's rows). */
 size_t vq_cuda_kv_bytes(const vq_cuda_kv_format *f, int64_t n);
 
+/* ---- encoding K/V rows on the device (kv_encode.cu, kv_encode.cuh) ----
+ * What one side's encoder needs to write the CPU codec's bytes bit for bit (docs/cuda.md "Codes
+ * written on the GPU"): q8_0 / q4_0 (optionally rotated: y = scale * H (sgn ⊙ x), sgn = ±1) and
+ * turboquant_mse at 4 bits (norm in double, y = H (sgn ⊙ x/‖x‖) with sgn = ±1/sqrt(d), index by
+ * the Lloyd-Max boundaries), keys in 16-row lanes blocks, values one row per block. */
+typedef struct vq_cuda_enc {
+    int type;                       /* VQ_CUDA_KV_Q8_0, _Q4_0, _TQ4 */
+    int d;
+    int lanes;                      /* 1: 16-row lanes blocks (keys); 0: one row per block */
+    int rotate;                     /* q8_0/q4_0: rotate=1; TQ4: always 1 */
+    int norm32;                     /* TQ4: f32 norms */
+    float scale;                    /* q8_0/q4_0 rotated: the codec's 1/sqrtf(d) */
+    size_t block_bytes;             /* one block (16 rows for lanes) */
+    float sgn[VQ_CUDA_MAX_D];       /* the rotation's factors */
+    float bound[16];                /* TQ4: boundaries b[0..14], b[15] = +inf */
+} vq_cuda_enc;
+/* From a codec state (the codec layer's description, codec_dev.h); VQ_ERR_ARG naming what no
+ * encoder writes (f16 rows need none: vq_cuda_kv_put_f16). */
+vq_status vq_cuda_enc_init(vq_cuda_enc *e, const struct vq_codec_state *st, vq_err *err);
+/* Encode rpb rows (16 for lanes keys, any count for one-row values: rows) of each of n_kv_heads
+ * heads: row t < n_win comes from the fp16 rows win (row t of head h at win + (t * n_kv_heads + h)
+ * * d halves: the CPU store's window ring, linearized), row t >= n_win from the f32 rows src
+ * (row t - n_win, head h at src + ((t - n_win) * n_kv_heads + h) * d). Head h's output starts at
+ * dst + h * head_stride (lanes: one block; values: `rows` consecutive row blocks). Device
+ * pointers; asynchronous on stream. */
+vq_status vq_cuda_kv_encode(const vq_cuda_enc *e, int n_kv_heads, int rows, const void *win, int n_win,
+                            const float *src, void *dst, size_t head_stride, void *stream, vq_err *err);
+
 typedef struct vq_cuda_seq {        /* one sequence's rows; an array of them lives on the device */
     const void *k, *v;              /* device: coded rows (see above) */
     int64_t k_head_stride, v_head_stride;   /* bytes between two KV heads' blocks */
@@ -149,13 +177,32 @@ vq_status vq_cuda_row_mirror(vq_cuda_row *r, const void *host, size_t bytes, vq_
 size_t    vq_cuda_row_bytes(const vq_cuda_row *r);   /* device bytes of the mirrored buffers */
 void      vq_cuda_row_destroy(vq_cuda_row *r);
 typedef struct vq_cuda_kvs vq_cuda_kvs;
-/* span: per layer attention span (0: all), copied; NULL: all unbounded. On the calling thread's
- * current device (the device row sets it to the row's). */
+/* span: per layer attention span (0: all), copied; NULL: all unbounded. states: per layer the K
+ * and V codec states (states[2 l + side]: the CPU cache's, so the rotations are its own), or
+ * NULL: f16 rows everywhere. A coded layer keeps its codes in the CPU codec's bytes (keys in
+ * 16-row lanes blocks, values a row per block, one array per KV head for max_ctx rows) and the
+ * partial block's rows in fp16, encoded on the device (vq_cuda_kv_encode) when its 16th row
+ * comes: rows 0..14 from fp16, the 16th as given, as the CPU store encodes its window=0 cache.
+ * On the calling thread's current device (the device row sets it to the row's). */
 vq_cuda_kvs *vq_cuda_kvs_create(int n_layers, int n_heads, int n_kv_heads, int head_dim, int max_ctx,
-                                const int *span, float softcap, vq_err *err);
+                                const int *span, float softcap, const struct vq_codec_state *const *states,
+                                vq_err *err);
+/* 0, or VQ_ERR_ARG naming why no store holds these states (no device needed) */
+vq_status vq_cuda_kvs_check(const struct vq_codec_state *k, const struct vq_codec_state *v, int n_heads,
+                            int n_kv_heads, vq_err *err);
+/* bytes vq_cuda_kvs_create allocates for one layer of these states (NULL: f16 rows) and max_ctx
+ * rows, computed without a device (vq_cuda_kvs_bytes is their sum over the layers; the attention
+ * workspace and the sequence descriptor, the store's scratch, are not counted) */
+size_t vq_cuda_kvs_layer_bytes(const struct vq_codec_state *k, const struct vq_codec_state *v, int n_heads,
+                               int n_kv_heads, int head_dim, int max_ctx);
 void   vq_cuda_kvs_destroy(vq_cuda_kvs *s);
 void   vq_cuda_kvs_clear(vq_cuda_kvs *s);
-int    vq_cuda_kvs_truncate(vq_cuda_kvs *s, int n);   /* keep positions < n; returns n */
+int    vq_cuda_kvs_truncate(vq_cuda_kvs *s, int n);   /* keep positions < n; returns rows kept */
+/* a layer's rows (n_coded, n_win) and their bytes <-> host arrays (backend/ops.h vq_store_rows) */
+int    vq_cuda_kvs_rows(const vq_cuda_kvs *s, int layer, int *n_win);
+struct vq_store_rows;
+vq_status vq_cuda_kvs_get(vq_cuda_kvs *s, int layer, struct vq_store_rows *r, vq_err *err);
+vq_status vq_cuda_kvs_put(vq_cuda_kvs *s, int layer, const struct vq_store_rows *r, vq_err *err);
 size_t vq_cuda_kvs_bytes(const vq_cuda_kvs *s);
 
 /* Runtime helpers for C callers (tests, tools): device count (0 when there is no device or no
