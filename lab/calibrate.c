@@ -40,6 +40,9 @@ typedef struct cal_acc {
     uint64_t *rows;                    /* per layer: rows seen */
     double *cos;                       /* per layer: Σ over rows of cos(x, x + attn(x)) */
     uint64_t *cos_rows;                /* per layer: rows in it */
+    int vi_rows;                       /* VecInfer: rows kept per layer for the k-means (0: none) */
+    float *vik, *viv;                  /* [L][Hk][vi_rows][d]: the first rows' keys and values */
+    int *vi_n;                         /* per layer: rows kept */
 } cal_acc;
 
 /* The attention block's tap: cos(x, x + dx) per row, x the residual stream entering the layer and
@@ -99,6 +102,12 @@ static void tap(void *user, int layer, int n, const int *pos, const float *q, co
         }
     }
     a->rows[layer] += (uint64_t)n;
+    for (int t = 0; t < n && a->vi_rows && a->vi_n[layer] < a->vi_rows; t++, a->vi_n[layer]++)
+        for (int h = 0; h < a->Hk; h++) {
+            const size_t o = (((size_t)layer * a->Hk + h) * a->vi_rows + a->vi_n[layer]) * d;
+            memcpy(a->vik + o, k + t * wk + (size_t)h * d, sizeof(float) * (size_t)d);
+            memcpy(a->viv + o, v + t * wk + (size_t)h * d, sizeof(float) * (size_t)d);
+        }
 }
 
 /* The top eigenvector of the symmetric PSD m (upper triangle filled; mirrored here), by power
@@ -270,6 +279,16 @@ static uint64_t vq_calibrate_model_hash(const vq_model *m, char *name, size_t na
 
 vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, const char *out_path,
                        vq_calibrate_info *info, vq_err *err) {
+    return vq_calibrate_vi(m, tok, n_tok, ctx, 0, 0, 0, 1.0, out_path, info, err);
+}
+
+/* The VecInfer section's seeds: the rotation's (recorded in the file) and the k-means' */
+#define VI_ROT_SEED 0x5ec1f0e5ull
+#define VI_KM_SEED 20251007ull
+
+vq_status vq_calibrate_vi(const vq_model *m, const int *tok, int n_tok, int ctx, int vi_sub_k,
+                          int vi_sub_v, int vi_rows, double vi_alpha, const char *out_path,
+                          vq_calibrate_info *info, vq_err *err) {
     vq_err_clear(err);
     if (info) memset(info, 0, sizeof *info);
     if (!m || !tok || !out_path) return vq_err_set(err, VQ_ERR_ARG, "calibrate: no model, tokens or output path");
@@ -278,6 +297,22 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
     const vq_model_info c = vq_model_get_info(m);
     const vq_model_details det = vq_model_get_details(m);
     cal_acc a = { .L = c.n_layers, .Hq = c.n_heads, .Hk = c.n_kv_heads, .d = c.head_dim };
+    if (vi_sub_k || vi_sub_v) {
+        if (!(vi_sub_k == 1 || vi_sub_k == 2 || vi_sub_k == 4 || vi_sub_k == 8) ||
+            !(vi_sub_v == 1 || vi_sub_v == 2 || vi_sub_v == 4 || vi_sub_v == 8))
+            return vq_err_set(err, VQ_ERR_ARG, "calibrate: VecInfer sub-vector lengths %d,%d: each must be "
+                              "1, 2, 4 or 8", vi_sub_k, vi_sub_v);
+        if (vi_rows < 16 || vi_rows > (1 << 20))
+            return vq_err_set(err, VQ_ERR_ARG, "calibrate: VecInfer rows %d outside 16..2^20", vi_rows);
+        a.vi_rows = vi_rows;
+        a.vik = malloc(sizeof(float) * (size_t)a.L * a.Hk * vi_rows * a.d);
+        a.viv = malloc(sizeof(float) * (size_t)a.L * a.Hk * vi_rows * a.d);
+        a.vi_n = calloc((size_t)a.L, sizeof(int));
+        if (!a.vik || !a.viv || !a.vi_n) {
+            free(a.vik); free(a.viv); free(a.vi_n);
+            return vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory for %d VecInfer rows", vi_rows);
+        }
+    }
     const size_t wq = (size_t)a.L * a.Hq * a.d, wk = (size_t)a.L * a.Hk * a.d;
     a.q1 = calloc(wq, sizeof(double)); a.q2 = calloc(wq, sizeof(double));
     a.k1 = calloc(wk, sizeof(double)); a.k2 = calloc(wk, sizeof(double)); a.v2 = calloc(wk, sizeof(double));
@@ -386,6 +421,25 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
                      cal.q_filter + ((size_t)l * a.Hk + h) * a.d, a.tmp + a.d);
         }
     }
+    if (a.vi_rows) {   /* VecInfer: λ and the codebooks of every (layer, KV head), from the kept rows */
+        const size_t nf = (size_t)a.L * a.Hk * a.d;
+        cal.vi_sub_k = vi_sub_k; cal.vi_sub_v = vi_sub_v; cal.vi_seed = VI_ROT_SEED;
+        cal.vi_smooth = calloc(nf, sizeof(float));
+        cal.vi_cb_k = calloc(nf * 16, sizeof(float));
+        cal.vi_cb_v = calloc(nf * 16, sizeof(float));
+        if (!cal.vi_smooth || !cal.vi_cb_k || !cal.vi_cb_v) {
+            s = vq_err_set(err, VQ_ERR_NOMEM, "calibrate: out of memory");
+            goto done;
+        }
+        for (int l = 0; l < a.L && !s; l++)
+            for (int h = 0; h < a.Hk && !s; h++) {
+                const size_t kh = (size_t)l * a.Hk + h, o = kh * a.vi_rows * a.d;
+                s = vq_lab_vi_train_head(a.vik + o, a.viv + o, a.vi_n[l], a.d, vi_sub_k, vi_sub_v, vi_alpha, VI_ROT_SEED,
+                                         VI_KM_SEED + kh, cal.vi_smooth + kh * a.d, cal.vi_cb_k + kh * a.d * 16,
+                                         cal.vi_cb_v + kh * a.d * 16, err);
+            }
+        if (s) goto done;
+    }
     size_t file_bytes = 0;
     s = vq_lab_calib_write(&cal, out_path, &file_bytes, err);
     if (!s && info) {
@@ -400,6 +454,7 @@ done:
     vq_kv_spec_free(f32);
     free(a.q1); free(a.q2); free(a.k1); free(a.k2); free(a.v2); free(a.rows); free(a.qq); free(a.tmp);
     free(a.cos); free(a.cos_rows); free(a.kk); free(a.vv); free(em); free(eix);
+    free(a.vik); free(a.viv); free(a.vi_n);
     return s;
 }
 

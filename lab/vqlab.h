@@ -262,6 +262,14 @@ typedef struct vq_calibrate_info {
 } vq_calibrate_info;
 vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, const char *out_path,
                        vq_calibrate_info *info, vq_err *err);
+/* The same, plus the VecInfer section (codec vecinfer, docs/codecs-vecinfer.md) when vi_sub_k > 0:
+ * per (layer, KV head) the key smoothing λ and k-means codebooks of 16 entries for key sub-vectors
+ * of vi_sub_k and value sub-vectors of vi_sub_v coordinates (1, 2, 4 or 8), trained on the first
+ * vi_rows rows of each layer (16..2^20); the smoothing is λ = (channel max |k|)^vi_alpha (0 < alpha
+ * <= 1; the paper: 1). */
+vq_status vq_calibrate_vi(const vq_model *m, const int *tok, int n_tok, int ctx, int vi_sub_k,
+                          int vi_sub_v, int vi_rows, double vi_alpha, const char *out_path,
+                          vq_calibrate_info *info, vq_err *err);
 /* A calibration file's layers ranked by their query x key energy E_l = Σ_{KV heads} Σ_{RoPE pairs}
  * pair_energy: a key codec of a given relative error shifts a layer's scores by an amount whose
  * mean square grows with E_l, so the layers with the most are where more key bits help most (the

@@ -36,6 +36,21 @@ static inline void vq_t_calib_make(vq_calib *c, int L, int NH, int H, int d, vq_
         for (int i = 0; i < d; i++) { x[i] = (float)vq_rng_gauss(rng); n2 += (double)x[i] * x[i]; }
         for (int i = 0; i < d; i++) x[i] = (float)(x[i] / sqrt(n2));
     }
+    /* a VecInfer section (sub-vectors of 2, random λ and codebooks) where the codec can serve d; its
+     * own rng, so the caller's draws after this call do not change */
+    if (d % 16 == 0 && d <= 256) {
+        vq_rng r2;
+        vq_rng_seed(&r2, 0x7ec1ull + (uint64_t)(L * 1000003 + NH * 1009 + H * 101 + d));
+        if (vq_calib_vi_alloc(c, 2, 2, 99, NULL)) { fprintf(stderr, "calib fixture: vi alloc failed\n"); exit(1); }
+        for (size_t i = 0; i < kv * (size_t)d; i++) c->vi_smooth[i] = (float)(0.5 + 2.5 * vq_rng_uniform(&r2));
+        for (size_t i = 0; i < kv * (size_t)d * VQ_CALIB_VI_CB; i++) {
+            c->vi_cb_k[i] = (float)(0.4 * vq_rng_gauss(&r2));
+            c->vi_cb_v[i] = (float)(0.6 * vq_rng_gauss(&r2));
+        }
+        for (size_t g = 0; g < kv * (size_t)d / 2; g++)   /* entry 0: the zero vector (sub 2) */
+            c->vi_cb_k[g * VQ_CALIB_VI_CB * 2] = c->vi_cb_k[g * VQ_CALIB_VI_CB * 2 + 1] =
+                c->vi_cb_v[g * VQ_CALIB_VI_CB * 2] = c->vi_cb_v[g * VQ_CALIB_VI_CB * 2 + 1] = 0.0f;
+    }
     for (size_t f = 0; f < kv; f++)   /* low-rank bases (version 4): random orthonormal rows */
         for (int side = 0; side < 2; side++) {
             float *B = (side ? c->v_basis : c->k_basis) + f * (size_t)d * d;

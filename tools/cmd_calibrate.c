@@ -28,6 +28,11 @@ static const char *calibrate_help =
     "  -o, --out FILE     the calibration file to write (required)\n"
     "      --tokens N     tokens of the text to use (default 16384; fewer if the text is shorter)\n"
     "      --ctx N        window length (default 1024)\n"
+    "      --vecinfer K,V also train the VecInfer codebooks (codec vecinfer): sub-vectors of K key and\n"
+    "                     V value coordinates (1, 2, 4 or 8: 4/K and 4/V bits per element), 16 entries\n"
+    "                     each, k-means on the first --vecinfer-rows rows of each layer (file version 5)\n"
+    "      --vecinfer-rows N  rows per layer for that k-means (default 8192)\n"
+    "      --vecinfer-alpha A key smoothing lambda = (channel max |k|)^A, 0 < A <= 1 (default 1, the paper's)\n"
     "  -t, --threads N    threads\n"
     "      --json         the summary as JSON\n";
 
@@ -36,7 +41,9 @@ int cmd_calibrate(int argc, char **argv) {
     opts_init(&o, argv[1]);
     o.file = DEFAULT_CALIB_TEXT;
     const char *out = NULL;
-    long n_tokens = 16384, ctx = 1024;
+    long n_tokens = 16384, ctx = 1024, vi_rows = 8192;
+    int vi_k = 0, vi_v = 0;
+    double vi_alpha = 1.0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (common_opt(&o, argc, argv, &i)) continue;
@@ -45,6 +52,19 @@ int cmd_calibrate(int argc, char **argv) {
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) { if (!v || !*v) die("%s needs a file", a); out = v; i++; }
         else if (!strcmp(a, "--tokens")) { n_tokens = parse_long(a, v, 2, 1 << 22); i++; }
         else if (!strcmp(a, "--ctx")) { ctx = parse_long(a, v, 2, 1 << 20); i++; }
+        else if (!strcmp(a, "--vecinfer-alpha")) {
+            char *end = NULL;
+            vi_alpha = v ? strtod(v, &end) : 0.0;
+            if (!v || end == v || *end || !(vi_alpha > 0 && vi_alpha <= 1)) die("%s needs a number in (0, 1], got '%s'", a, v ? v : "");
+            i++;
+        }
+        else if (!strcmp(a, "--vecinfer-rows")) { vi_rows = parse_long(a, v, 16, 1 << 20); i++; }
+        else if (!strcmp(a, "--vecinfer")) {
+            char tail = 0;
+            if (!v || sscanf(v, "%d,%d%c", &vi_k, &vi_v, &tail) != 2 || vi_k < 1 || vi_v < 1)
+                die("%s needs K,V (sub-vector lengths of keys and values: 1, 2, 4 or 8), got '%s'", a, v ? v : "");
+            i++;
+        }
         else die("calibrate: unknown option '%s' (see veloxquant calibrate --help)", a);
     }
     if (!out) die("calibrate: -o FILE is required (where the calibration is written)");
@@ -59,7 +79,7 @@ int cmd_calibrate(int argc, char **argv) {
     if (n_tok > n_tokens) n_tok = (int)n_tokens;
     vq_calibrate_info info;
     vq_err err;
-    if (vq_calibrate(m, tok, n_tok, (int)ctx, out, &info, &err)) die("%s", err.msg);
+    if (vq_calibrate_vi(m, tok, n_tok, (int)ctx, vi_k, vi_v, (int)vi_rows, vi_alpha, out, &info, &err)) die("%s", err.msg);
     if (o.json) {
         json j;
         json_init(&j, stdout);

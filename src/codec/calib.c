@@ -53,11 +53,45 @@ static const char *const ARR_NAME[N_ARR] = { "pair_energy", "k_mean", "k_sq", "v
  * any sign; the rest are second moments, their products or eigenvalues of second moments */
 static int signed_arr(int i) { return i == 1 || i == 4 || i == 6 || i == 7 || i == 9 || i == 10 || i == 12; }
 
-size_t vq_calib_file_bytes(const vq_calib *c) {
+/* The VecInfer section (version 5): "VECINFER", u32 sub_k, u32 sub_v, u32 codebook entries, u32
+ * reserved 0, u64 rotation seed, then f32 smooth [L][Hkv][d], cb_k and cb_v [L][Hkv][d * CB]
+ * each, then a CRC-32 of the section's bytes before it. */
+#define VI_HDR 32
+static size_t vi_floats(const vq_calib *c) {   /* one of the three arrays' counts: smooth is d per head */
+    return (size_t)c->n_layers * c->n_kv_heads * (size_t)c->head_dim;
+}
+static size_t vi_bytes(const vq_calib *c) {
+    return c->vi_sub_k ? VI_HDR + vi_floats(c) * (1 + 2 * VQ_CALIB_VI_CB) * sizeof(float) + 4 : 0;
+}
+static size_t base_bytes(const vq_calib *c) {
     size_t n[N_ARR], t = 0;
     counts(c, n);
     for (int i = 0; i < N_ARR; i++) t += n[i];
     return HDR + t * sizeof(float) + 4;
+}
+size_t vq_calib_file_bytes(const vq_calib *c) { return base_bytes(c) + vi_bytes(c); }
+
+static int vi_sub_ok(int sub, int d) { return (sub == 1 || sub == 2 || sub == 4 || sub == 8) && d % sub == 0; }
+
+vq_status vq_calib_vi_alloc(vq_calib *c, int sub_k, int sub_v, uint64_t seed, vq_err *err) {
+    if (!vi_sub_ok(sub_k, c->head_dim) || !vi_sub_ok(sub_v, c->head_dim))
+        return vq_err_set(err, VQ_ERR_ARG, "calibration: VecInfer sub-vector lengths %d/%d (keys/values) "
+                          "must be 1, 2, 4 or 8 and divide head_dim %d", sub_k, sub_v, c->head_dim);
+    const size_t n = vi_floats(c);
+    free(c->vi_smooth); free(c->vi_cb_k); free(c->vi_cb_v);
+    c->vi_smooth = calloc(n, sizeof(float));
+    c->vi_cb_k = calloc(n * VQ_CALIB_VI_CB, sizeof(float));
+    c->vi_cb_v = calloc(n * VQ_CALIB_VI_CB, sizeof(float));
+    if (!c->vi_smooth || !c->vi_cb_k || !c->vi_cb_v) {
+        free(c->vi_smooth); free(c->vi_cb_k); free(c->vi_cb_v);
+        c->vi_smooth = c->vi_cb_k = c->vi_cb_v = NULL;
+        c->vi_sub_k = c->vi_sub_v = 0;
+        return vq_err_set(err, VQ_ERR_NOMEM, "calibration: out of memory (VecInfer section)");
+    }
+    c->vi_sub_k = sub_k;
+    c->vi_sub_v = sub_v;
+    c->vi_seed = seed;
+    return VQ_OK;
 }
 
 void vq_calib_free(vq_calib *c) {
@@ -65,6 +99,9 @@ void vq_calib_free(vq_calib *c) {
     float **a[N_ARR];
     arrays(c, a);
     for (int i = 0; i < N_ARR; i++) { free(*a[i]); *a[i] = NULL; }
+    free(c->vi_smooth); free(c->vi_cb_k); free(c->vi_cb_v);
+    c->vi_smooth = c->vi_cb_k = c->vi_cb_v = NULL;
+    c->vi_sub_k = c->vi_sub_v = 0;
 }
 
 static int dims_ok(const vq_calib *c) {
@@ -107,7 +144,12 @@ vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_e
     uint8_t *b = calloc(1, total);
     if (!b) return vq_err_set(err, VQ_ERR_NOMEM, "calibration: out of memory (%zu bytes)", total);
     memcpy(b, VQ_CALIB_MAGIC, 8);
-    put32(b + 8, c->has_lowrank ? VQ_CALIB_VERSION : 3u);   /* so a read file writes back its bytes */
+    if (c->vi_sub_k && !c->has_lowrank) {
+        free(b);
+        return vq_err_set(err, VQ_ERR_ARG, "calibration: a VecInfer section needs the version 4 arrays (has_lowrank)");
+    }
+    /* so a read file writes back its bytes */
+    put32(b + 8, c->vi_sub_k ? VQ_CALIB_VERSION_VI : c->has_lowrank ? VQ_CALIB_VERSION : 3u);
     put32(b + 12, HDR);
     memcpy(b + 16, c->model, strnlen(c->model, VQ_CALIB_NAME - 1));
     put64(b + 80, c->config_hash);
@@ -134,6 +176,20 @@ vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_e
         off += n[i] * sizeof(float);
     }
     put32(b + off, crc(0, b + HDR, off - HDR));
+    off += 4;
+    if (c->vi_sub_k) {
+        uint8_t *v = b + off;
+        memcpy(v, "VECINFER", 8);
+        put32(v + 8, (uint32_t)c->vi_sub_k);
+        put32(v + 12, (uint32_t)c->vi_sub_v);
+        put32(v + 16, VQ_CALIB_VI_CB);
+        put64(v + 24, c->vi_seed);
+        size_t o = VI_HDR, n = vi_floats(c);
+        memcpy(v + o, c->vi_smooth, n * sizeof(float)); o += n * sizeof(float);
+        memcpy(v + o, c->vi_cb_k, n * VQ_CALIB_VI_CB * sizeof(float)); o += n * VQ_CALIB_VI_CB * sizeof(float);
+        memcpy(v + o, c->vi_cb_v, n * VQ_CALIB_VI_CB * sizeof(float)); o += n * VQ_CALIB_VI_CB * sizeof(float);
+        put32(v + o, crc(0, v, o));
+    }
     *buf = b;
     *len = total;
     return VQ_OK;
@@ -148,9 +204,10 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
     if (len < HDR + 4) return bad(err, "too short for the 128-byte header (truncated or not a calibration file)", len);
     if (memcmp(buf, VQ_CALIB_MAGIC, 8)) return bad(err, "bad magic: not a veloxquant calibration file", 0);
     uint32_t ver = get32(buf + 8);
-    if (ver < VQ_CALIB_VERSION_MIN || ver > VQ_CALIB_VERSION) {
+    if (ver < VQ_CALIB_VERSION_MIN || ver > VQ_CALIB_VERSION_VI) {
         vq_err_set(err, VQ_ERR_FORMAT, "calibration file: version %u, this build reads versions %u..%u "
-                   "(byte offset 8)", ver, VQ_CALIB_VERSION_MIN, VQ_CALIB_VERSION);
+                   "(%u: with a VecInfer section) (byte offset 8)", ver, VQ_CALIB_VERSION_MIN,
+                   VQ_CALIB_VERSION_VI, VQ_CALIB_VERSION_VI);
         return VQ_ERR_FORMAT;
     }
     if (get32(buf + 12) != HDR) return bad(err, "header_bytes is not 128", 12);
@@ -176,14 +233,35 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
     /* statistics over no rows are no statistics; the count is used as a double and a long, so it
      * stays below 2^53 (calibrate writes at most 2^22) */
     if (t.n_tokens < 1 || t.n_tokens > ((uint64_t)1 << 53)) return bad(err, "n_tokens is outside 1..2^53", 112);
+    const size_t bb = base_bytes(&t);
+    if (ver == VQ_CALIB_VERSION_VI) {   /* the section's header fixes its size */
+        if (len < bb + VI_HDR + 4) return bad(err, "version 4 without a whole VecInfer section header", len);
+        const uint8_t *v = buf + bb;
+        if (memcmp(v, "VECINFER", 8)) return bad(err, "VecInfer section: bad tag", bb);
+        uint32_t sk = get32(v + 8), sv = get32(v + 12);
+        if (sk > 8 || sv > 8 || !vi_sub_ok((int)sk, t.head_dim) || !vi_sub_ok((int)sv, t.head_dim))
+            return bad(err, "VecInfer section: a sub-vector length is not 1, 2, 4 or 8 dividing head_dim", bb + 8);
+        if (get32(v + 16) != VQ_CALIB_VI_CB) return bad(err, "VecInfer section: codebook entries are not 16", bb + 16);
+        if (get32(v + 20) != 0) return bad(err, "VecInfer section: reserved field is not zero", bb + 20);
+        t.vi_sub_k = (int)sk;
+        t.vi_sub_v = (int)sv;
+        t.vi_seed = get64(v + 24);
+    }
     if (vq_calib_file_bytes(&t) != len) {
         vq_err_set(err, VQ_ERR_FORMAT, "calibration file: %zu bytes, its dims need %zu (truncated or "
                    "extended)", len, vq_calib_file_bytes(&t));
         return VQ_ERR_FORMAT;
     }
-    if (get32(buf + len - 4) != crc(0, buf + HDR, len - 4 - HDR))
-        return bad(err, "data CRC-32 mismatch (corrupt statistics)", len - 4);
-    t.data_crc = get32(buf + len - 4);
+    if (get32(buf + bb - 4) != crc(0, buf + HDR, bb - 4 - HDR))
+        return bad(err, "data CRC-32 mismatch (corrupt statistics)", bb - 4);
+    if (t.vi_sub_k && get32(buf + len - 4) != crc(0, buf + bb, len - 4 - bb))
+        return bad(err, "VecInfer section CRC-32 mismatch (corrupt codebooks)", len - 4);
+    /* what a KV state records: the statistics' CRC, and in version 4 that CRC chained over the
+     * whole section (codes depend on the codebooks) */
+    t.data_crc = t.vi_sub_k ? crc(get32(buf + bb - 4), buf + bb, len - bb) : get32(buf + bb - 4);
+    const int vsk = t.vi_sub_k, vsv = t.vi_sub_v;
+    const uint64_t vseed = t.vi_seed;
+    t.vi_sub_k = t.vi_sub_v = 0;   /* allocated below */
     vq_status s = vq_calib_alloc(&t, err);
     if (s) return s;
     size_t n[N_ARR], off = HDR;
@@ -204,6 +282,41 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
             }
         }
         off += n[i] * sizeof(float);
+    }
+    if (vsk) {
+        s = vq_calib_vi_alloc(&t, vsk, vsv, vseed, err);
+        if (s) { vq_calib_free(&t); return s; }
+        const size_t nf = vi_floats(&t);
+        float *dst[3] = { t.vi_smooth, t.vi_cb_k, t.vi_cb_v };
+        const size_t cnt[3] = { nf, nf * VQ_CALIB_VI_CB, nf * VQ_CALIB_VI_CB };
+        static const char *const nm[3] = { "vi_smooth", "vi_cb_k", "vi_cb_v" };
+        off += 4 + VI_HDR;
+        for (int i = 0; i < 3; i++) {
+            memcpy(dst[i], buf + off, cnt[i] * sizeof(float));
+            for (size_t j = 0; j < cnt[i]; j++) {
+                float x = dst[i][j];
+                if (!isfinite(x) || (i == 0 && !(x > 0))) {
+                    char m[96];
+                    snprintf(m, sizeof m, "%s[%zu] = %g is not a finite%s value", nm[i], j, (double)x,
+                             i == 0 ? " positive" : "");
+                    vq_calib_free(&t);
+                    return bad(err, m, off + j * sizeof(float));
+                }
+            }
+            off += cnt[i] * sizeof(float);
+        }
+        /* entry 0 of every codebook is the zero vector (zero rows code exactly: the codec's promise) */
+        for (int side = 0; side < 2; side++) {
+            const int sub = side ? t.vi_sub_v : t.vi_sub_k;
+            const float *cb = side ? t.vi_cb_v : t.vi_cb_k;
+            for (size_t g = 0; g < nf / (size_t)sub; g++)   /* (layer, head, sub-vector) */
+                for (int u = 0; u < sub; u++)
+                    if (cb[g * VQ_CALIB_VI_CB * sub + u] != 0.0f) {
+                        vq_calib_free(&t);
+                        return bad(err, side ? "vi_cb_v: a codebook's entry 0 is not the zero vector"
+                                             : "vi_cb_k: a codebook's entry 0 is not the zero vector", 0);
+                    }
+        }
     }
     *c = t;
     return VQ_OK;

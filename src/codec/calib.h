@@ -9,8 +9,10 @@
 #include "core/core.h"
 
 #define VQ_CALIB_MAGIC "VQCALIB\0"
+#define VQ_CALIB_VI_CB 16       /* VecInfer codebook entries (4-bit codes) */
 #define VQ_CALIB_VERSION 4u   /* 2: q_filter added; 3: attn_cos added; 4: low-rank bases added */
 #define VQ_CALIB_VERSION_MIN 3u   /* version 3 files still read: they have no low-rank bases */
+#define VQ_CALIB_VERSION_VI 5u   /* version 4 + the VecInfer section (written only when it is there) */
 #define VQ_CALIB_NAME 64        /* model name bytes (NUL padded) */
 #define VQ_CALIB_MAX_DIM 4096   /* bound on layers, heads and head_dim a reader accepts */
 
@@ -37,6 +39,16 @@ typedef struct vq_calib {
      * entering the layer (SqueezeAttention's layer importance: near 1 = attention changes the
      * hidden state little; evict=squeeze) */
     float *attn_cos;            /* [L] */
+    /* The VecInfer section (codec vecinfer, docs/codecs-vecinfer.md; file version 5): absent when
+     * vi_sub_k == 0. Keys are coded as k' = Π (k / λ), Π the Hadamard rotation of seed vi_seed,
+     * then product-quantized in d / vi_sub_k sub-vectors of vi_sub_k coordinates, each with its own
+     * codebook of VQ_CALIB_VI_CB entries; values are product-quantized as they are (vi_sub_v).
+     * Per layer l and KV head h (index l * n_kv_heads + h): */
+    int vi_sub_k, vi_sub_v;     /* sub-vector lengths (1, 2, 4 or 8, dividing head_dim) */
+    uint64_t vi_seed;           /* the rotation's seed (vq_rotation_create) */
+    float *vi_smooth;           /* [L][Hkv][d]: λ > 0 (the key channel's max |k| over the text) */
+    float *vi_cb_k;             /* [L][Hkv][d / sub_k][CB][sub_k] */
+    float *vi_cb_v;             /* [L][Hkv][d / sub_v][CB][sub_v] */
     /* version 4 (has_lowrank = 1; all NULL in a version 3 file): per layer l and KV head h, the
      * lowrank codec's projections (docs/calibration-format.md says how calibrate makes them).
      * Values: the principal axes of E[v vᵀ] (not centred: a zero row stays zero), row j of v_basis
@@ -61,6 +73,11 @@ static inline int vq_calib_pair_ch(const vq_calib *c, int p, int which) {
  * c->has_lowrank. */
 vq_status vq_calib_alloc(vq_calib *c, vq_err *err);
 void vq_calib_free(vq_calib *c);   /* frees the arrays; c may be zeroed or half made */
+/* Allocate the VecInfer arrays (zeroed) for sub-vector lengths sub_k, sub_v (VQ_ERR_ARG when one
+ * is not 1, 2, 4 or 8 or does not divide head_dim). */
+vq_status vq_calib_vi_alloc(vq_calib *c, int sub_k, int sub_v, uint64_t seed, vq_err *err);
+/* floats per (layer, KV head) of each VecInfer codebook array: head_dim * VQ_CALIB_VI_CB */
+static inline size_t vq_calib_vi_cb_floats(const vq_calib *c) { return (size_t)c->head_dim * VQ_CALIB_VI_CB; }
 size_t vq_calib_file_bytes(const vq_calib *c);   /* exact size of the file for c's dims */
 
 /* Serialize to / parse from memory. parse checks every field (magic, version, sizes against the

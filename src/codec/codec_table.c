@@ -16,6 +16,7 @@ extern const vq_codec vq_codec_qjl;
 extern const vq_codec vq_codec_rabitq;
 extern const vq_codec vq_codec_polar;
 extern const vq_codec vq_codec_tq_split;
+extern const vq_codec vq_codec_vecinfer;
 extern const vq_codec vq_codec_lowrank;
 extern const vq_codec vq_codec_gear;
 
@@ -33,6 +34,7 @@ static const vq_codec *const table[] = {
     &vq_codec_rabitq,
     &vq_codec_polar,
     &vq_codec_tq_split,
+    &vq_codec_vecinfer,
     &vq_codec_lowrank,
     &vq_codec_gear,
 };

@@ -9,6 +9,7 @@
 #include "session/session_impl.h"
 #include "codec/codec.h"
 #include "codec/calib.h"
+#include "codec/vecinfer.h"
 #include "kernels/kernels.h"
 
 void vq_lab_session_set_tap(vq_session *s, vq_lab_tap tap, void *user) {
@@ -125,12 +126,24 @@ static void to_calib(const vq_lab_calib *c, vq_calib *o) {
     o->q_sq = c->q_sq;
     o->q_filter = c->q_filter;
     o->attn_cos = c->attn_cos;
+    o->vi_sub_k = c->vi_sub_k;
+    o->vi_sub_v = c->vi_sub_v;
+    o->vi_seed = c->vi_seed;
+    o->vi_smooth = c->vi_smooth;
+    o->vi_cb_k = c->vi_cb_k;
+    o->vi_cb_v = c->vi_cb_v;
     o->has_lowrank = c->has_lowrank;
     o->k_eig = c->k_eig;
     o->k_basis = c->k_basis;
     o->k_dec = c->k_dec;
     o->v_eig = c->v_eig;
     o->v_basis = c->v_basis;
+}
+
+vq_status vq_lab_vi_train_head(const float *k, const float *v, int n, int d, int sub_k, int sub_v,
+                               double alpha, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
+                               float *cb_v, vq_err *err) {
+    return vq_vi_train_head(k, v, n, d, sub_k, sub_v, alpha, rot_seed, seed, smooth, cb_k, cb_v, err);
 }
 
 vq_status vq_lab_calib_write(const vq_lab_calib *c, const char *path, size_t *file_bytes, vq_err *err) {
@@ -165,6 +178,12 @@ vq_status vq_lab_calib_read(const char *path, vq_lab_calib *out, vq_err *err) {
     out->q_sq = c.q_sq;
     out->q_filter = c.q_filter;
     out->attn_cos = c.attn_cos;
+    out->vi_sub_k = c.vi_sub_k;
+    out->vi_sub_v = c.vi_sub_v;
+    out->vi_seed = c.vi_seed;
+    out->vi_smooth = c.vi_smooth;
+    out->vi_cb_k = c.vi_cb_k;
+    out->vi_cb_v = c.vi_cb_v;
     out->has_lowrank = c.has_lowrank;
     out->k_eig = c.k_eig;
     out->k_basis = c.k_basis;

@@ -48,12 +48,20 @@ static void check_v4(vq_rng *rng) {
     put_crc(buf, len);
     CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
     CHECKF(strstr(err.msg, "v_eig[0]") != NULL, "message: %s", err.msg);
-    for (uint32_t v = 2; v <= 5; v += 3) {   /* other versions: refused naming what this build reads */
+    for (uint32_t v = 2; v <= 6; v += 4) {   /* other versions: refused naming what this build reads */
         memcpy(buf + 8, &v, 4);
         uint32_t hc = (uint32_t)crc32(0, buf, 124);
         memcpy(buf + 124, &hc, 4);
         CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
-        CHECKF(strstr(err.msg, "versions 3..4") != NULL, "message: %s", err.msg);
+        CHECKF(strstr(err.msg, "versions 3..5") != NULL, "message: %s", err.msg);
+    }
+    {   /* version 5 promises a VecInfer section after the version 4 bytes: without it, refused */
+        uint32_t v = 5;
+        memcpy(buf + 8, &v, 4);
+        uint32_t hc = (uint32_t)crc32(0, buf, 124);
+        memcpy(buf + 124, &hc, 4);
+        CHECK(vq_calib_parse(buf, len, &r, &err) == VQ_ERR_FORMAT);
+        CHECKF(strstr(err.msg, "VecInfer") != NULL, "message: %s", err.msg);
     }
     free(buf);
     /* version 3: no low-rank arrays; reads back as such, writes its own bytes */

@@ -171,6 +171,7 @@ int main(void) {
     {
         vq_calib c3 = cal;
         c3.has_lowrank = 0;
+        c3.vi_sub_k = c3.vi_sub_v = 0;   /* version 3: neither low-rank arrays nor a VecInfer section */
         CHECK(vq_calib_write(&c3, path3, &err) == VQ_OK);
     }
     const char *specs[] = { "lowrank:rk=24,rv=40", "lowrank:rk=32,rv=32,bits=8", "lowrank:rk=48,rv=16,bits=4;window=7",
