@@ -105,4 +105,17 @@ void vq_calib_key_affine(const vq_calib *c, int layer, int kv_head, int mean, do
 
 /* FNV-1a 64 over text (the model layer builds the config text; eval calls this). */
 uint64_t vq_calib_config_hash(const char *text);
+/* VecInfer section training (codec_vecinfer.c; run by `veloxquant calibrate --vecinfer` through
+ * the lab door). */
+/* Train one (layer, KV head): k, v = n rows of d floats (after RoPE, as the cache gets them).
+ * smooth[d] = λ_i = (max_r |k_ri|)^alpha (the paper: alpha 1; the seeds' MLX port: 0.5; floored
+ * at 1e-6 of the largest, and at 1e-30); the keys are
+ * coded as Π(k / λ) with Π = vq_rotation_create(d, rot_seed); cb_k = d / sub_k codebooks of
+ * VQ_CALIB_VI_CB entries of sub_k floats ([m][c][t]), k-means (k-means++ seeding from seed, then
+ * 20 Lloyd steps) of those sub-vectors; cb_v the same of the raw values. d % 16 == 0,
+ * d <= 256, n >= 1. VQ_ERR_ARG / VQ_ERR_NOMEM with a message. */
+vq_status vq_vi_train_head(const float *k, const float *v, int n, int d, int sub_k, int sub_v,
+                           double alpha, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
+                           float *cb_v, vq_err *err);
+
 #endif

@@ -9,7 +9,6 @@
 #include "session/session_impl.h"
 #include "codec/codec.h"
 #include "codec/calib.h"
-#include "codec/vecinfer.h"
 #include "kernels/kernels.h"
 
 void vq_lab_session_set_tap(vq_session *s, vq_lab_tap tap, void *user) {
