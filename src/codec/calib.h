@@ -46,6 +46,8 @@ typedef struct vq_calib {
      * Per layer l and KV head h (index l * n_kv_heads + h): */
     int vi_sub_k, vi_sub_v;     /* sub-vector lengths (1, 2, 4 or 8, dividing head_dim) */
     uint64_t vi_seed;           /* the rotation's seed (vq_rotation_create) */
+    int vi_vnorm;               /* 1: the value codebooks were trained on unit-norm rows (the codec
+                                 * stores each value row's norm in fp16 and codes v / ||v||) */
     float *vi_smooth;           /* [L][Hkv][d]: λ > 0 (the key channel's max |k| over the text) */
     float *vi_cb_k;             /* [L][Hkv][d / sub_k][CB][sub_k] */
     float *vi_cb_v;             /* [L][Hkv][d / sub_v][CB][sub_v] */

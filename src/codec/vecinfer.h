@@ -16,10 +16,11 @@
  * at 1e-6 of the largest, and at 1e-30); the keys are
  * coded as Π(k / λ) with Π = vq_rotation_create(d, rot_seed); cb_k = d / sub_k codebooks of
  * VQ_VI_CB entries of sub_k floats ([m][c][t]), k-means (k-means++ seeding from seed, then
- * VQ_VI_ITERS Lloyd steps) of those sub-vectors; cb_v the same of the raw values. d % 16 == 0,
+ * VQ_VI_ITERS Lloyd steps) of those sub-vectors; cb_v the same of the raw values, or with vnorm of
+ * the values scaled to unit norm (rows of norm 0 left out). d % 16 == 0,
  * d <= VQ_VI_MAX_D, n >= 1. VQ_ERR_ARG / VQ_ERR_NOMEM with a message. */
 vq_status vq_vi_train_head(const float *k, const float *v, int n, int d, int sub_k, int sub_v,
-                           double alpha, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
+                           double alpha, int vnorm, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
                            float *cb_v, vq_err *err);
 
 /* Tests: run the kernels of state st on isa (capped at what the CPU has). */
