@@ -207,10 +207,12 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v, int vnorm) {
     float *q = malloc(sizeof(float) * NQ * d), *w = malloc(sizeof(float) * NQ * NR), *sc = malloc(sizeof(float) * NQ * NR);
     for (int i = 0; i < NQ * d; i++) q[i] = (float)vq_rng_gauss(rng);
     for (int i = 0; i < NQ * NR; i++) w[i] = (i % 11 == 0) ? 0.0f : (float)vq_rng_uniform(rng);
-    void *qs[8];
+    void *qs[8], *vqs[8];
     for (int j = 0; j < NQ; j++) {
         qs[j] = vq_aligned_alloc(ks.qstate_bytes + 64);
         ks.codec->prep_query(&ks, q + j * d, qs[j]);
+        vqs[j] = vq_aligned_alloc(vs.qstate_bytes + 64);
+        vs.codec->prep_query(&vs, q + j * d, vqs[j]);
     }
     const int best = (int)vq_cpu_best_isa();
     double worst_s = 0, worst_a = 0;
@@ -242,6 +244,23 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v, int vnorm) {
                     CHECKF(e <= bound, "score isa %s d %d sub %d q %d row %d: %g vs %g (bound %g)",
                            vq_isa_name((vq_isa)isa), d, sub_k, j, r, (double)sc[j * NR + r], ref, bound);
                 }
+            /* a value state scored (the contract allows either side): q · decode(v), the norm's
+             * multiply and the reference decode's n·ĉ are two more roundings than bound_score's */
+            vs.codec->score(&vs, nq, (const void *const *)vqs, vb, NB, sc);
+            for (int j = 0; j < nq; j++)
+                for (int r = 0; r < NR; r++) {
+                    double ql = 0, cn = 0, ref = 0;
+                    for (int i = 0; i < d; i++) {
+                        ql += (double)q[j * d + i] * q[j * d + i];
+                        cn += (double)vh[r * d + i] * vh[r * d + i];
+                        ref += (double)q[j * d + i] * vh[r * d + i];
+                    }
+                    const double bound = gam(sub_v + d / sub_v + 4 + 2) * sqrt(ql * cn) * 2 + 1e-30;
+                    const double e = fabs(sc[j * NR + r] - ref);
+                    worst_s = fmax(worst_s, e / bound);
+                    CHECKF(e <= bound, "value score isa %s d %d sub %d vnorm %d q %d row %d: %g vs %g (bound %g)",
+                           vq_isa_name((vq_isa)isa), d, sub_v, vnorm, j, r, (double)sc[j * NR + r], ref, bound);
+                }
             for (int j = 0; j < nq; j++) memset(acc[j], 0, sizeof(float) * vs.acc_floats);
             /* two calls (rows 0..31, 32..79), as the store's pages */
             float *w1 = malloc(sizeof(float) * nq * NR);
@@ -272,7 +291,7 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v, int vnorm) {
     }
     printf("d %3d sub k %d v %d vnorm %d: scalar..%s, score error <= %.3f of its bound, accumulate <= %.3f\n", d,
            sub_k, sub_v, vnorm, vq_isa_name((vq_isa)best), worst_s, worst_a);
-    for (int j = 0; j < NQ; j++) { vq_aligned_free(qs[j]); free(acc[j]); }
+    for (int j = 0; j < NQ; j++) { vq_aligned_free(qs[j]); vq_aligned_free(vqs[j]); free(acc[j]); }
     free(x); free(xh); free(vx); free(vh); free(kb); free(vb); free(q); free(w); free(sc);
     ks.codec->fini(&ks);
     vs.codec->fini(&vs);
