@@ -32,7 +32,8 @@ static const char *calibrate_help =
     "                     V value coordinates (1, 2, 4 or 8: 4/K and 4/V bits per element), 16 entries\n"
     "                     each, k-means on the first --vecinfer-rows rows of each layer (file version 5)\n"
     "      --vecinfer-rows N  rows per layer for that k-means (default 8192)\n"
-    "      --vecinfer-alpha A key smoothing lambda = (channel max |k|)^A, 0 < A <= 1 (default 1, the paper's)\n"
+    "      --vecinfer-alpha A key smoothing lambda = (channel max |k|)^A, 0 < A <= 1 (default 0.5;\n"
+    "                     1 is the paper's: 0.5 gave lower perplexity, docs/codecs-vecinfer.md)\n"
     "      --vecinfer-vnorm  train the value codebooks on unit-norm rows: the codec then keeps each\n"
     "                     value row's norm in fp16 (+16 bits a row; codec parameter vnorm=1)\n"
     "  -t, --threads N    threads\n"
@@ -45,7 +46,7 @@ int cmd_calibrate(int argc, char **argv) {
     const char *out = NULL;
     long n_tokens = 16384, ctx = 1024, vi_rows = 8192;
     int vi_k = 0, vi_v = 0;
-    double vi_alpha = 1.0;
+    double vi_alpha = 0.5;
     int vi_vnorm = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
