@@ -430,11 +430,6 @@ T_AVX512 static INL void acc_512_m(const vi_state *t, const int m, const float *
         __m512 wv[3];
 #pragma GCC unroll 3
         for (int j = 0; j < m; j++) wv[j] = _mm512_loadu_ps(w + (size_t)j * wstride + (size_t)b * VQ_VI_ROWS);
-        if (t->vnorm) {   /* the softmax weight times the row's norm: one multiply per query and block */
-            const __m512 nv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c + t->nofs)));
-#pragma GCC unroll 3
-            for (int j = 0; j < m; j++) wv[j] = _mm512_mul_ps(wv[j], nv);
-        }
         int last = -1;
         __m512i idx = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -462,15 +457,42 @@ T_AVX512 static void acc_512(const vi_state *t, int nq, const float *w, const ui
     /* the call's codes (a page: 16 blocks, 4 KiB at d 64 and sub 2) are read once per pass of 8
      * coordinates: ask for all of them first, so the first pass does not stall block by block */
     for (size_t o = 0; o < (size_t)n_blocks * bb; o += 64) _mm_prefetch((const char *)(blocks + o), _MM_HINT_T0);
-    for (int j0 = 0; j0 < nq; j0 += 3)
-        for (int i0 = 0; i0 < t->d; i0 += 8) {
-            const float *wj = w + (size_t)j0 * stride;
-            switch (VQ_MIN(3, nq - j0)) {
-            case 1: acc_512_m(t, 1, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
-            case 2: acc_512_m(t, 2, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
-            default: acc_512_m(t, 3, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
+    if (!t->vnorm) {
+        for (int j0 = 0; j0 < nq; j0 += 3)
+            for (int i0 = 0; i0 < t->d; i0 += 8) {
+                const float *wj = w + (size_t)j0 * stride;
+                switch (VQ_MIN(3, nq - j0)) {
+                case 1: acc_512_m(t, 1, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
+                case 2: acc_512_m(t, 2, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
+                default: acc_512_m(t, 3, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
+                }
+            }
+        return;
+    }
+    /* vnorm: the softmax weights times the rows' norms, formed once per chunk of up to 16 blocks
+     * (not once per coordinate pass), then the same loop; each lane's FMA chain still runs block by
+     * block in order, so the sums are those of the unchunked loop */
+    __attribute__((aligned(64))) float wn[3][16 * VQ_VI_ROWS];
+    for (int j0 = 0; j0 < nq; j0 += 3) {
+        const int m = VQ_MIN(3, nq - j0);
+        for (int b0 = 0; b0 < n_blocks; b0 += 16) {
+            const int nb = VQ_MIN(16, n_blocks - b0);
+            const uint8_t *cb0 = blocks + (size_t)b0 * bb;
+            for (int b = 0; b < nb; b++) {
+                const __m512 nv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(cb0 + (size_t)b * bb + t->nofs)));
+                for (int j = 0; j < m; j++)
+                    _mm512_store_ps(wn[j] + b * VQ_VI_ROWS,
+                                    _mm512_mul_ps(_mm512_loadu_ps(w + (size_t)(j0 + j) * stride + (size_t)(b0 + b) * VQ_VI_ROWS), nv));
+            }
+            for (int i0 = 0; i0 < t->d; i0 += 8) {
+                switch (m) {
+                case 1: acc_512_m(t, 1, wn[0], 16 * VQ_VI_ROWS, cb0, nb, bb, acc + j0, i0); break;
+                case 2: acc_512_m(t, 2, wn[0], 16 * VQ_VI_ROWS, cb0, nb, bb, acc + j0, i0); break;
+                default: acc_512_m(t, 3, wn[0], 16 * VQ_VI_ROWS, cb0, nb, bb, acc + j0, i0); break;
+                }
             }
         }
+    }
 }
 
 /* ---------------- AVX2: 8 lanes, the 16-entry table as two permutes and a blend on bit 3 ------ */

@@ -146,7 +146,7 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v, int vnorm) {
     CHECKF(mkst(&vs, &c, d, VQ_SIDE_V, 1, 1, NULL, NULL, &err) == VQ_OK, "init V: %s", err.msg);
     CHECK(ks.block_bytes * 8 == (size_t)16 * d * 4 / sub_k);   /* 4/sub bits per element, nothing else */
     CHECK(vs.block_bytes * 8 == (size_t)16 * d * 4 / sub_v + (vnorm ? 16 * 16 : 0));   /* + fp16 norms */
-    const int NB = 5, NR = NB * 16, NQ = 5;
+    const int NB = 21, NR = NB * 16, NQ = 5;
     float *x = malloc(sizeof(float) * NR * d), *xh = malloc(sizeof(float) * NR * d);
     float *vx = malloc(sizeof(float) * NR * d), *vh = malloc(sizeof(float) * NR * d);
     uint8_t *kb = malloc(ks.block_bytes * NB), *vb = malloc(vs.block_bytes * NB);
@@ -262,12 +262,12 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v, int vnorm) {
                            vq_isa_name((vq_isa)isa), d, sub_v, vnorm, j, r, (double)sc[j * NR + r], ref, bound);
                 }
             for (int j = 0; j < nq; j++) memset(acc[j], 0, sizeof(float) * vs.acc_floats);
-            /* two calls (rows 0..31, 32..79), as the store's pages */
+            /* two calls (rows 0..31, 32..335: 19 blocks, more than the vnorm loop's chunk of 16), as the store's pages */
             float *w1 = malloc(sizeof(float) * nq * NR);
             for (int j = 0; j < nq; j++) memcpy(w1 + j * 32, w + j * NR, sizeof(float) * 32);
             vs.codec->accumulate(&vs, nq, w1, vb, 2, acc);
-            for (int j = 0; j < nq; j++) memcpy(w1 + j * 48, w + j * NR + 32, sizeof(float) * 48);
-            vs.codec->accumulate(&vs, nq, w1, vb + 2 * vs.block_bytes, 3, acc);
+            for (int j = 0; j < nq; j++) memcpy(w1 + j * (NR - 32), w + j * NR + 32, sizeof(float) * (NR - 32));
+            vs.codec->accumulate(&vs, nq, w1, vb + 2 * vs.block_bytes, NB - 2, acc);
             free(w1);
             for (int j = 0; j < nq; j++) {
                 vs.codec->finish(&vs, acc[j], out);
