@@ -279,7 +279,7 @@ static uint64_t vq_calibrate_model_hash(const vq_model *m, char *name, size_t na
 
 vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, const char *out_path,
                        vq_calibrate_info *info, vq_err *err) {
-    return vq_calibrate_vi(m, tok, n_tok, ctx, 0, 0, 0, 1.0, out_path, info, err);
+    return vq_calibrate_vi(m, tok, n_tok, ctx, 0, 0, 0, 1.0, 0, out_path, info, err);
 }
 
 /* The VecInfer section's seeds: the rotation's (recorded in the file) and the k-means' */
@@ -287,7 +287,7 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
 #define VI_KM_SEED 20251007ull
 
 vq_status vq_calibrate_vi(const vq_model *m, const int *tok, int n_tok, int ctx, int vi_sub_k,
-                          int vi_sub_v, int vi_rows, double vi_alpha, const char *out_path,
+                          int vi_sub_v, int vi_rows, double vi_alpha, int vi_vnorm, const char *out_path,
                           vq_calibrate_info *info, vq_err *err) {
     vq_err_clear(err);
     if (info) memset(info, 0, sizeof *info);
@@ -423,7 +423,7 @@ vq_status vq_calibrate_vi(const vq_model *m, const int *tok, int n_tok, int ctx,
     }
     if (a.vi_rows) {   /* VecInfer: λ and the codebooks of every (layer, KV head), from the kept rows */
         const size_t nf = (size_t)a.L * a.Hk * a.d;
-        cal.vi_sub_k = vi_sub_k; cal.vi_sub_v = vi_sub_v; cal.vi_seed = VI_ROT_SEED;
+        cal.vi_sub_k = vi_sub_k; cal.vi_sub_v = vi_sub_v; cal.vi_seed = VI_ROT_SEED; cal.vi_vnorm = vi_vnorm ? 1 : 0;
         cal.vi_smooth = calloc(nf, sizeof(float));
         cal.vi_cb_k = calloc(nf * 16, sizeof(float));
         cal.vi_cb_v = calloc(nf * 16, sizeof(float));
@@ -434,7 +434,7 @@ vq_status vq_calibrate_vi(const vq_model *m, const int *tok, int n_tok, int ctx,
         for (int l = 0; l < a.L && !s; l++)
             for (int h = 0; h < a.Hk && !s; h++) {
                 const size_t kh = (size_t)l * a.Hk + h, o = kh * a.vi_rows * a.d;
-                s = vq_lab_vi_train_head(a.vik + o, a.viv + o, a.vi_n[l], a.d, vi_sub_k, vi_sub_v, vi_alpha, VI_ROT_SEED,
+                s = vq_lab_vi_train_head(a.vik + o, a.viv + o, a.vi_n[l], a.d, vi_sub_k, vi_sub_v, vi_alpha, vi_vnorm, VI_ROT_SEED,
                                          VI_KM_SEED + kh, cal.vi_smooth + kh * a.d, cal.vi_cb_k + kh * a.d * 16,
                                          cal.vi_cb_v + kh * a.d * 16, err);
             }

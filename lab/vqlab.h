@@ -266,9 +266,10 @@ vq_status vq_calibrate(const vq_model *m, const int *tok, int n_tok, int ctx, co
  * per (layer, KV head) the key smoothing λ and k-means codebooks of 16 entries for key sub-vectors
  * of vi_sub_k and value sub-vectors of vi_sub_v coordinates (1, 2, 4 or 8), trained on the first
  * vi_rows rows of each layer (16..2^20); the smoothing is λ = (channel max |k|)^vi_alpha (0 < alpha
- * <= 1; the paper: 1). */
+ * <= 1; the paper: 1; calibrate's default: 0.5); vi_vnorm 1 trains the value codebooks on unit-norm rows (the file's flag:
+ * the codec then stores each value row's fp16 norm). */
 vq_status vq_calibrate_vi(const vq_model *m, const int *tok, int n_tok, int ctx, int vi_sub_k,
-                          int vi_sub_v, int vi_rows, double vi_alpha, const char *out_path,
+                          int vi_sub_v, int vi_rows, double vi_alpha, int vi_vnorm, const char *out_path,
                           vq_calibrate_info *info, vq_err *err);
 /* A calibration file's layers ranked by their query x key energy E_l = Σ_{KV heads} Σ_{RoPE pairs}
  * pair_energy: a key codec of a given relative error shifts a layer's scores by an amount whose

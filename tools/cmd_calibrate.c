@@ -32,7 +32,10 @@ static const char *calibrate_help =
     "                     V value coordinates (1, 2, 4 or 8: 4/K and 4/V bits per element), 16 entries\n"
     "                     each, k-means on the first --vecinfer-rows rows of each layer (file version 5)\n"
     "      --vecinfer-rows N  rows per layer for that k-means (default 8192)\n"
-    "      --vecinfer-alpha A key smoothing lambda = (channel max |k|)^A, 0 < A <= 1 (default 1, the paper's)\n"
+    "      --vecinfer-alpha A key smoothing lambda = (channel max |k|)^A, 0 < A <= 1 (default 0.5;\n"
+    "                     1 is the paper's: 0.5 gave lower perplexity, docs/codecs-vecinfer.md)\n"
+    "      --vecinfer-vnorm  train the value codebooks on unit-norm rows: the codec then keeps each\n"
+    "                     value row's norm in fp16 (+16 bits a row; codec parameter vnorm=1)\n"
     "  -t, --threads N    threads\n"
     "      --json         the summary as JSON\n";
 
@@ -43,7 +46,8 @@ int cmd_calibrate(int argc, char **argv) {
     const char *out = NULL;
     long n_tokens = 16384, ctx = 1024, vi_rows = 8192;
     int vi_k = 0, vi_v = 0;
-    double vi_alpha = 1.0;
+    double vi_alpha = 0.5;
+    int vi_vnorm = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (common_opt(&o, argc, argv, &i)) continue;
@@ -52,6 +56,7 @@ int cmd_calibrate(int argc, char **argv) {
         else if (!strcmp(a, "-o") || !strcmp(a, "--out")) { if (!v || !*v) die("%s needs a file", a); out = v; i++; }
         else if (!strcmp(a, "--tokens")) { n_tokens = parse_long(a, v, 2, 1 << 22); i++; }
         else if (!strcmp(a, "--ctx")) { ctx = parse_long(a, v, 2, 1 << 20); i++; }
+        else if (!strcmp(a, "--vecinfer-vnorm")) vi_vnorm = 1;
         else if (!strcmp(a, "--vecinfer-alpha")) {
             char *end = NULL;
             vi_alpha = v ? strtod(v, &end) : 0.0;
@@ -79,7 +84,7 @@ int cmd_calibrate(int argc, char **argv) {
     if (n_tok > n_tokens) n_tok = (int)n_tokens;
     vq_calibrate_info info;
     vq_err err;
-    if (vq_calibrate_vi(m, tok, n_tok, (int)ctx, vi_k, vi_v, (int)vi_rows, vi_alpha, out, &info, &err)) die("%s", err.msg);
+    if (vq_calibrate_vi(m, tok, n_tok, (int)ctx, vi_k, vi_v, (int)vi_rows, vi_alpha, vi_vnorm, out, &info, &err)) die("%s", err.msg);
     if (o.json) {
         json j;
         json_init(&j, stdout);

@@ -101,7 +101,7 @@ void vq_calib_free(vq_calib *c) {
     for (int i = 0; i < N_ARR; i++) { free(*a[i]); *a[i] = NULL; }
     free(c->vi_smooth); free(c->vi_cb_k); free(c->vi_cb_v);
     c->vi_smooth = c->vi_cb_k = c->vi_cb_v = NULL;
-    c->vi_sub_k = c->vi_sub_v = 0;
+    c->vi_sub_k = c->vi_sub_v = c->vi_vnorm = 0;
 }
 
 static int dims_ok(const vq_calib *c) {
@@ -183,6 +183,7 @@ vq_status vq_calib_serialize(const vq_calib *c, uint8_t **buf, size_t *len, vq_e
         put32(v + 8, (uint32_t)c->vi_sub_k);
         put32(v + 12, (uint32_t)c->vi_sub_v);
         put32(v + 16, VQ_CALIB_VI_CB);
+        put32(v + 20, c->vi_vnorm ? 1u : 0u);
         put64(v + 24, c->vi_seed);
         size_t o = VI_HDR, n = vi_floats(c);
         memcpy(v + o, c->vi_smooth, n * sizeof(float)); o += n * sizeof(float);
@@ -242,10 +243,11 @@ vq_status vq_calib_parse(const uint8_t *buf, size_t len, vq_calib *c, vq_err *er
         if (sk > 8 || sv > 8 || !vi_sub_ok((int)sk, t.head_dim) || !vi_sub_ok((int)sv, t.head_dim))
             return bad(err, "VecInfer section: a sub-vector length is not 1, 2, 4 or 8 dividing head_dim", bb + 8);
         if (get32(v + 16) != VQ_CALIB_VI_CB) return bad(err, "VecInfer section: codebook entries are not 16", bb + 16);
-        if (get32(v + 20) != 0) return bad(err, "VecInfer section: reserved field is not zero", bb + 20);
+        if (get32(v + 20) > 1) return bad(err, "VecInfer section: flags other than bit 0 (vnorm) set", bb + 20);
         t.vi_sub_k = (int)sk;
         t.vi_sub_v = (int)sv;
         t.vi_seed = get64(v + 24);
+        t.vi_vnorm = (int)get32(v + 20);
     }
     if (vq_calib_file_bytes(&t) != len) {
         vq_err_set(err, VQ_ERR_FORMAT, "calibration file: %zu bytes, its dims need %zu (truncated or "

@@ -46,6 +46,8 @@ typedef struct vq_calib {
      * Per layer l and KV head h (index l * n_kv_heads + h): */
     int vi_sub_k, vi_sub_v;     /* sub-vector lengths (1, 2, 4 or 8, dividing head_dim) */
     uint64_t vi_seed;           /* the rotation's seed (vq_rotation_create) */
+    int vi_vnorm;               /* 1: the value codebooks were trained on unit-norm rows (the codec
+                                 * stores each value row's norm in fp16 and codes v / ||v||) */
     float *vi_smooth;           /* [L][Hkv][d]: λ > 0 (the key channel's max |k| over the text) */
     float *vi_cb_k;             /* [L][Hkv][d / sub_k][CB][sub_k] */
     float *vi_cb_v;             /* [L][Hkv][d / sub_v][CB][sub_v] */
@@ -112,10 +114,11 @@ uint64_t vq_calib_config_hash(const char *text);
  * at 1e-6 of the largest, and at 1e-30); the keys are
  * coded as Π(k / λ) with Π = vq_rotation_create(d, rot_seed); cb_k = d / sub_k codebooks of
  * VQ_CALIB_VI_CB entries of sub_k floats ([m][c][t]), k-means (k-means++ seeding from seed, then
- * 20 Lloyd steps) of those sub-vectors; cb_v the same of the raw values. d % 16 == 0,
+ * 20 Lloyd steps) of those sub-vectors; cb_v the same of the raw values, or with vnorm of
+ * the values scaled to unit norm (rows of norm 0 left out). d % 16 == 0,
  * d <= 256, n >= 1. VQ_ERR_ARG / VQ_ERR_NOMEM with a message. */
 vq_status vq_vi_train_head(const float *k, const float *v, int n, int d, int sub_k, int sub_v,
-                           double alpha, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
+                           double alpha, int vnorm, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
                            float *cb_v, vq_err *err);
 
 #endif

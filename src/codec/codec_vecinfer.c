@@ -34,6 +34,8 @@
 
 typedef struct vi_state {
     int d, sub, M, side;
+    int vnorm;                                  /* values: each row's fp16 norm after the codes */
+    size_t nofs;                                /* its byte offset in the block (16 fp16) */
     vq_isa isa;
     vq_rotation *rot;                           /* keys only */
     float lam[VQ_VI_MAX_D];                     /* keys: λ (1 for values) */
@@ -43,6 +45,14 @@ typedef struct vi_state {
 
 static unsigned code_of(const uint8_t *blk, int r, int m) {
     return (blk[(size_t)(m / 2) * 16 + r] >> (4 * (m & 1))) & 15u;
+}
+
+/* row r's norm (vnorm), or 1 */
+static float norm_of(const vi_state *t, const uint8_t *blk, int r) {
+    if (!t->vnorm) return 1.0f;
+    vq_f16 h;
+    memcpy(&h, blk + t->nofs + (size_t)r * sizeof h, sizeof h);
+    return vq_f16_to_f32(h);
 }
 
 /* ---------------- training (vq_vi_train_head) ---------------- */
@@ -103,7 +113,7 @@ static void kmeans16(const float *x, size_t ld, int n, int s, vq_rng *rng, float
 }
 
 vq_status vq_vi_train_head(const float *k, const float *v, int n, int d, int sub_k, int sub_v,
-                           double alpha, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
+                           double alpha, int vnorm, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
                            float *cb_v, vq_err *err) {
     if (!(alpha > 0 && alpha <= 1) || n < 1 || d < 16 || d % 16 || d > VQ_VI_MAX_D || sub_k < 1 || sub_v < 1 || d % (2 * sub_k) ||
         d % (2 * sub_v))
@@ -111,11 +121,11 @@ vq_status vq_vi_train_head(const float *k, const float *v, int n, int d, int sub
                           sub_k, sub_v);
     vq_rotation *rot = vq_rotation_create(d, rot_seed, err);
     if (!rot) return err ? err->code : VQ_ERR_ARG;
-    float *kt = malloc(sizeof(float) * (size_t)n * d);
+    float *kt = malloc(sizeof(float) * (size_t)n * d), *vt = vnorm ? malloc(sizeof(float) * (size_t)n * d) : NULL;
     double *dist = malloc(sizeof(double) * (size_t)n), *sum = malloc(sizeof(double) * VQ_VI_CB * 8);
     int *asg = malloc(sizeof(int) * (size_t)n);
-    if (!kt || !dist || !sum || !asg) {
-        free(kt); free(dist); free(sum); free(asg);
+    if (!kt || !dist || !sum || !asg || (vnorm && !vt)) {
+        free(kt); free(vt); free(dist); free(sum); free(asg);
         vq_rotation_free(rot);
         return vq_err_set(err, VQ_ERR_NOMEM, "vecinfer training: out of memory (%d rows)", n);
     }
@@ -132,18 +142,33 @@ vq_status vq_vi_train_head(const float *k, const float *v, int n, int d, int sub
         for (int i = 0; i < d; i++) y[i] = k[(size_t)r * d + i] / smooth[i];
         vq_rotation_apply(rot, y, y);
     }
+    int nv = n;
+    if (vnorm) {   /* unit rows; a zero row is coded as zero whatever the codebook, so left out */
+        nv = 0;
+        for (int r = 0; r < n; r++) {
+            const float *x = v + (size_t)r * d;
+            double s = 0;
+            for (int i = 0; i < d; i++) s += (double)x[i] * x[i];
+            if (!(s > 0)) continue;
+            const double inv = 1.0 / sqrt(s);
+            for (int i = 0; i < d; i++) vt[(size_t)nv * d + i] = (float)(x[i] * inv);
+            nv++;
+        }
+        if (!nv) { memset(vt, 0, sizeof(float) * (size_t)d); nv = 1; }
+    }
     vq_rng rng;
     vq_rng_seed(&rng, seed);
-    const float *src[2] = { kt, v };
+    const float *src[2] = { kt, vnorm ? vt : v };
+    const int rows[2] = { n, nv };
     const int sub[2] = { sub_k, sub_v };
     float *dst[2] = { cb_k, cb_v };
     for (int side = 0; side < 2; side++)
         for (int m = 0; m < d / sub[side]; m++) {
             for (int r = 0; r < n; r++) asg[r] = -1;
-            kmeans16(src[side] + (size_t)m * sub[side], (size_t)d, n, sub[side], &rng,
+            kmeans16(src[side] + (size_t)m * sub[side], (size_t)d, rows[side], sub[side], &rng,
                      dst[side] + (size_t)m * VQ_VI_CB * sub[side], dist, asg, sum);
         }
-    free(kt); free(dist); free(sum); free(asg);
+    free(kt); free(vt); free(dist); free(sum); free(asg);
     vq_rotation_free(rot);
     return VQ_OK;
 }
@@ -153,7 +178,7 @@ static vq_status vi_init(vq_codec_state *st, int d, int side, const vq_codec_par
                          uint64_t seed, vq_err *err) {
     const vq_codec *c = st->codec;
     (void)seed;   /* the rotation is the calibration's: the codebooks were trained behind it */
-    vq_status s = vq_codec_params_check(c, p, np, "bits,sub", err);
+    vq_status s = vq_codec_params_check(c, p, np, "bits,sub,vnorm", err);
     if (s) return s;
     const vq_calib *cal = st->ctx.calib;
     if (!cal)
@@ -182,6 +207,15 @@ static vq_status vi_init(vq_codec_state *st, int d, int side, const vq_codec_par
     if (want != sub)
         return vq_err_set(err, VQ_ERR_ARG, "codec %s: sub=%d, but calibration '%.200s' holds %s codebooks "
                           "of sub-vectors of %d", c->name, want, cp, side == VQ_SIDE_K ? "key" : "value", sub);
+    /* vnorm: the file says whether its value codebooks were trained on unit rows; the spec may
+     * repeat it (either side: it is one spec for both) and must then agree */
+    s = vq_codec_param_int(c, p, np, "vnorm", 0, 1, cal->vi_vnorm, &want, err);
+    if (s) return s;
+    if (want != cal->vi_vnorm)
+        return vq_err_set(err, VQ_ERR_ARG, "codec %s: vnorm=%d, but the value codebooks of '%.200s' were "
+                          "trained %s (rerun `veloxquant calibrate ... --vecinfer K,V%s`)", c->name, want, cp,
+                          cal->vi_vnorm ? "on unit-norm rows (vnorm=1)" : "on raw rows (vnorm=0)",
+                          want ? " --vecinfer-vnorm" : "");
     const char *bv = vq_codec_param_get(p, np, "bits");
     if (bv) {   /* the spec's k=/v=/bits=: must say what the codebooks give, 4 / sub bits */
         char want_b[16];
@@ -200,6 +234,8 @@ static vq_status vi_init(vq_codec_state *st, int d, int side, const vq_codec_par
     t->sub = sub;
     t->M = d / sub;
     t->side = side;
+    t->vnorm = side == VQ_SIDE_V && cal->vi_vnorm;
+    t->nofs = (size_t)VQ_VI_ROWS * (size_t)t->M / 2;
     t->isa = vq_cvec_isa();
     const size_t kh = (size_t)layer * cal->n_kv_heads + head;
     const float *cb = (side == VQ_SIDE_K ? cal->vi_cb_k : cal->vi_cb_v) + kh * vq_calib_vi_cb_floats(cal);
@@ -213,13 +249,14 @@ static vq_status vi_init(vq_codec_state *st, int d, int side, const vq_codec_par
     }
     st->d = d;
     st->rows_per_block = VQ_VI_ROWS;
-    st->block_bytes = (size_t)VQ_VI_ROWS * (size_t)t->M / 2;
+    st->block_bytes = t->nofs + (t->vnorm ? VQ_VI_ROWS * sizeof(vq_f16) : 0);
     st->qstate_bytes = sizeof(float) * (size_t)t->M * VQ_VI_CB;
     st->acc_floats = VQ_VI_ROWS * d;
     /* what a state holds: its codebook and λ (the tables are a copy of the codebook) and, for keys,
      * the rotation's d signs */
     st->state_bytes = sizeof(float) * (size_t)d * (VQ_VI_CB + (side == VQ_SIDE_K ? 2 : 0));
-    snprintf(st->params, sizeof st->params, "sub=%d", sub);
+    if (t->vnorm) snprintf(st->params, sizeof st->params, "sub=%d,vnorm=1", sub);
+    else snprintf(st->params, sizeof st->params, "sub=%d", sub);
     return VQ_OK;
 }
 
@@ -246,6 +283,13 @@ static void vi_encode(const vq_codec_state *st, const float *x, uint8_t *block) 
         if (t->side == VQ_SIDE_K) {
             for (int i = 0; i < d; i++) y[i] = xr[i] / t->lam[i];
             vq_rotation_apply(t->rot, y, y);
+        } else if (t->vnorm) {   /* v / n with n the stored fp16 norm, so that decode's c·n is its best */
+            double s2 = 0;
+            for (int i = 0; i < d; i++) s2 += (double)xr[i] * xr[i];
+            vq_f16 h = vq_f32_to_f16((float)fmin(sqrt(s2), 65504.0));   /* the largest finite fp16 */
+            const float n = vq_f16_to_f32(h);
+            memcpy(block + t->nofs + (size_t)r * sizeof(vq_f16), &h, sizeof h);
+            for (int i = 0; i < d; i++) y[i] = n > 0 ? xr[i] / n : 0.0f;
         } else {
             memcpy(y, xr, sizeof(float) * (size_t)d);
         }
@@ -268,6 +312,10 @@ static void vi_decode(const vq_codec_state *st, const uint8_t *block, float *x) 
     for (int r = 0; r < VQ_VI_ROWS; r++) {
         float *xr = x + (size_t)r * d;
         for (int i = 0; i < d; i++) xr[i] = t->tab[i * VQ_VI_CB + code_of(block, r, i / t->sub)];
+        if (t->vnorm) {
+            const float n = norm_of(t, block, r);
+            for (int i = 0; i < d; i++) xr[i] *= n;
+        }
         if (t->side == VQ_SIDE_K) {
             vq_rotation_apply_inverse(t->rot, xr, xr);
             for (int i = 0; i < d; i++) xr[i] *= t->lam[i];
@@ -300,7 +348,7 @@ static void score_scalar(const vi_state *t, int nq, const float *const *lut, con
             for (int j = 0; j < nq; j++) {
                 float s = 0;
                 for (int m = 0; m < t->M; m++) s += lut[j][m * VQ_VI_CB + code_of(blk, r, m)];
-                scores[(size_t)j * n_rows + (size_t)b * VQ_VI_ROWS + r] = s;
+                scores[(size_t)j * n_rows + (size_t)b * VQ_VI_ROWS + r] = t->vnorm ? s * norm_of(t, blk, r) : s;
             }
     }
 }
@@ -312,7 +360,7 @@ static void acc_scalar(const vi_state *t, int nq, const float *w, const uint8_t 
         const uint8_t *blk = blocks + (size_t)b * bb;
         for (int r = 0; r < VQ_VI_ROWS; r++)
             for (int j = 0; j < nq; j++) {
-                const float wj = w[(size_t)j * n_rows + (size_t)b * VQ_VI_ROWS + r];
+                const float wj = w[(size_t)j * n_rows + (size_t)b * VQ_VI_ROWS + r] * norm_of(t, blk, r);
                 if (wj == 0.0f) continue;
                 for (int i = 0; i < t->d; i++)
                     acc[j][i * VQ_VI_ROWS + r] += wj * t->tab[i * VQ_VI_CB + code_of(blk, r, i / t->sub)];
@@ -341,9 +389,12 @@ T_AVX512 static INL void score_512_m(const vi_state *t, const int m, const float
                 a1[j] = _mm512_add_ps(a1[j], _mm512_permutexvar_ps(hi, _mm512_loadu_ps(lut[j] + (2 * p + 1) * VQ_VI_CB)));
             }
         }
+        const __m512 nv = t->vnorm ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(c + t->nofs)))
+                                   : _mm512_set1_ps(1.0f);
 #pragma GCC unroll 4
         for (int j = 0; j < m; j++)
-            _mm512_storeu_ps(scores + (size_t)j * stride + (size_t)b * VQ_VI_ROWS, _mm512_add_ps(a0[j], a1[j]));
+            _mm512_storeu_ps(scores + (size_t)j * stride + (size_t)b * VQ_VI_ROWS,
+                             _mm512_mul_ps(_mm512_add_ps(a0[j], a1[j]), nv));
     }
 }
 
@@ -406,15 +457,42 @@ T_AVX512 static void acc_512(const vi_state *t, int nq, const float *w, const ui
     /* the call's codes (a page: 16 blocks, 4 KiB at d 64 and sub 2) are read once per pass of 8
      * coordinates: ask for all of them first, so the first pass does not stall block by block */
     for (size_t o = 0; o < (size_t)n_blocks * bb; o += 64) _mm_prefetch((const char *)(blocks + o), _MM_HINT_T0);
-    for (int j0 = 0; j0 < nq; j0 += 3)
-        for (int i0 = 0; i0 < t->d; i0 += 8) {
-            const float *wj = w + (size_t)j0 * stride;
-            switch (VQ_MIN(3, nq - j0)) {
-            case 1: acc_512_m(t, 1, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
-            case 2: acc_512_m(t, 2, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
-            default: acc_512_m(t, 3, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
+    if (!t->vnorm) {
+        for (int j0 = 0; j0 < nq; j0 += 3)
+            for (int i0 = 0; i0 < t->d; i0 += 8) {
+                const float *wj = w + (size_t)j0 * stride;
+                switch (VQ_MIN(3, nq - j0)) {
+                case 1: acc_512_m(t, 1, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
+                case 2: acc_512_m(t, 2, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
+                default: acc_512_m(t, 3, wj, stride, blocks, n_blocks, bb, acc + j0, i0); break;
+                }
+            }
+        return;
+    }
+    /* vnorm: the softmax weights times the rows' norms, formed once per chunk of up to 16 blocks
+     * (not once per coordinate pass), then the same loop; each lane's FMA chain still runs block by
+     * block in order, so the sums are those of the unchunked loop */
+    __attribute__((aligned(64))) float wn[3][16 * VQ_VI_ROWS];
+    for (int j0 = 0; j0 < nq; j0 += 3) {
+        const int m = VQ_MIN(3, nq - j0);
+        for (int b0 = 0; b0 < n_blocks; b0 += 16) {
+            const int nb = VQ_MIN(16, n_blocks - b0);
+            const uint8_t *cb0 = blocks + (size_t)b0 * bb;
+            for (int b = 0; b < nb; b++) {
+                const __m512 nv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(cb0 + (size_t)b * bb + t->nofs)));
+                for (int j = 0; j < m; j++)
+                    _mm512_store_ps(wn[j] + b * VQ_VI_ROWS,
+                                    _mm512_mul_ps(_mm512_loadu_ps(w + (size_t)(j0 + j) * stride + (size_t)(b0 + b) * VQ_VI_ROWS), nv));
+            }
+            for (int i0 = 0; i0 < t->d; i0 += 8) {
+                switch (m) {
+                case 1: acc_512_m(t, 1, wn[0], 16 * VQ_VI_ROWS, cb0, nb, bb, acc + j0, i0); break;
+                case 2: acc_512_m(t, 2, wn[0], 16 * VQ_VI_ROWS, cb0, nb, bb, acc + j0, i0); break;
+                default: acc_512_m(t, 3, wn[0], 16 * VQ_VI_ROWS, cb0, nb, bb, acc + j0, i0); break;
+                }
             }
         }
+    }
 }
 
 /* ---------------- AVX2: 8 lanes, the 16-entry table as two permutes and a blend on bit 3 ------ */
@@ -440,7 +518,9 @@ T_AVX2 static void score_256(const vi_state *t, int nq, const float *const *lut,
                     a0 = _mm256_add_ps(a0, look16_256(raw, _mm256_loadu_ps(l0), _mm256_loadu_ps(l0 + 8)));
                     a1 = _mm256_add_ps(a1, look16_256(hi, _mm256_loadu_ps(l1), _mm256_loadu_ps(l1 + 8)));
                 }
-                _mm256_storeu_ps(scores + (size_t)j * stride + (size_t)b * VQ_VI_ROWS + 8 * h, _mm256_add_ps(a0, a1));
+                __m256 s = _mm256_add_ps(a0, a1);
+                if (t->vnorm) s = _mm256_mul_ps(s, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(c + t->nofs + 16 * h))));
+                _mm256_storeu_ps(scores + (size_t)j * stride + (size_t)b * VQ_VI_ROWS + 8 * h, s);
             }
     }
 }
@@ -461,6 +541,7 @@ T_AVX2 static void acc_256(const vi_state *t, int nq, const float *w, const uint
                 for (int b = 0; b < n_blocks; b++) {
                     const uint8_t *c = blocks + (size_t)b * bb;
                     __m256 wv = _mm256_loadu_ps(w + (size_t)j * stride + (size_t)b * VQ_VI_ROWS + 8 * h);
+                    if (t->vnorm) wv = _mm256_mul_ps(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(c + t->nofs + 16 * h))));
                     for (int k = 0; k < 2; k++) {
                         const int sv = (i0 + k) / t->sub;
                         __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c + (size_t)(sv / 2) * 16 + 8 * h)));
@@ -508,7 +589,8 @@ static void vi_finish(const vq_codec_state *st, const float *acc, float *out) {
 const vq_codec vq_codec_vecinfer = {
     .name = "vecinfer",
     .params_help = "sub=1|2|4|8 (default and only allowed value: the calibration's sub-vector length "
-                   "of this side), bits (k=/v=/bits=: must be 4/sub); needs calib=FILE with a VecInfer "
+                   "of this side), bits (k=/v=/bits=: must be 4/sub), vnorm=0|1 (default and only allowed "
+                   "value: the file's; 1: values keep an fp16 norm a row, +16/d bits); needs calib=FILE with a VecInfer "
                    "section (`veloxquant calibrate --vecinfer K,V`); head_dim a multiple of 16",
     .per_head = 1, .needs_calib = 1,
     .init = vi_init, .fini = vi_fini, .encode = vi_encode, .decode = vi_decode,

@@ -128,6 +128,7 @@ static void to_calib(const vq_lab_calib *c, vq_calib *o) {
     o->vi_sub_k = c->vi_sub_k;
     o->vi_sub_v = c->vi_sub_v;
     o->vi_seed = c->vi_seed;
+    o->vi_vnorm = c->vi_vnorm;
     o->vi_smooth = c->vi_smooth;
     o->vi_cb_k = c->vi_cb_k;
     o->vi_cb_v = c->vi_cb_v;
@@ -140,9 +141,9 @@ static void to_calib(const vq_lab_calib *c, vq_calib *o) {
 }
 
 vq_status vq_lab_vi_train_head(const float *k, const float *v, int n, int d, int sub_k, int sub_v,
-                               double alpha, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
+                               double alpha, int vnorm, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
                                float *cb_v, vq_err *err) {
-    return vq_vi_train_head(k, v, n, d, sub_k, sub_v, alpha, rot_seed, seed, smooth, cb_k, cb_v, err);
+    return vq_vi_train_head(k, v, n, d, sub_k, sub_v, alpha, vnorm, rot_seed, seed, smooth, cb_k, cb_v, err);
 }
 
 vq_status vq_lab_calib_write(const vq_lab_calib *c, const char *path, size_t *file_bytes, vq_err *err) {
@@ -180,6 +181,7 @@ vq_status vq_lab_calib_read(const char *path, vq_lab_calib *out, vq_err *err) {
     out->vi_sub_k = c.vi_sub_k;
     out->vi_sub_v = c.vi_sub_v;
     out->vi_seed = c.vi_seed;
+    out->vi_vnorm = c.vi_vnorm;
     out->vi_smooth = c.vi_smooth;
     out->vi_cb_k = c.vi_cb_k;
     out->vi_cb_v = c.vi_cb_v;

@@ -118,6 +118,7 @@ typedef struct vq_lab_calib {
      * [L][Hkv][d * 16] vi_cb_k, vi_cb_v (calib.h says what they are) */
     int vi_sub_k, vi_sub_v;
     uint64_t vi_seed;
+    int vi_vnorm;               /* 1: value codebooks trained on unit-norm rows */
     float *vi_smooth, *vi_cb_k, *vi_cb_v;
     /* file version 4 (has_lowrank): [L][Hkv][d] k_eig, v_eig; [L][Hkv][d][d] k_basis, k_dec,
      * v_basis (the lowrank codec's projections: codec/calib.h says what each is) */
@@ -127,7 +128,7 @@ typedef struct vq_lab_calib {
 /* VecInfer's training of one (layer, KV head) (codec/vecinfer.h, vq_vi_train_head): k, v = n rows
  * of d floats; fills smooth[d], cb_k[d * 16], cb_v[d * 16]. */
 vq_status vq_lab_vi_train_head(const float *k, const float *v, int n, int d, int sub_k, int sub_v,
-                               double alpha, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
+                               double alpha, int vnorm, uint64_t rot_seed, uint64_t seed, float *smooth, float *cb_k,
                                float *cb_v, vq_err *err);
 /* written atomically (as every calibration file); file_bytes (may be NULL): its size */
 vq_status vq_lab_calib_write(const vq_lab_calib *c, const char *path, size_t *file_bytes, vq_err *err);

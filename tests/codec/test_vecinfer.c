@@ -22,7 +22,7 @@
 
 /* a calibration of 2 layers x 2 KV heads of head_dim d with a trained VecInfer section; rows with
  * a few outlier key channels (as real keys have) */
-static void make_calib(vq_calib *c, int d, int sub_k, int sub_v, int n, vq_rng *rng) {
+static void make_calib(vq_calib *c, int d, int sub_k, int sub_v, int vnorm, int n, vq_rng *rng) {
     memset(c, 0, sizeof *c);
     snprintf(c->model, sizeof c->model, "synthetic");
     c->n_layers = 2; c->n_heads = 4; c->n_kv_heads = 2; c->head_dim = d; c->rope_dim = d;
@@ -33,14 +33,15 @@ static void make_calib(vq_calib *c, int d, int sub_k, int sub_v, int n, vq_rng *
     for (size_t i = 0; i < (size_t)2 * 2 * d; i++) { c->k_sq[i] = 1; c->v_sq[i] = 1; c->q_filter[i] = 0; }
     for (int l = 0; l < 2; l++) c->attn_cos[l] = 0.5f;
     CHECK(vq_calib_vi_alloc(c, sub_k, sub_v, 77, &err) == VQ_OK);
+    c->vi_vnorm = vnorm;
     float *k = malloc(sizeof(float) * (size_t)n * d), *v = malloc(sizeof(float) * (size_t)n * d);
     for (int kh = 0; kh < 4; kh++) {
         for (int r = 0; r < n; r++)
             for (int i = 0; i < d; i++) {
                 k[(size_t)r * d + i] = (float)(vq_rng_gauss(rng) * (i % 13 == 3 ? 12.0 : 1.0) + (i == 5 ? 4.0 : 0.0));
-                v[(size_t)r * d + i] = (float)(vq_rng_gauss(rng) * (0.5 + (i % 7) * 0.2));
+                v[(size_t)r * d + i] = (float)(vq_rng_gauss(rng) * (0.5 + (i % 7) * 0.2) * (r % 5 == 0 ? 8.0 : 1.0));
             }
-        CHECKF(vq_vi_train_head(k, v, n, d, sub_k, sub_v, 1.0, c->vi_seed, SEED + kh, c->vi_smooth + (size_t)kh * d,
+        CHECKF(vq_vi_train_head(k, v, n, d, sub_k, sub_v, 1.0, vnorm, c->vi_seed, SEED + kh, c->vi_smooth + (size_t)kh * d,
                                 c->vi_cb_k + (size_t)kh * d * 16, c->vi_cb_v + (size_t)kh * d * 16, &err) == VQ_OK,
                "train: %s", err.msg);
         if (kh == 0) {   /* λ = channel max */
@@ -76,7 +77,7 @@ static double gam(double n) { return n * U / (1 - n * U); }
 
 static void test_file(vq_rng *rng) {
     vq_calib c, b;
-    make_calib(&c, 64, 2, 4, 300, rng);
+    make_calib(&c, 64, 2, 4, 1, 300, rng);
     uint8_t *buf;
     size_t len;
     vq_err err;
@@ -86,7 +87,7 @@ static void test_file(vq_rng *rng) {
     memcpy(&ver, buf + 8, 4);
     CHECK(ver == 5);
     CHECKF(vq_calib_parse(buf, len, &b, &err) == VQ_OK, "parse: %s", err.msg);
-    CHECK(b.vi_sub_k == 2 && b.vi_sub_v == 4 && b.vi_seed == 77);
+    CHECK(b.vi_sub_k == 2 && b.vi_sub_v == 4 && b.vi_seed == 77 && b.vi_vnorm == 1);
     CHECK(!memcmp(b.vi_cb_k, c.vi_cb_k, sizeof(float) * 4 * 64 * 16));
     CHECK(!memcmp(b.vi_cb_v, c.vi_cb_v, sizeof(float) * 4 * 64 * 16));
     CHECK(!memcmp(b.vi_smooth, c.vi_smooth, sizeof(float) * 4 * 64));
@@ -136,23 +137,23 @@ static void test_file(vq_rng *rng) {
     printf("calibration section: round trip, %d flipped bytes and truncations refused, version 3 reads\n", tried);
 }
 
-static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v) {
+static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v, int vnorm) {
     vq_calib c;
-    make_calib(&c, d, sub_k, sub_v, 400, rng);
+    make_calib(&c, d, sub_k, sub_v, vnorm, 400, rng);
     vq_err err;
     vq_codec_state ks, vs;
     CHECKF(mkst(&ks, &c, d, VQ_SIDE_K, 1, 1, NULL, NULL, &err) == VQ_OK, "init K: %s", err.msg);
     CHECKF(mkst(&vs, &c, d, VQ_SIDE_V, 1, 1, NULL, NULL, &err) == VQ_OK, "init V: %s", err.msg);
     CHECK(ks.block_bytes * 8 == (size_t)16 * d * 4 / sub_k);   /* 4/sub bits per element, nothing else */
-    CHECK(vs.block_bytes * 8 == (size_t)16 * d * 4 / sub_v);
-    const int NB = 5, NR = NB * 16, NQ = 5;
+    CHECK(vs.block_bytes * 8 == (size_t)16 * d * 4 / sub_v + (vnorm ? 16 * 16 : 0));   /* + fp16 norms */
+    const int NB = 21, NR = NB * 16, NQ = 5;
     float *x = malloc(sizeof(float) * NR * d), *xh = malloc(sizeof(float) * NR * d);
     float *vx = malloc(sizeof(float) * NR * d), *vh = malloc(sizeof(float) * NR * d);
     uint8_t *kb = malloc(ks.block_bytes * NB), *vb = malloc(vs.block_bytes * NB);
     for (int r = 0; r < NR; r++)
         for (int i = 0; i < d; i++) {
             x[r * d + i] = (float)(vq_rng_gauss(rng) * (i % 13 == 3 ? 12.0 : 1.0));
-            vx[r * d + i] = (float)vq_rng_gauss(rng);
+            vx[r * d + i] = (float)(vq_rng_gauss(rng) * (r % 7 == 2 ? 20.0 : 1.0));   /* some large rows */
         }
     for (int b = 0; b < NB; b++) {
         ks.codec->encode(&ks, x + b * 16 * d, kb + b * ks.block_bytes);
@@ -174,25 +175,44 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v) {
         CHECKF(zm == 0, "zero rows decode to %g", zm);
         free(z); free(zh); free(zb);
     }
-    /* the values' codes are the nearest centroids: no other codebook entry is closer */
+    /* the values' codes are the nearest centroids: no other codebook entry is closer (vnorm: to the
+     * row over its stored fp16 norm n, in float as the encoder divides; the code read from the block) */
     const float *cbv = c.vi_cb_v + (size_t)3 * d * 16;
-    for (int r = 0; r < NR; r++)
+    for (int r = 0; r < NR; r++) {
+        float n = 1;
+        const uint8_t *blk = vb + (size_t)(r / 16) * vs.block_bytes;
+        if (vnorm) {
+            vq_f16 h;
+            memcpy(&h, blk + vs.block_bytes - 32 + (size_t)(r % 16) * 2, 2);
+            n = vq_f16_to_f32(h);
+            double s2 = 0;
+            for (int i = 0; i < d; i++) s2 += (double)vx[r * d + i] * vx[r * d + i];
+            CHECKF(fabs(n - sqrt(s2)) <= 0x1p-11 * sqrt(s2), "row %d: stored norm %g, ||v|| %g", r, n, sqrt(s2));
+        }
         for (int m = 0; m < d / sub_v; m++) {
             double e0 = 0;
-            for (int u = 0; u < sub_v; u++) { double e = vx[r * d + m * sub_v + u] - vh[r * d + m * sub_v + u]; e0 += e * e; }
+            const int cm = (blk[(m / 2) * 16 + r % 16] >> (4 * (m & 1))) & 15;
+            for (int u = 0; u < sub_v; u++) {
+                double e = vnorm ? (double)(vx[r * d + m * sub_v + u] / n) - cbv[(m * 16 + cm) * sub_v + u]
+                                 : (double)vx[r * d + m * sub_v + u] - vh[r * d + m * sub_v + u];
+                e0 += e * e;
+            }
             for (int e = 0; e < 16; e++) {
                 double e1 = 0;
-                for (int u = 0; u < sub_v; u++) { double t = vx[r * d + m * sub_v + u] - cbv[(m * 16 + e) * sub_v + u]; e1 += t * t; }
+                for (int u = 0; u < sub_v; u++) { double t = (double)(vx[r * d + m * sub_v + u] / n) - cbv[(m * 16 + e) * sub_v + u]; e1 += t * t; }
                 CHECK(e0 <= e1 * (1 + 1e-6) + 1e-12);
             }
         }
+    }
     float *q = malloc(sizeof(float) * NQ * d), *w = malloc(sizeof(float) * NQ * NR), *sc = malloc(sizeof(float) * NQ * NR);
     for (int i = 0; i < NQ * d; i++) q[i] = (float)vq_rng_gauss(rng);
     for (int i = 0; i < NQ * NR; i++) w[i] = (i % 11 == 0) ? 0.0f : (float)vq_rng_uniform(rng);
-    void *qs[8];
+    void *qs[8], *vqs[8];
     for (int j = 0; j < NQ; j++) {
         qs[j] = vq_aligned_alloc(ks.qstate_bytes + 64);
         ks.codec->prep_query(&ks, q + j * d, qs[j]);
+        vqs[j] = vq_aligned_alloc(vs.qstate_bytes + 64);
+        vs.codec->prep_query(&vs, q + j * d, vqs[j]);
     }
     const int best = (int)vq_cpu_best_isa();
     double worst_s = 0, worst_a = 0;
@@ -224,13 +244,30 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v) {
                     CHECKF(e <= bound, "score isa %s d %d sub %d q %d row %d: %g vs %g (bound %g)",
                            vq_isa_name((vq_isa)isa), d, sub_k, j, r, (double)sc[j * NR + r], ref, bound);
                 }
+            /* a value state scored (the contract allows either side): q · decode(v), the norm's
+             * multiply and the reference decode's n·ĉ are two more roundings than bound_score's */
+            vs.codec->score(&vs, nq, (const void *const *)vqs, vb, NB, sc);
+            for (int j = 0; j < nq; j++)
+                for (int r = 0; r < NR; r++) {
+                    double ql = 0, cn = 0, ref = 0;
+                    for (int i = 0; i < d; i++) {
+                        ql += (double)q[j * d + i] * q[j * d + i];
+                        cn += (double)vh[r * d + i] * vh[r * d + i];
+                        ref += (double)q[j * d + i] * vh[r * d + i];
+                    }
+                    const double bound = gam(sub_v + d / sub_v + 4 + 2) * sqrt(ql * cn) * 2 + 1e-30;
+                    const double e = fabs(sc[j * NR + r] - ref);
+                    worst_s = fmax(worst_s, e / bound);
+                    CHECKF(e <= bound, "value score isa %s d %d sub %d vnorm %d q %d row %d: %g vs %g (bound %g)",
+                           vq_isa_name((vq_isa)isa), d, sub_v, vnorm, j, r, (double)sc[j * NR + r], ref, bound);
+                }
             for (int j = 0; j < nq; j++) memset(acc[j], 0, sizeof(float) * vs.acc_floats);
-            /* two calls (rows 0..31, 32..79), as the store's pages */
+            /* two calls (rows 0..31, 32..335: 19 blocks, more than the vnorm loop's chunk of 16), as the store's pages */
             float *w1 = malloc(sizeof(float) * nq * NR);
             for (int j = 0; j < nq; j++) memcpy(w1 + j * 32, w + j * NR, sizeof(float) * 32);
             vs.codec->accumulate(&vs, nq, w1, vb, 2, acc);
-            for (int j = 0; j < nq; j++) memcpy(w1 + j * 48, w + j * NR + 32, sizeof(float) * 48);
-            vs.codec->accumulate(&vs, nq, w1, vb + 2 * vs.block_bytes, 3, acc);
+            for (int j = 0; j < nq; j++) memcpy(w1 + j * (NR - 32), w + j * NR + 32, sizeof(float) * (NR - 32));
+            vs.codec->accumulate(&vs, nq, w1, vb + 2 * vs.block_bytes, NB - 2, acc);
             free(w1);
             for (int j = 0; j < nq; j++) {
                 vs.codec->finish(&vs, acc[j], out);
@@ -241,8 +278,9 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v) {
                         mag += fabs((double)w[j * NR + r] * vh[r * d + i]);
                     }
                     /* bound_acc: each lane sums NR/16 products (one rounding each for the FMA
-                     * chain), finish sums 16 lanes: γ_{NR/16 + 16 + 1} Σ|w v̂| */
-                    const double bound = gam(NR / 16 + 17) * mag + 1e-30;
+                     * chain), finish sums 16 lanes: γ_{NR/16 + 16 + 1} Σ|w v̂|; vnorm adds the
+                     * kernel's rounding of w·n and the reference decode's of c·n: + 2 */
+                    const double bound = gam(NR / 16 + 17 + (vnorm ? 2 : 0)) * mag + 1e-30;
                     const double e = fabs(out[i] - ref);
                     worst_a = fmax(worst_a, e / bound);
                     CHECKF(e <= bound, "acc isa %s d %d sub %d q %d coord %d: %g vs %g (bound %g)",
@@ -251,9 +289,9 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v) {
             }
         }
     }
-    printf("d %3d sub k %d v %d: scalar..%s, score error <= %.3f of its bound, accumulate <= %.3f\n", d,
-           sub_k, sub_v, vq_isa_name((vq_isa)best), worst_s, worst_a);
-    for (int j = 0; j < NQ; j++) { vq_aligned_free(qs[j]); free(acc[j]); }
+    printf("d %3d sub k %d v %d vnorm %d: scalar..%s, score error <= %.3f of its bound, accumulate <= %.3f\n", d,
+           sub_k, sub_v, vnorm, vq_isa_name((vq_isa)best), worst_s, worst_a);
+    for (int j = 0; j < NQ; j++) { vq_aligned_free(qs[j]); vq_aligned_free(vqs[j]); free(acc[j]); }
     free(x); free(xh); free(vx); free(vh); free(kb); free(vb); free(q); free(w); free(sc);
     ks.codec->fini(&ks);
     vs.codec->fini(&vs);
@@ -262,7 +300,7 @@ static void test_contract(vq_rng *rng, int d, int sub_k, int sub_v) {
 
 static void test_refusals(vq_rng *rng) {
     vq_calib c;
-    make_calib(&c, 64, 2, 2, 64, rng);
+    make_calib(&c, 64, 2, 2, 0, 64, rng);
     vq_err err;
     vq_codec_state st;
     CHECK(mkst(&st, NULL, 64, VQ_SIDE_K, 0, 0, NULL, NULL, &err) == VQ_ERR_ARG && strstr(err.msg, "calib=FILE"));
@@ -277,8 +315,15 @@ static void test_refusals(vq_rng *rng) {
     c.vi_sub_k = 0;
     CHECK(mkst(&st, &c, 64, VQ_SIDE_V, 0, 0, NULL, NULL, &err) == VQ_ERR_ARG && strstr(err.msg, "no VecInfer"));
     c.vi_sub_k = sk;
+    CHECK(mkst(&st, &c, 64, VQ_SIDE_V, 0, 0, "vnorm", "1", &err) == VQ_ERR_ARG && strstr(err.msg, "vnorm=1"));
+    c.vi_vnorm = 1;
+    CHECK(mkst(&st, &c, 64, VQ_SIDE_V, 0, 0, "vnorm", "0", &err) == VQ_ERR_ARG && strstr(err.msg, "vnorm=0"));
+    CHECK(mkst(&st, &c, 64, VQ_SIDE_V, 0, 0, "vnorm", "1", &err) == VQ_OK && st.block_bytes == 16 * 16 + 32);
+    st.codec->fini(&st);
+    CHECK(mkst(&st, &c, 64, VQ_SIDE_K, 0, 0, "vnorm", "1", &err) == VQ_OK && st.block_bytes == 16 * 16);   /* keys: no norm */
+    st.codec->fini(&st);
     vq_calib_free(&c);
-    printf("refusals: no calibration, no section, sub=, bits=, unknown key, head_dim, layer\n");
+    printf("refusals: no calibration, no section, sub=, bits=, vnorm= against the file, unknown key, head_dim, layer\n");
 }
 
 int main(void) {
@@ -288,6 +333,7 @@ int main(void) {
     test_file(&rng);
     test_refusals(&rng);
     const int cfg[][3] = { { 64, 2, 2 }, { 64, 1, 4 }, { 64, 4, 8 }, { 128, 2, 1 }, { 16, 8, 2 } };
-    for (int i = 0; i < 5; i++) test_contract(&rng, cfg[i][0], cfg[i][1], cfg[i][2]);
+    for (int i = 0; i < 5; i++)
+        for (int vn = 0; vn < 2; vn++) test_contract(&rng, cfg[i][0], cfg[i][1], cfg[i][2], vn);
     return vq_t_done();
 }
