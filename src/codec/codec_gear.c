@@ -127,7 +127,15 @@ static void gear_encode(const vq_codec_state *st, const float *x, uint8_t *block
     const size_t bb = t->base.block_bytes;
     float *xh = malloc(sizeof(float) * (size_t)B * d);
     double *E = malloc(sizeof(double) * (size_t)B * d), u[1024], v[GEAR_MAX_D];
-    if (!xh || !E) abort();
+    if (!xh || !E) {   /* no memory for the correction: the base's codes alone, a valid block
+                        * whose factors and sparse values are zero (it decodes to the base) */
+        free(xh);
+        free(E);
+        for (int b = 0; b < t->nbb; b++)
+            t->base.codec->encode(&t->base, x + (size_t)b * rb * d, block + (size_t)b * bb);
+        memset(block + t->off_a, 0, st->block_bytes - t->off_a);
+        return;
+    }
     for (int b = 0; b < t->nbb; b++) {
         t->base.codec->encode(&t->base, x + (size_t)b * rb * d, block + (size_t)b * bb);
         t->base.codec->decode(&t->base, block + (size_t)b * bb, xh + (size_t)b * rb * d);
