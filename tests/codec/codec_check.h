@@ -6,23 +6,14 @@
 #include "../vq_test.h"
 #include "codec/codec.h"
 #include "codec/codec_vec.h"
+#include "../codec_params.h"
 
 static vq_codec_state mk(const char *name, int d, const char *spec, uint64_t seed, vq_status *stp) {
     vq_codec_state st;
     memset(&st, 0, sizeof st);
     st.codec = vq_codec_find(name);
     vq_codec_param p[8];
-    int np = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", spec);
-    for (char *t = strtok(buf, ","); t && np < 8; t = strtok(NULL, ",")) {
-        char *e = strchr(t, '=');
-        if (!e) continue;
-        *e = 0;
-        snprintf(p[np].key, sizeof p[np].key, "%s", t);
-        snprintf(p[np].val, sizeof p[np].val, "%s", e + 1);
-        np++;
-    }
+    const int np = vq_t_codec_params(spec, p, 8);
     vq_err err;
     vq_err_clear(&err);
     vq_status s = st.codec ? st.codec->init(&st, d, VQ_SIDE_K, p, np, seed, &err) : VQ_ERR_ARG;

@@ -8,6 +8,7 @@
 #include "codec/tq.h"
 #include "codec/codec_vec.h"
 #include "../vq_test.h"
+#include "../codec_params.h"
 
 extern const vq_codec vq_codec_turboquant_mse, vq_codec_turboquant_prod, vq_codec_turboquant_rvq;
 extern const vq_codec vq_codec_f16;   /* speed baseline only */
@@ -19,17 +20,7 @@ static vq_status mk(vq_codec_state *st, const vq_codec *c, int d, const char *sp
     memset(st, 0, sizeof *st);
     st->codec = c;
     vq_codec_param p[8];
-    int np = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", spec);
-    for (char *t = strtok(buf, ","); t && np < 8; t = strtok(NULL, ",")) {
-        char *e = strchr(t, '=');
-        if (!e) continue;
-        *e = 0;
-        snprintf(p[np].key, sizeof p[np].key, "%s", t);
-        snprintf(p[np].val, sizeof p[np].val, "%s", e + 1);
-        np++;
-    }
+    const int np = vq_t_codec_params(spec, p, 8);
     vq_err_clear(err);
     /* the value side: one row per block in every layout (turboquant_mse's lanes key blocks, at
      * 2-4 bits, hold 16 rows; test_codecs_attention and test_tq_lanes cover them, every ISA) */

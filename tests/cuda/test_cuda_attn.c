@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../vq_test.h"
+#include "../codec_params.h"
 #include "core/core.h"
 #include "codec/codec.h"
 #include "backend/cuda/vq_cuda.h"
@@ -56,21 +57,6 @@ static const kv_case CASES[] = {
     {"f16", ""}, {"q8_0", ""}, {"q8_0", "rotate=1"}, {"q4_0", ""}, {"q4_0", "rotate=1"},
     {"turboquant_mse", "bits=4"}, {"turboquant_mse", "bits=4,norm=f32"},
 };
-
-static int parse_params(const char *s, vq_codec_param *p) {
-    int n = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok && n < 8; tok = strtok(NULL, ",")) {
-        char *eq = strchr(tok, '=');
-        if (!eq) continue;
-        *eq = 0;
-        snprintf(p[n].key, sizeof p[n].key, "%s", tok);
-        snprintf(p[n].val, sizeof p[n].val, "%s", eq + 1);
-        n++;
-    }
-    return n;
-}
 
 static double gauss(vq_rng *r) { return vq_rng_gauss(r); }
 
@@ -93,7 +79,7 @@ static int run_case(const kv_case *kc, int D, int H, int Hkv, int n_seqs, int ma
     const vq_codec *c = vq_codec_find(kc->codec);
     if (!c) { fprintf(stderr, "no codec %s\n", kc->codec); return 1; }
     vq_codec_param pk[8], pv[8];
-    int npk = parse_params(kc->params, pk), npv = parse_params(kc->params, pv);
+    int npk = vq_t_codec_params(kc->params, pk, 8), npv = vq_t_codec_params(kc->params, pv, 8);
     vq_codec_state stk, stv;
     memset(&stk, 0, sizeof stk);
     memset(&stv, 0, sizeof stv);

@@ -21,24 +21,10 @@ extern "C" {
 #include "../vq_test.h"
 #include "core/core.h"
 #include "codec/codec.h"
+#include "../codec_params.h"
 }
 
 typedef struct { const char *codec, *params; } kcase;
-
-static int parse(const char *s, vq_codec_param *p) {
-    int n = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok && n < 8; tok = strtok(NULL, ",")) {
-        char *eq = strchr(tok, '=');
-        if (!eq) continue;
-        *eq = 0;
-        snprintf(p[n].key, sizeof p[n].key, "%s", tok);
-        snprintf(p[n].val, sizeof p[n].val, "%s", eq + 1);
-        n++;
-    }
-    return n;
-}
 
 /* the kernel's steps, one "thread" index at a time, the barriers between them implicit */
 static void host_encode(const vq_cuda_enc *e, int H, int rows, const uint16_t *win, int n_win, const float *src,
@@ -94,7 +80,7 @@ static void make_row(vq_rng *rng, int kind, int d, float *x) {
 static int run_case(const kcase &kc, int D, int side, vq_rng *rng, int device) {
     const vq_codec *c = vq_codec_find(kc.codec);
     vq_codec_param p[8];
-    const int np = parse(kc.params, p);
+    const int np = vq_t_codec_params(kc.params, p, 8);
     vq_codec_state st;
     memset(&st, 0, sizeof st);
     st.codec = c;
@@ -189,7 +175,7 @@ int main(int argc, char **argv) {
         st.codec = c;
         st.side = VQ_SIDE_K;
         vq_codec_param p[2];
-        const int np = parse("bits=3", p);
+        const int np = vq_t_codec_params("bits=3", p, 8);
         vq_err err;
         memset(&err, 0, sizeof err);
         vq_cuda_enc e;

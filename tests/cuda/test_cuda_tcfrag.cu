@@ -25,6 +25,7 @@ extern "C" {
 #include "../vq_test.h"
 #include "core/core.h"
 #include "codec/codec.h"
+#include "../codec_params.h"
 }
 
 using namespace vqc;
@@ -210,21 +211,6 @@ static void run(const kcase &kc, const vq_cuda_kv_format &f, const vq_codec *c, 
     free(kbuf); free(vbuf); free(rows); free(dec);
 }
 
-static int parse(const char *s, vq_codec_param *p) {
-    int n = 0;
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok && n < 4; tok = strtok(NULL, ",")) {
-        char *eq = strchr(tok, '=');
-        if (!eq) continue;
-        *eq = 0;
-        snprintf(p[n].key, sizeof p[n].key, "%s", tok);
-        snprintf(p[n].val, sizeof p[n].val, "%s", eq + 1);
-        n++;
-    }
-    return n;
-}
-
 int main(void) {
     const uint64_t seed = vq_t_seed(32033);
     vq_rng rng;
@@ -234,8 +220,8 @@ int main(void) {
         for (int D : {64, 128}) {
             const vq_codec *c = vq_codec_find(kc.codec);
             vq_codec_param pk[4], pv[4];
-            const int np = parse(kc.params, pk);
-            parse(kc.params, pv);
+            const int np = vq_t_codec_params(kc.params, pk, 4);
+            vq_t_codec_params(kc.params, pv, 4);
             vq_codec_state stk, stv;
             memset(&stk, 0, sizeof stk);
             memset(&stv, 0, sizeof stv);
